@@ -1,0 +1,21 @@
+//! Shared measurement toolkit for every memlens command.
+//!
+//! * [`units`]: sizes (`64K`, `512KiB`, `1GiB`), lists and ranges (`1..8`), durations.
+//! * [`error`]: usage errors (exit 2) vs failures (exit 1).
+//! * [`tsc`]: calibrated, invariant-checked TSC clock.
+//! * [`stats`]: median, spread, percentiles, ties, Pearson r.
+//! * [`sysinfo`]: the machine facts every result file carries.
+//! * [`output`]: tables, JSON and CSV writers.
+//! * [`plot`] and [`html`]: SVG charts and self-contained HTML reports.
+//! * [`progress`]: progress bars on stderr (hidden when stderr is not a terminal).
+pub mod error;
+pub mod html;
+pub mod output;
+pub mod plot;
+pub mod progress;
+pub mod stats;
+pub mod sysinfo;
+pub mod tsc;
+pub mod units;
+
+pub use error::{usage, UsageError};

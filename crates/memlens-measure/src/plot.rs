@@ -1,0 +1,218 @@
+//! SVG charts (plotters, SVG backend, no system fonts needed).
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+/// One line of a [`LineChart`].
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Draw dashed (for reference lines such as "ideal scaling" or published figures).
+    pub dashed: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub log_x: bool,
+    pub log_y: bool,
+    pub series: Vec<Series>,
+    /// Vertical markers, e.g. cache sizes: (x, label).
+    pub markers: Vec<(f64, String)>,
+}
+
+/// Grouped bars: one group per category, one bar per series.
+#[derive(Debug, Clone, Default)]
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    pub categories: Vec<String>,
+    pub series: Vec<(String, Vec<f64>)>,
+}
+
+const W: u32 = 900;
+const H: u32 = 520;
+
+fn color(i: usize) -> RGBColor {
+    const P: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    P[i % P.len()]
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("cannot draw chart: {e:?}")
+}
+
+fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let v: Vec<f64> = vals.filter(|x| x.is_finite() && (!log || *x > 0.0)).collect();
+    let (mut lo, mut hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    if v.is_empty() {
+        return (if log { 1.0 } else { 0.0 }, 1.0);
+    }
+    if log {
+        return (lo / 1.5, hi * 1.5);
+    }
+    if lo > 0.0 {
+        lo = 0.0;
+    }
+    if hi <= lo {
+        hi = lo + 1.0;
+    }
+    (lo, hi + (hi - lo) * 0.05)
+}
+
+/// Render a line chart to an SVG string.
+pub fn line_chart(c: &LineChart) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(c.markers.iter().map(|m| m.0));
+        let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let (x0, x1) = range(xs, c.log_x);
+        let (y0, y1) = range(ys, c.log_y);
+        let mut b = ChartBuilder::on(&root);
+        b.caption(&c.title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(70);
+        // The four axis combinations have different coordinate types, so each is drawn by the same
+        // generic body.
+        macro_rules! draw {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart.configure_mesh().x_desc(&c.x_label).y_desc(&c.y_label).draw().map_err(err)?;
+                for (x, label) in &c.markers {
+                    let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
+                    chart.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], style))).map_err(err)?;
+                    chart
+                        .draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), ("sans-serif", 12).into_font())))
+                        .map_err(err)?;
+                }
+                for (i, s) in c.series.iter().enumerate() {
+                    let col = color(i);
+                    let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+                    let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
+                    if s.dashed {
+                        chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(err)?
+                    } else {
+                        chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?
+                    }
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+                    if !s.dashed {
+                        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled()))).map_err(err)?;
+                    }
+                }
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .position(SeriesLabelPosition::UpperLeft)
+                    .draw()
+                    .map_err(err)?;
+            }};
+        }
+        match (c.log_x, c.log_y) {
+            (false, false) => draw!(b.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?),
+            (true, false) => draw!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1).map_err(err)?),
+            (false, true) => draw!(b.build_cartesian_2d(x0..x1, (y0..y1).log_scale()).map_err(err)?),
+            (true, true) => draw!(b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale()).map_err(err)?),
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Render grouped bars to an SVG string.
+pub fn bar_chart(c: &BarChart) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let ncat = c.categories.len().max(1);
+        let nser = c.series.len().max(1);
+        let (_, ymax) = range(c.series.iter().flat_map(|s| s.1.iter().copied()), false);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&c.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..ncat as f64, 0f64..ymax)
+            .map_err(err)?;
+        let cats = c.categories.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(ncat * 2 + 1)
+            .x_label_formatter(&move |x| {
+                let i = x.floor() as usize;
+                if (x - x.floor() - 0.5).abs() < 0.26 {
+                    cats.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(&c.y_label)
+            .draw()
+            .map_err(err)?;
+        let w = 0.8 / nser as f64;
+        for (si, (name, vals)) in c.series.iter().enumerate() {
+            let col = color(si);
+            chart
+                .draw_series(vals.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(ci, v)| {
+                    let x = ci as f64 + 0.1 + si as f64 * w;
+                    Rectangle::new([(x, 0.0), (x + w * 0.9, *v)], col.filled())
+                }))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_render_svg_with_labels() {
+        let c = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_x: true,
+            log_y: false,
+            series: vec![Series { name: "alpha".into(), points: vec![(1.0, 2.0), (10.0, 3.0)], dashed: false }],
+            markers: vec![(4.0, "L1".into())],
+        };
+        let s = line_chart(&c).unwrap();
+        assert!(s.starts_with("<svg") && s.contains("alpha") && s.contains("L1"));
+        let b = BarChart {
+            title: "b".into(),
+            y_label: "GB/s".into(),
+            categories: vec!["copy".into(), "triad".into()],
+            series: vec![("1 thread".into(), vec![1.0, 2.0])],
+        };
+        let s = bar_chart(&b).unwrap();
+        assert!(s.contains("1 thread"));
+    }
+}

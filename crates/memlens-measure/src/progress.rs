@@ -1,0 +1,37 @@
+//! Progress on stderr for long runs: a bar with the time left, hidden when stderr is not a terminal
+//! (indicatif hides itself then), with the current step's name.
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub struct Progress(ProgressBar);
+
+impl Progress {
+    /// A bar over `total` steps.
+    pub fn new(total: u64, what: &str) -> Progress {
+        let pb = ProgressBar::new(total);
+        pb.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+                .unwrap()
+                .progress_chars("=> "),
+        );
+        pb.set_prefix(what.to_string());
+        Progress(pb)
+    }
+
+    /// Name the step now running.
+    pub fn step(&self, msg: impl Into<String>) {
+        self.0.set_message(msg.into());
+    }
+
+    pub fn inc(&self) {
+        self.0.inc(1);
+    }
+
+    /// Print a line above the bar without garbling it.
+    pub fn println(&self, line: impl AsRef<str>) {
+        self.0.suspend(|| eprintln!("{}", line.as_ref()));
+    }
+
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}

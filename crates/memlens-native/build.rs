@@ -1,0 +1,125 @@
+//! Compiles the C parts of memlens by convention, so adding a file needs no edit here:
+//!
+//! * `runtime/src/*.c`            -> `libmemlens.so` (the preloaded profiler runtime)
+//! * `allocators/<name>/*.c` (+ `allocators/common/*.c`) -> `libmemlens-<name>.so`
+//! * `workloads/c/<name>.c`       -> executable `<name>`
+//!
+//! Every artifact is embedded in the `memlens` binary (see `src/lib.rs`), so the binary works on its
+//! own. `cc` (the crate) only builds static archives, so the compiler is driven directly.
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Artifact {
+    name: String,
+    sources: Vec<PathBuf>,
+    shared: bool,
+    cflags: Vec<&'static str>,
+    libs: Vec<&'static str>,
+}
+
+const WARN: &[&str] = &["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"];
+
+fn c_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "c"));
+    v.sort();
+    v
+}
+
+fn artifacts(root: &Path) -> Vec<Artifact> {
+    let mut out = Vec::new();
+    let rt = c_files(&root.join("runtime/src"));
+    if !rt.is_empty() {
+        out.push(Artifact {
+            name: "libmemlens.so".into(),
+            sources: rt,
+            shared: true,
+            // initial-exec TLS: the fast path reads its countdown with one %fs-relative load and
+            // never calls __tls_get_addr (which may malloc and recurse into us).
+            cflags: vec!["-fPIC", "-ftls-model=initial-exec", "-fvisibility=hidden", "-pthread"],
+            libs: vec!["-ldl", "-lgcc_s", "-lm", "-pthread"],
+        });
+    }
+    let alloc_dir = root.join("allocators");
+    let common = c_files(&alloc_dir.join("common"));
+    if let Ok(rd) = fs::read_dir(&alloc_dir) {
+        let mut dirs: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        dirs.sort();
+        for d in dirs {
+            let name = d.file_name().unwrap().to_string_lossy().to_string();
+            if name == "common" {
+                continue;
+            }
+            let mut sources = c_files(&d);
+            if sources.is_empty() {
+                continue;
+            }
+            sources.extend(common.iter().cloned());
+            out.push(Artifact {
+                name: format!("libmemlens-{name}.so"),
+                sources,
+                shared: true,
+                cflags: vec!["-fPIC", "-ftls-model=initial-exec", "-pthread", "-I", "allocators/common"],
+                libs: vec!["-pthread"],
+            });
+        }
+    }
+    for src in c_files(&root.join("workloads/c")) {
+        let name = src.file_stem().unwrap().to_string_lossy().to_string();
+        out.push(Artifact {
+            name,
+            sources: vec![src],
+            shared: false,
+            cflags: vec!["-pthread"],
+            libs: vec!["-pthread", "-lm"],
+        });
+    }
+    out
+}
+
+fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let dest = out_dir.join(&a.name);
+    let mut cmd = Command::new(&cc);
+    cmd.current_dir(root).args(WARN).args(&a.cflags).arg("-Iruntime/include");
+    if a.shared {
+        cmd.args(["-shared", "-Wl,-z,nodelete", "-Wl,--build-id"]);
+    } else {
+        cmd.arg("-Wl,--build-id");
+    }
+    cmd.args(&a.sources).arg("-o").arg(&dest).args(&a.libs);
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    if !status.success() {
+        panic!("compiling {} failed: {:?}", a.name, cmd);
+    }
+    dest
+}
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest.join("../..").canonicalize().unwrap();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    for d in ["runtime", "allocators", "workloads/c"] {
+        println!("cargo:rerun-if-changed={}", root.join(d).display());
+    }
+    println!("cargo:rerun-if-env-changed=CC");
+    let mut table = String::from("pub static ARTIFACTS: &[(&str, &[u8])] = &[\n");
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for a in artifacts(&root) {
+        for s in &a.sources {
+            println!("cargo:rerun-if-changed={}", s.display());
+        }
+        let path = build(&root, &out_dir, &a);
+        for b in fs::read(&path).unwrap() {
+            hash = (hash ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        table.push_str(&format!("    ({:?}, include_bytes!({:?})),\n", a.name, path.display().to_string()));
+    }
+    table.push_str("];\n");
+    table.push_str(&format!("pub const CONTENT_HASH: &str = \"{hash:016x}\";\n"));
+    fs::write(out_dir.join("embedded.rs"), table).unwrap();
+}

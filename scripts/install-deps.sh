@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages memlens uses: the allocators it compares, the unwinder it loads, the
+# programs its tests run under the runtime, and the baselines its study measures against.
+# Idempotent and quiet when everything is already there; needs root (or sudo) for apt-get.
+set -euo pipefail
+
+PKGS=(
+  # allocators for `bench alloc` and the study's baselines
+  libjemalloc2 libtcmalloc-minimal4 libgoogle-perftools4 libmimalloc2.0 libtbbmalloc2
+  # DWARF unwinder the runtime dlopens (libunwind-dev for the unversioned .so name)
+  libunwind8 libunwind-dev
+  # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
+  heaptrack linux-perf sqlite3 git g++ python3
+  # persistent-memory pool for `bench bandwidth` (indirection case)
+  libpmemobj1 libpmemobj-dev
+  # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
+  elfutils
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "memlens: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

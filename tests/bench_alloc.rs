@@ -1,0 +1,2 @@
+//! End-to-end tests (being written).
+mod common;
