@@ -75,7 +75,11 @@ fn calibrate() -> Clock {
         })
         .collect();
     costs.sort_unstable();
-    Clock { hz: rates[1], invariant: invariant_tsc(), read_cost_ticks: costs[costs.len() / 2] as f64 }
+    Clock {
+        hz: rates[1],
+        invariant: invariant_tsc(),
+        read_cost_ticks: costs[costs.len() / 2] as f64,
+    }
 }
 
 #[cfg(test)]
@@ -83,7 +87,11 @@ mod tests {
     #[test]
     fn calibration_is_plausible() {
         let c = super::Clock::get();
-        assert!(c.hz > 1e8 && c.hz < 1e10, "TSC rate {} Hz is implausible", c.hz);
+        assert!(
+            c.hz > 1e8 && c.hz < 1e10,
+            "TSC rate {} Hz is implausible",
+            c.hz
+        );
         assert!(c.read_cost_ticks < 10_000.0);
     }
 }

@@ -105,9 +105,16 @@ fn one_line_clap_error(e: &clap::Error) -> String {
         .trim_start_matches("error: ")
         .trim()
         .to_string();
-    let tip = rendered.lines().find(|l| l.contains("try '")).map(|l| l.trim().to_string());
+    let tip = rendered
+        .lines()
+        .find(|l| l.contains("try '"))
+        .map(|l| l.trim().to_string());
     match tip {
-        Some(t) => format!("memlens: error: {first} ({})", t.trim_start_matches("For more information, ").trim_end_matches('.')),
+        Some(t) => format!(
+            "memlens: error: {first} ({})",
+            t.trim_start_matches("For more information, ")
+                .trim_end_matches('.')
+        ),
         None => format!("memlens: error: {first}"),
     }
 }
@@ -117,9 +124,16 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind::*;
-            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                return ExitCode::from(if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+                return ExitCode::from(if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
+                    2
+                } else {
+                    0
+                });
             }
             eprintln!("{}", one_line_clap_error(&e));
             return ExitCode::from(2);

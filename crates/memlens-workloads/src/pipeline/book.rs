@@ -42,9 +42,13 @@ impl Book {
             side.remove(&price);
             return;
         }
-        let lvl = side
-            .entry(price)
-            .or_insert_with(|| Box::new(Level { qty: 0, updates: Vec::with_capacity(2), seq }));
+        let lvl = side.entry(price).or_insert_with(|| {
+            Box::new(Level {
+                qty: 0,
+                updates: Vec::with_capacity(2),
+                seq,
+            })
+        });
         lvl.qty = qty;
         lvl.seq = seq;
         if lvl.updates.len() == KEEP_UPDATES {
@@ -60,7 +64,14 @@ impl Book {
         }
     }
 
-    pub fn signal(&self, stamp: u64, seq: u64, instrument: usize, symbol: &str, auction: bool) -> Box<Signal> {
+    pub fn signal(
+        &self,
+        stamp: u64,
+        seq: u64,
+        instrument: usize,
+        symbol: &str,
+        auction: bool,
+    ) -> Box<Signal> {
         Box::new(Signal {
             stamp,
             seq,

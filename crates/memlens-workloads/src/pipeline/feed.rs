@@ -57,14 +57,26 @@ impl Feed {
         let n = self.symbols.len() as u64;
         // Activity is skewed as in real markets: a third of the quotes hit the busiest 5% of names,
         // the rest spread over all of them (so the books' whole working set is touched).
-        let i = if r.chance(33) { r.below((n / 20).max(1)) } else { r.below(n) } as usize;
+        let i = if r.chance(33) {
+            r.below((n / 20).max(1))
+        } else {
+            r.below(n)
+        } as usize;
         if r.chance(10) {
             self.mids[i] += r.below(3) as i64 - 1;
         }
         let bid = r.chance(50);
         let off = 1 + r.below(self.levels) as i64;
-        let price = if bid { self.mids[i] - off } else { self.mids[i] + off };
-        let qty = if r.chance(15) { 0 } else { 1 + r.below(50) * 100 };
+        let price = if bid {
+            self.mids[i] - off
+        } else {
+            self.mids[i] + off
+        };
+        let qty = if r.chance(15) {
+            0
+        } else {
+            1 + r.below(50) * 100
+        };
         let ncond = r.below(4) as usize;
         let mut conds = String::new();
         for k in 0..ncond {
@@ -74,7 +86,15 @@ impl Feed {
             conds.push_str(CONDITIONS[r.below(CONDITIONS.len() as u64) as usize]);
         }
         self.seq += 1;
-        format!("{}|{}|{}|{}|{}|{}", self.seq, self.symbols[i], if bid { 'B' } else { 'S' }, price, qty, conds)
+        format!(
+            "{}|{}|{}|{}|{}|{}",
+            self.seq,
+            self.symbols[i],
+            if bid { 'B' } else { 'S' },
+            price,
+            qty,
+            conds
+        )
     }
 }
 
@@ -87,6 +107,19 @@ pub fn parse(raw: RawQuote) -> Option<Box<Quote>> {
     let bid = f.next()? == "B";
     let price = f.next()?.parse().ok()?;
     let qty = f.next()?.parse().ok()?;
-    let conditions = f.next()?.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect();
-    Some(Box::new(Quote { stamp: raw.stamp, seq, symbol, bid, price, qty, conditions }))
+    let conditions = f
+        .next()?
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect();
+    Some(Box::new(Quote {
+        stamp: raw.stamp,
+        seq,
+        symbol,
+        bid,
+        price,
+        qty,
+        conditions,
+    }))
 }

@@ -29,13 +29,15 @@ use feed::{Feed, RawQuote};
 
 /// Run the trading pipeline and print tick-to-order latency as one JSON line
 #[derive(Debug, Clone, clap::Args)]
-#[command(after_help = "Example:\n  memlens workload pipeline --seed 1 --quotes 50000 --instruments 4096")]
+#[command(
+    after_help = "Example:\n  memlens workload pipeline --seed 1 --quotes 50000 --instruments 4096"
+)]
 pub struct PipelineArgs {
     /// Seed of the quote generator (same seed → same quotes, decisions and orders)
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Quotes to push through the pipeline
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 10_000)]
     pub quotes: u64,
     /// Instruments (order books)
     #[arg(long, default_value_t = 4096)]
@@ -44,8 +46,11 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 32)]
     pub levels: usize,
     /// Capacity of each queue between threads, in packets of 1-32 quotes
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 64)]
     pub queue: usize,
+    /// Quotes per second the feed delivers (0 = as fast as the pipeline takes them)
+    #[arg(long, default_value_t = 40_000)]
+    pub rate: u64,
 }
 
 /// Validated parameters.
@@ -56,6 +61,7 @@ pub struct Config {
     pub instruments: usize,
     pub levels: usize,
     pub queue: usize,
+    pub rate: u64,
 }
 
 impl PipelineArgs {
@@ -79,6 +85,7 @@ impl PipelineArgs {
             instruments: self.instruments,
             levels: self.levels,
             queue: self.queue,
+            rate: self.rate,
         })
     }
 }
@@ -149,12 +156,26 @@ fn feed_thread(cfg: Config, tx: SyncSender<Vec<RawQuote>>) {
     let mut feed = Feed::new(cfg.seed, cfg.instruments, cfg.levels);
     let mut sizes = crate::rng::Rng::new(cfg.seed ^ 0x5eed_0f_9ac4e7);
     let mut left = cfg.quotes;
+    let start = std::time::Instant::now();
     while left > 0 {
+        // Packets arrive on a schedule (--rate), not as fast as the feed can make them: with
+        // queues that stay short the latency is that of the work, as on a real feed below capacity.
+        if cfg.rate > 0 {
+            let due = start
+                + std::time::Duration::from_secs_f64((cfg.quotes - left) as f64 / cfg.rate as f64);
+            let now = std::time::Instant::now();
+            if due > now {
+                thread::sleep(due - now);
+            }
+        }
         let n = (1 + sizes.below(MAX_PACKET)).min(left);
         let mut packet = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let text = feed.next_line();
-            packet.push(RawQuote { stamp: tsc::now(), text });
+            packet.push(RawQuote {
+                stamp: tsc::now(),
+                text,
+            });
         }
         left -= n;
         if tx.send(packet).is_err() {
@@ -165,26 +186,38 @@ fn feed_thread(cfg: Config, tx: SyncSender<Vec<RawQuote>>) {
 
 type Signals = Vec<Box<book::Signal>>;
 
-fn book_thread(cfg: Config, mut books: Vec<Book>, rx: Receiver<Vec<RawQuote>>, tx: SyncSender<Signals>) -> Result<()> {
+fn book_thread(
+    cfg: Config,
+    mut books: Vec<Book>,
+    rx: Receiver<Vec<RawQuote>>,
+    tx: SyncSender<Signals>,
+) -> Result<()> {
     let ids: HashMap<String, usize> = (0..cfg.instruments).map(|i| (feed::symbol(i), i)).collect();
     for packet in rx {
         let mut out = Vec::with_capacity(packet.len());
         for raw in packet {
             let q = feed::parse(raw).context("pipeline: malformed quote")?;
-            let &i = ids.get(&q.symbol).context("pipeline: quote for an unknown instrument")?;
+            let &i = ids
+                .get(&q.symbol)
+                .context("pipeline: quote for an unknown instrument")?;
             books[i].apply(q.bid, q.price, q.qty, q.seq, cfg.levels);
             // In an auction the strategy pulls its quotes: the condition codes reach the decision.
             let auction = q.conditions.iter().any(|c| c == "AUCT");
             out.push(books[i].signal(q.stamp, q.seq, i, &q.symbol, auction));
         }
-        tx.send(out).map_err(|_| anyhow::anyhow!("pipeline: strategy thread stopped"))?;
+        tx.send(out)
+            .map_err(|_| anyhow::anyhow!("pipeline: strategy thread stopped"))?;
     }
     Ok(())
 }
 
 fn strategy_thread(cfg: Config, rx: Receiver<Signals>) -> StrategyOut {
     let mut strat = strategy::Strategy::new(cfg.instruments);
-    let mut out = StrategyOut { latencies: Vec::with_capacity(cfg.quotes as usize), checksum: 0xcbf2_9ce4_8422_2325, orders: 0 };
+    let mut out = StrategyOut {
+        latencies: Vec::with_capacity(cfg.quotes as usize),
+        checksum: 0xcbf2_9ce4_8422_2325,
+        orders: 0,
+    };
     for batch in rx {
         for sig in batch {
             let order = strat.decide(&sig);
@@ -217,15 +250,30 @@ pub fn run(cfg: &Config) -> Result<Metrics> {
     let (stx, srx) = sync_channel::<Signals>(cfg.queue);
     let t0 = std::time::Instant::now();
     let (c1, c2, c3) = (cfg.clone(), cfg.clone(), cfg.clone());
-    let feed = thread::Builder::new().name("feed".into()).spawn(move || feed_thread(c1, qtx))?;
-    let bookt = thread::Builder::new().name("book".into()).spawn(move || book_thread(c2, books, qrx, stx))?;
-    let strat = thread::Builder::new().name("strategy".into()).spawn(move || strategy_thread(c3, srx))?;
-    feed.join().map_err(|_| anyhow::anyhow!("pipeline: feed thread panicked"))?;
-    bookt.join().map_err(|_| anyhow::anyhow!("pipeline: book thread panicked"))??;
-    let out = strat.join().map_err(|_| anyhow::anyhow!("pipeline: strategy thread panicked"))?;
+    let feed = thread::Builder::new()
+        .name("feed".into())
+        .spawn(move || feed_thread(c1, qtx))?;
+    let bookt = thread::Builder::new()
+        .name("book".into())
+        .spawn(move || book_thread(c2, books, qrx, stx))?;
+    let strat = thread::Builder::new()
+        .name("strategy".into())
+        .spawn(move || strategy_thread(c3, srx))?;
+    feed.join()
+        .map_err(|_| anyhow::anyhow!("pipeline: feed thread panicked"))?;
+    bookt
+        .join()
+        .map_err(|_| anyhow::anyhow!("pipeline: book thread panicked"))??;
+    let out = strat
+        .join()
+        .map_err(|_| anyhow::anyhow!("pipeline: strategy thread panicked"))?;
     let seconds = t0.elapsed().as_secs_f64();
     if out.latencies.len() as u64 != cfg.quotes {
-        bail!("pipeline: {} of {} quotes produced an order", out.latencies.len(), cfg.quotes);
+        bail!(
+            "pipeline: {} of {} quotes produced an order",
+            out.latencies.len(),
+            cfg.quotes
+        );
     }
     let mut v: Vec<f64> = out.latencies.iter().map(|&c| c as f64).collect();
     v.sort_by(|a, b| a.total_cmp(b));
@@ -249,7 +297,14 @@ mod tests {
     use super::*;
 
     fn small(seed: u64) -> Config {
-        Config { seed, quotes: 3000, instruments: 64, levels: 8, queue: 16 }
+        Config {
+            seed,
+            quotes: 3000,
+            instruments: 64,
+            levels: 8,
+            queue: 16,
+            rate: 0,
+        }
     }
 
     #[test]
@@ -267,7 +322,11 @@ mod tests {
         let mut f = Feed::new(1, 10, 4);
         for _ in 0..200 {
             let line = f.next_line();
-            let q = feed::parse(RawQuote { stamp: 5, text: line.clone() }).unwrap();
+            let q = feed::parse(RawQuote {
+                stamp: 5,
+                text: line.clone(),
+            })
+            .unwrap();
             assert!(line.contains(&q.symbol) && q.stamp == 5);
         }
     }

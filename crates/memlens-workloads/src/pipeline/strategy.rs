@@ -38,7 +38,10 @@ const LIMIT: i64 = 5_000;
 
 impl Strategy {
     pub fn new(instruments: usize) -> Strategy {
-        Strategy { positions: (0..instruments).map(|_| Position::default()).collect(), next_id: 1 }
+        Strategy {
+            positions: (0..instruments).map(|_| Position::default()).collect(),
+            next_id: 1,
+        }
     }
 
     pub fn decide(&mut self, s: &Signal) -> Box<Order> {
@@ -50,12 +53,23 @@ impl Strategy {
         let (kind, buy, price, qty) = match (s.best_bid, s.best_ask) {
             _ if s.auction => (Kind::Cancel, pos.net < 0, 0, 0),
             (Some(_), Some(a)) if imbalance > 60 && pos.net < LIMIT => (Kind::Take, true, a, 100),
-            (Some(b), Some(_)) if imbalance < -60 && pos.net > -LIMIT => (Kind::Take, false, b, 100),
+            (Some(b), Some(_)) if imbalance < -60 && pos.net > -LIMIT => {
+                (Kind::Take, false, b, 100)
+            }
             (Some(b), Some(a)) => {
                 // Lean the quote against the position: long → offer, short or flat → bid.
                 let buy = pos.net <= 0;
                 let px = if buy { b.min(a - 1) } else { a.max(b + 1) };
-                (if pos.resting.is_some() { Kind::Replace } else { Kind::New }, buy, px, 200)
+                (
+                    if pos.resting.is_some() {
+                        Kind::Replace
+                    } else {
+                        Kind::New
+                    },
+                    buy,
+                    px,
+                    200,
+                )
             }
             _ => (Kind::Cancel, pos.net < 0, 0, 0),
         };
@@ -70,7 +84,15 @@ impl Strategy {
         if kind == Kind::Take {
             tags.push((59, "3".to_string()));
         }
-        Box::new(Order { id, kind, symbol: s.symbol.clone(), buy, price, qty, tags })
+        Box::new(Order {
+            id,
+            kind,
+            symbol: s.symbol.clone(),
+            buy,
+            price,
+            qty,
+            tags,
+        })
     }
 }
 
