@@ -83,7 +83,10 @@ fn wait_with_rusage(pid: i32, timeout: Duration) -> Result<(i32, libc::rusage)> 
             // SAFETY: pid is our own child, not yet reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             let _ = rx.recv();
-            bail!("did not finish within {} s and was killed", timeout.as_secs());
+            bail!(
+                "did not finish within {} s and was killed",
+                timeout.as_secs()
+            );
         }
     };
     if r != pid {
@@ -106,7 +109,9 @@ fn describe(status: i32) -> String {
 fn preload_took_effect(alloc: &Allocator, from: &str) -> bool {
     let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     match &alloc.lib {
-        None => Path::new(from).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")),
+        None => Path::new(from)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("libc.so")),
         Some(lib) => canon(lib) == canon(Path::new(from)),
     }
 }
@@ -124,26 +129,73 @@ pub fn run(exe: &Path, alloc: &Allocator, job: &Job, timeout: Duration) -> Resul
         job.sample_every.to_string(),
         job.seed.to_string(),
     ]);
-    cmd.env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(lib) = &alloc.lib {
         cmd.env("LD_PRELOAD", lib);
     }
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", exe.display()))?;
-    let out = reader(child.stdout.take().ok_or_else(|| anyhow!("no stdout pipe"))?);
-    let err = reader(child.stderr.take().ok_or_else(|| anyhow!("no stderr pipe"))?);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow!("no stdout pipe"))?,
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("no stderr pipe"))?,
+    );
     let waited = wait_with_rusage(child.id() as i32, timeout);
-    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    let first_err = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
-    let (status, ru) = waited.with_context(|| format!("{} {} B × {} threads", job.pattern, job.size, job.threads))?;
+    let (stdout, stderr) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    let first_err = stderr
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let (status, ru) = waited
+        .with_context(|| format!("{} {} B × {} threads", job.pattern, job.size, job.threads))?;
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        bail!("{} {} B × {} threads: the child failed ({}){}", job.pattern, job.size, job.threads, describe(status),
-            if first_err.is_empty() { String::new() } else { format!(": {first_err}") });
+        bail!(
+            "{} {} B × {} threads: the child failed ({}){}",
+            job.pattern,
+            job.size,
+            job.threads,
+            describe(status),
+            if first_err.is_empty() {
+                String::new()
+            } else {
+                format!(": {first_err}")
+            }
+        );
     }
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).ok_or_else(|| anyhow!("the child printed no result"))?;
-    let c: ChildLine = serde_json::from_str(line).with_context(|| format!("cannot parse the child's result '{line}'"))?;
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| anyhow!("the child printed no result"))?;
+    let c: ChildLine = serde_json::from_str(line)
+        .with_context(|| format!("cannot parse the child's result '{line}'"))?;
     if !preload_took_effect(alloc, &c.malloc_from) || !preload_took_effect(alloc, &c.free_from) {
-        bail!("preloading did not replace malloc/free (they came from {} and {}){}", c.malloc_from, c.free_from,
-            if first_err.is_empty() { String::new() } else { format!("; ld.so said: {first_err}") });
+        bail!(
+            "preloading did not replace malloc/free (they came from {} and {}){}",
+            c.malloc_from,
+            c.free_from,
+            if first_err.is_empty() {
+                String::new()
+            } else {
+                format!("; ld.so said: {first_err}")
+            }
+        );
     }
     Ok(Measured {
         wall_ns: c.wall_ns,

@@ -13,34 +13,45 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const AFTER_HELP: &str = "\
-Patterns (every one moves a fixed total of --ops objects, divided among the threads, so the ideal time
-on T threads is 1/T of one thread's, up to the number of CPUs):
-  split       each thread creates and destroys its share; an object lives while the next --live
-              (default 64) are made. The study's test.
-  pairs       malloc immediately followed by free (malloc-test).
-  batch       allocate --live blocks, then free them; run as batch-lifo (newest first) and
-              batch-fifo (oldest first). Either can be asked for alone.
-  cross       half the threads (rounded up) allocate batches of --live blocks and hand them through a
-              queue to the other half, which free them: every free is cross-thread. With one thread the
-              producer frees its own batches.
-  larson      --live slots per thread (default 1000, fewer for big sizes) holding blocks of random size
-              in [size/8, size]; each step frees a random slot and refills it; after every --live steps
-              each thread moves on to the next thread's slots, so blocks are freed by other threads.
-  all         every pattern above.
-Allocators: system (glibc), jemalloc, tcmalloc, mimalloc, tbbmalloc (the Debian packages, found through
-ldconfig), global-lock and pooled (memlens's reference allocators), plus any --allocator NAME=PATH.so.
-Per-call latency: 1 malloc and 1 free in --sample-every is timed with the TSC (fenced), the measured cost
-of reading the clock subtracted. Peak RSS and page faults come from wait4() on the child.
+Patterns (each moves a fixed total of --ops objects divided among the threads, so the
+ideal time on T threads is 1/T of one thread's, up to the number of CPUs):
+  split    each thread creates and destroys its share; an object lives while the next
+           --live (default 64) are made. The study's test.
+  pairs    malloc immediately followed by free (malloc-test).
+  batch    allocate --live blocks, then free them: runs batch-lifo (newest first) and
+           batch-fifo (oldest first); either can be asked for alone.
+  cross    half the threads (rounded up) allocate batches of --live blocks and hand them
+           through queues to the other half, which free them: every free is cross-thread.
+           With one thread the producer frees its own batches.
+  larson   --live slots per thread (default 1000, fewer for big sizes) hold blocks of
+           random size in [size/8, size]; each step frees a random slot and refills it;
+           after every --live steps each thread moves on to the next thread's slots, so
+           blocks are freed by threads that did not allocate them.
+  all      every pattern above.
+Allocators: system (glibc), jemalloc, tcmalloc, mimalloc, tbbmalloc (Debian packages, found
+through ldconfig), global-lock and pooled (memlens's reference allocators), and any
+--allocator NAME=PATH.so. Each runs in a child process with LD_PRELOAD; the child checks
+that malloc really resolves to the preloaded library.
+Per-call latency: 1 malloc and 1 free in --sample-every are timed with the TSC (fenced), the
+measured cost of reading the clock subtracted. Peak RSS and page faults: wait4() on the child.
 
 Example:
   memlens bench alloc --pattern split --sizes 128,1K,1M --threads 1..2
-  memlens bench alloc --pattern all --sizes 64 --allocators system,jemalloc,pooled --svg plots --html alloc.html
-  memlens bench alloc --allocator hoard=/opt/hoard/libhoard.so --allocators system,hoard";
+  memlens bench alloc --pattern all --sizes 64 --svg plots --html alloc.html
+  memlens bench alloc --allocator hoard=/opt/libhoard.so --allocators system,hoard";
 
 /// Allocator scalability across threads, sizes and patterns
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct AllocArgs {
+    /// Boxed so the CLI's subcommand enum stays small (clippy::large_enum_variant).
+    #[command(flatten)]
+    pub opts: Box<AllocOptions>,
+}
+
+/// The options of `memlens bench alloc`.
+#[derive(Debug, clap::Args)]
+pub struct AllocOptions {
     /// Patterns to run (comma-separated): split, pairs, batch, batch-lifo, batch-fifo, cross, larson, all
     #[arg(long, default_value = "split")]
     pub pattern: String,
@@ -97,7 +108,14 @@ pub struct AllocArgs {
     pub list: bool,
 }
 
-const ALL_PATTERNS: &[&str] = &["split", "pairs", "batch-lifo", "batch-fifo", "cross", "larson"];
+const ALL_PATTERNS: &[&str] = &[
+    "split",
+    "pairs",
+    "batch-lifo",
+    "batch-fifo",
+    "cross",
+    "larson",
+];
 
 fn parse_patterns(s: &str) -> Result<Vec<&'static str>> {
     let mut out: Vec<&'static str> = Vec::new();
@@ -129,7 +147,10 @@ fn parse_patterns(s: &str) -> Result<Vec<&'static str>> {
 /// Default objects per run: enough for ~50–300 ms per run on one thread with a fast allocator, fewer
 /// for big objects (each may cost a page fault or a system call).
 fn default_ops(size: u64) -> u64 {
-    (64u64 << 30).checked_div(size).unwrap_or(0).clamp(20_000, 2_000_000)
+    (64u64 << 30)
+        .checked_div(size)
+        .unwrap_or(0)
+        .clamp(20_000, 2_000_000)
 }
 
 /// Default live objects per thread: larson keeps 1000 slots unless that exceeds 128 MiB per thread.
@@ -158,7 +179,10 @@ pub(crate) struct Plan {
 
 impl Plan {
     fn job(&self, pattern: &'static str, size: u64, threads: u64) -> child::Job {
-        let ops = self.ops.unwrap_or_else(|| default_ops(size) / if self.quick { 20 } else { 1 }).max(1);
+        let ops = self
+            .ops
+            .unwrap_or_else(|| default_ops(size) / if self.quick { 20 } else { 1 })
+            .max(1);
         child::Job {
             pattern,
             size,
@@ -172,19 +196,25 @@ impl Plan {
     }
 }
 
-fn plan(args: &AllocArgs) -> Result<Plan> {
+fn plan(args: &AllocOptions) -> Result<Plan> {
     let patterns = parse_patterns(&args.pattern)?;
     let sizes = parse_size_list(&args.sizes)?;
     if let Some(bad) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
-        return Err(usage(format!("--sizes: {bad} is out of range (1 byte to 1 GiB)")));
+        return Err(usage(format!(
+            "--sizes: {bad} is out of range (1 byte to 1 GiB)"
+        )));
     }
-    let ncpu = std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get() as u64)
+        .unwrap_or(1);
     let threads = match &args.threads {
         Some(t) => parse_count_list(t)?,
         None => (1..=ncpu).collect(),
     };
     if let Some(bad) = threads.iter().find(|&&t| t == 0 || t > 1024) {
-        return Err(usage(format!("--threads: {bad} is out of range (1 to 1024)")));
+        return Err(usage(format!(
+            "--threads: {bad} is out of range (1 to 1024)"
+        )));
     }
     if args.repeats == Some(0) {
         return Err(usage("--repeats must be at least 1"));
@@ -211,23 +241,43 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     let mut rows: Vec<Vec<String>> = found
         .iter()
         .map(|a| {
-            let lib = a.lib.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(nothing preloaded)".into());
+            let lib = a
+                .lib
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(nothing preloaded)".into());
             vec![a.name.clone(), "available".into(), lib, a.origin.clone()]
         })
         .collect();
-    rows.extend(missing.iter().map(|m| vec![m.name.clone(), "missing".into(), String::new(), m.reason.clone()]));
-    println!("{}", memlens_measure::output::table(&["allocator", "status", "library", "from"], &rows));
+    rows.extend(missing.iter().map(|m| {
+        vec![
+            m.name.clone(),
+            "missing".into(),
+            String::new(),
+            m.reason.clone(),
+        ]
+    }));
+    println!(
+        "{}",
+        memlens_measure::output::table(&["allocator", "status", "library", "from"], &rows)
+    );
 }
 
 pub fn run_alloc(args: AllocArgs) -> Result<i32> {
-    let custom = args.custom.iter().map(|s| allocators::parse_custom(s)).collect::<Result<Vec<_>>>()?;
+    let args = *args.opts;
+    let custom = args
+        .custom
+        .iter()
+        .map(|s| allocators::parse_custom(s))
+        .collect::<Result<Vec<_>>>()?;
     let (found, missing) = allocators::discover(&custom)?;
     if args.list {
         list(&found, &missing);
         return Ok(0);
     }
     let plan = plan(&args)?;
-    let timeout = memlens_measure::units::parse_duration(&args.timeout)?.max(Duration::from_secs(1));
+    let timeout =
+        memlens_measure::units::parse_duration(&args.timeout)?.max(Duration::from_secs(1));
     let (mut allocs, missing) = allocators::select(found, missing, args.allocators.as_deref())?;
     for m in &missing {
         eprintln!("memlens: warning: {} is not measured: {}", m.name, m.reason);
@@ -242,7 +292,8 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         );
     }
     let exe = child::executable()?;
-    let total = plan.repeats * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
+    let total = plan.repeats
+        * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
     let progress = Progress::new(total, "bench alloc");
     let mut runs = Vec::new();
     let mut failed: Vec<allocators::Missing> = Vec::new();
@@ -256,16 +307,35 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
                     let mut i = 0;
                     while i < allocs.len() {
                         let a = &allocs[i];
-                        progress.step(format!("{} {pattern} {} × {threads}", a.name, format_size(size)));
+                        progress.step(format!(
+                            "{} {pattern} {} × {threads}",
+                            a.name,
+                            format_size(size)
+                        ));
                         match child::run(&exe, a, &job, timeout) {
                             Ok(m) => {
-                                runs.push(report::Run { allocator: a.name.clone(), pattern, size, threads, repeat: rep, ops: job.ops, live: job.live, m });
+                                runs.push(report::Run {
+                                    allocator: a.name.clone(),
+                                    pattern,
+                                    size,
+                                    threads,
+                                    repeat: rep,
+                                    ops: job.ops,
+                                    live: job.live,
+                                    m,
+                                });
                                 i += 1;
                             }
                             Err(e) => {
                                 let reason = format!("{e:#}");
-                                progress.println(format!("memlens: warning: {} dropped: {reason}", a.name));
-                                failed.push(allocators::Missing { name: a.name.clone(), reason });
+                                progress.println(format!(
+                                    "memlens: warning: {} dropped: {reason}",
+                                    a.name
+                                ));
+                                failed.push(allocators::Missing {
+                                    name: a.name.clone(),
+                                    reason,
+                                });
                                 let name = a.name.clone();
                                 runs.retain(|r| r.allocator != name);
                                 allocs.remove(i);
@@ -307,10 +377,15 @@ mod tests {
 
     #[test]
     fn patterns_expand_and_reject_unknown() {
-        assert_eq!(parse_patterns("batch").unwrap(), vec!["batch-lifo", "batch-fifo"]);
+        assert_eq!(
+            parse_patterns("batch").unwrap(),
+            vec!["batch-lifo", "batch-fifo"]
+        );
         assert_eq!(parse_patterns("all").unwrap().len(), 6);
         assert_eq!(parse_patterns("split,split").unwrap(), vec!["split"]);
-        assert!(memlens_measure::error::is_usage(&parse_patterns("zigzag").unwrap_err()));
+        assert!(memlens_measure::error::is_usage(
+            &parse_patterns("zigzag").unwrap_err()
+        ));
     }
 
     #[test]

@@ -91,33 +91,62 @@ fn tsc_step_ticks() -> u64 {
 
 fn latency(qs: &[&Quantiles], clock: &Clock) -> Latency {
     let med = |f: fn(&Quantiles) -> Option<u64>| {
-        let v: Vec<f64> = qs.iter().filter_map(|q| f(q)).map(|t| clock.ticks_to_ns(t as f64)).collect();
+        let v: Vec<f64> = qs
+            .iter()
+            .filter_map(|q| f(q))
+            .map(|t| clock.ticks_to_ns(t as f64))
+            .collect();
         Summary::of(&v).map(|s| s.median)
     };
     Latency {
         p50: med(|q| q.p50),
         p99: med(|q| q.p99),
         p999: med(|q| q.p999),
-        max: qs.iter().filter_map(|q| q.max).max().map(|t| clock.ticks_to_ns(t as f64)),
+        max: qs
+            .iter()
+            .filter_map(|q| q.max)
+            .max()
+            .map(|t| clock.ticks_to_ns(t as f64)),
         samples: qs.iter().map(|q| q.n).sum(),
     }
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
-    Summary::of(&v.collect::<Vec<_>>()).map(|s| s.median).unwrap_or(f64::NAN)
+    Summary::of(&v.collect::<Vec<_>>())
+        .map(|s| s.median)
+        .unwrap_or(f64::NAN)
 }
 
 pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
     let clock = Clock::get();
     let mut rows = Vec::new();
-    let base_alloc = allocs.iter().find(|a| a.name == "system").unwrap_or(&allocs[0]).name.clone();
-    let base_threads = if plan.threads.contains(&1) { 1 } else { plan.threads[0] };
+    let base_alloc = allocs
+        .iter()
+        .find(|a| a.name == "system")
+        .unwrap_or(&allocs[0])
+        .name
+        .clone();
+    let base_threads = if plan.threads.contains(&1) {
+        1
+    } else {
+        plan.threads[0]
+    };
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
             let of = |a: &str, t: u64| -> Vec<&Run> {
-                runs.iter().filter(|r| r.pattern == pattern && r.size == size && r.threads == t && r.allocator == a).collect()
+                runs.iter()
+                    .filter(|r| {
+                        r.pattern == pattern && r.size == size && r.threads == t && r.allocator == a
+                    })
+                    .collect()
             };
-            let times = |rs: &[&Run]| Summary::of(&rs.iter().map(|r| r.m.wall_ns as f64 / 1e6).collect::<Vec<_>>());
+            let times = |rs: &[&Run]| {
+                Summary::of(
+                    &rs.iter()
+                        .map(|r| r.m.wall_ns as f64 / 1e6)
+                        .collect::<Vec<_>>(),
+                )
+            };
             let base = times(&of(&base_alloc, base_threads));
             for &threads in &plan.threads {
                 let first = rows.len();
@@ -125,7 +154,10 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
                     let rs = of(&a.name, threads);
                     let Some(t) = times(&rs) else { continue };
                     let rel = base.map(|b| {
-                        let v: Vec<f64> = rs.iter().map(|r| r.m.wall_ns as f64 / 1e6 / b.median * 100.0).collect();
+                        let v: Vec<f64> = rs
+                            .iter()
+                            .map(|r| r.m.wall_ns as f64 / 1e6 / b.median * 100.0)
+                            .collect();
                         Summary::of(&v).expect("non-empty")
                     });
                     let eff = |n: u64| n.min(plan.ncpu) as f64;
@@ -137,12 +169,22 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
                         allocator: a.name.clone(),
                         repeats: rs.len(),
                         time_ms: t,
-                        mops: median(rs.iter().map(|r| r.m.mallocs as f64 / (r.m.wall_ns.max(1) as f64 / 1e9) / 1e6)),
+                        mops: median(
+                            rs.iter().map(|r| {
+                                r.m.mallocs as f64 / (r.m.wall_ns.max(1) as f64 / 1e9) / 1e6
+                            }),
+                        ),
                         rel_pct: rel,
                         ideal_pct: base.map(|_| 100.0 * eff(base_threads) / eff(threads)),
                         speedup: own1.map(|o| o.median / t.median),
-                        malloc_ns: latency(&rs.iter().map(|r| &r.m.malloc_ticks).collect::<Vec<_>>(), clock),
-                        free_ns: latency(&rs.iter().map(|r| &r.m.free_ticks).collect::<Vec<_>>(), clock),
+                        malloc_ns: latency(
+                            &rs.iter().map(|r| &r.m.malloc_ticks).collect::<Vec<_>>(),
+                            clock,
+                        ),
+                        free_ns: latency(
+                            &rs.iter().map(|r| &r.m.free_ticks).collect::<Vec<_>>(),
+                            clock,
+                        ),
                         rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
                         minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
                         major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
@@ -157,7 +199,10 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
     }
     let clock_cost = median(runs.iter().map(|r| r.m.clock_cost_ticks as f64));
     Summary2 {
-        baseline: format!("{base_alloc} on {base_threads} thread{}", if base_threads == 1 { "" } else { "s" }),
+        baseline: format!(
+            "{base_alloc} on {base_threads} thread{}",
+            if base_threads == 1 { "" } else { "s" }
+        ),
         verdicts: verdicts(plan, &rows),
         rows,
         clock_cost_ns: clock.ticks_to_ns(clock_cost),
@@ -185,15 +230,28 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
             for &threads in &plan.threads {
-                let mut g: Vec<&Row> =
-                    rows.iter().filter(|r| r.pattern == pattern && r.size == size && r.threads == threads).collect();
+                let mut g: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| r.pattern == pattern && r.size == size && r.threads == threads)
+                    .collect();
                 g.sort_by_key(|r| r.rank);
-                let head = format!("{pattern} {} B, {threads} thread{}", format_size(size), if threads == 1 { "" } else { "s" });
+                let head = format!(
+                    "{pattern} {} B, {threads} thread{}",
+                    format_size(size),
+                    if threads == 1 { "" } else { "s" }
+                );
                 match g.as_slice() {
                     [] => {}
-                    [only] => out.push(format!("{head}: only {} measured ({:.2} ms)", only.allocator, only.time_ms.median)),
+                    [only] => out.push(format!(
+                        "{head}: only {} measured ({:.2} ms)",
+                        only.allocator, only.time_ms.median
+                    )),
                     [w, next, ..] => {
-                        let tied: Vec<&str> = g[1..].iter().filter(|r| r.tie_with_best).map(|r| r.allocator.as_str()).collect();
+                        let tied: Vec<&str> = g[1..]
+                            .iter()
+                            .filter(|r| r.tie_with_best)
+                            .map(|r| r.allocator.as_str())
+                            .collect();
                         let margin = next.time_ms.min - w.time_ms.max;
                         if tied.is_empty() {
                             out.push(format!(
@@ -256,9 +314,15 @@ fn table_rows(rows: &[&Row]) -> Vec<Vec<String>> {
                 r.threads.to_string(),
                 format!("{:.2}", r.time_ms.median),
                 format!("{:.2}–{:.2}", r.time_ms.min, r.time_ms.max),
-                r.rel_pct.map(|s| format!("{:.0}", s.median)).unwrap_or_else(|| "n/a".into()),
-                r.ideal_pct.map(|v| format!("{v:.0}")).unwrap_or_else(|| "n/a".into()),
-                r.speedup.map(|v| format!("{v:.2}×")).unwrap_or_else(|| "n/a".into()),
+                r.rel_pct
+                    .map(|s| format!("{:.0}", s.median))
+                    .unwrap_or_else(|| "n/a".into()),
+                r.ideal_pct
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                r.speedup
+                    .map(|v| format!("{v:.2}×"))
+                    .unwrap_or_else(|| "n/a".into()),
                 format!("{:.1}", r.mops),
                 lat(&r.malloc_ns),
                 lat(&r.free_ns),
@@ -280,9 +344,18 @@ fn groups<'a>(plan: &Plan, s: &'a Summary2) -> Vec<(String, &'static str, u64, V
     let mut out = Vec::new();
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
-            let rows: Vec<&Row> = s.rows.iter().filter(|r| r.pattern == pattern && r.size == size).collect();
+            let rows: Vec<&Row> = s
+                .rows
+                .iter()
+                .filter(|r| r.pattern == pattern && r.size == size)
+                .collect();
             if !rows.is_empty() {
-                out.push((format!("{pattern}, {} B objects", format_size(size)), pattern, size, rows));
+                out.push((
+                    format!("{pattern}, {} B objects", format_size(size)),
+                    pattern,
+                    size,
+                    rows,
+                ));
             }
         }
     }
@@ -356,16 +429,45 @@ pub fn write_json(
     });
     memlens_measure::output::write_json(
         path,
-        &JsonOut { config, allocators: allocs, missing, dropped: failed, summary: s, runs },
+        &JsonOut {
+            config,
+            allocators: allocs,
+            missing,
+            dropped: failed,
+            summary: s,
+            runs,
+        },
     )
 }
 
 pub fn write_csv(path: &Path, s: &Summary2) -> Result<()> {
     let header = [
-        "pattern", "size", "threads", "allocator", "repeats", "time_ms_median", "time_ms_min", "time_ms_max", "rel_pct",
-        "ideal_pct", "speedup", "mops", "malloc_p50_ns", "malloc_p99_ns", "malloc_p999_ns", "malloc_max_ns", "free_p50_ns",
-        "free_p99_ns", "free_p999_ns", "free_max_ns", "peak_rss_mib", "minor_faults", "major_faults", "rank",
-        "vs_fastest_pct", "tie_with_fastest",
+        "pattern",
+        "size",
+        "threads",
+        "allocator",
+        "repeats",
+        "time_ms_median",
+        "time_ms_min",
+        "time_ms_max",
+        "rel_pct",
+        "ideal_pct",
+        "speedup",
+        "mops",
+        "malloc_p50_ns",
+        "malloc_p99_ns",
+        "malloc_p999_ns",
+        "malloc_max_ns",
+        "free_p50_ns",
+        "free_p99_ns",
+        "free_p999_ns",
+        "free_max_ns",
+        "peak_rss_mib",
+        "minor_faults",
+        "major_faults",
+        "rank",
+        "vs_fastest_pct",
+        "tie_with_fastest",
     ];
     let o = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
     let rows: Vec<Vec<String>> = s
@@ -414,12 +516,28 @@ pub fn svgs(plan: &Plan, s: &Summary2) -> Result<Vec<(String, String)>> {
             let Some(rel) = r.rel_pct else { continue };
             match series.iter_mut().find(|x| x.name == r.allocator) {
                 Some(x) => x.points.push((r.threads as f64, rel.median)),
-                None => series.push(Series { name: r.allocator.clone(), points: vec![(r.threads as f64, rel.median)], dashed: false }),
+                None => series.push(Series {
+                    name: r.allocator.clone(),
+                    points: vec![(r.threads as f64, rel.median)],
+                    dashed: false,
+                }),
             }
         }
-        let ideal: Vec<(f64, f64)> =
-            plan.threads.iter().filter_map(|&t| rows.iter().find(|r| r.threads == t)?.ideal_pct.map(|v| (t as f64, v))).collect();
-        series.push(Series { name: "ideal scaling".into(), points: ideal, dashed: true });
+        let ideal: Vec<(f64, f64)> = plan
+            .threads
+            .iter()
+            .filter_map(|&t| {
+                rows.iter()
+                    .find(|r| r.threads == t)?
+                    .ideal_pct
+                    .map(|v| (t as f64, v))
+            })
+            .collect();
+        series.push(Series {
+            name: "ideal scaling".into(),
+            points: ideal,
+            dashed: true,
+        });
         let chart = LineChart {
             title: format!("{title}: time relative to {}", s.baseline),
             x_label: "threads".into(),
@@ -427,7 +545,10 @@ pub fn svgs(plan: &Plan, s: &Summary2) -> Result<Vec<(String, String)>> {
             series,
             ..Default::default()
         };
-        out.push((format!("alloc-{pattern}-{}.svg", format_size(size)), line_chart(&chart)?));
+        out.push((
+            format!("alloc-{pattern}-{}.svg", format_size(size)),
+            line_chart(&chart)?,
+        ));
     }
     Ok(out)
 }
@@ -436,16 +557,27 @@ pub fn html(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) 
     let charts = svgs(plan, s)?;
     let mut sections = vec![Section {
         heading: "Verdicts".into(),
-        paragraphs: s.verdicts.iter().cloned().chain(notes(plan, s, missing, failed)).collect(),
+        paragraphs: s
+            .verdicts
+            .iter()
+            .cloned()
+            .chain(notes(plan, s, missing, failed))
+            .collect(),
         ..Default::default()
     }];
     for ((title, _, _, rows), (_, svg)) in groups(plan, s).into_iter().zip(charts) {
         sections.push(Section {
             heading: title,
-            tables: vec![(HEADER.iter().map(|h| h.to_string()).collect(), table_rows(&rows))],
+            tables: vec![(
+                HEADER.iter().map(|h| h.to_string()).collect(),
+                table_rows(&rows),
+            )],
             svgs: vec![svg],
             ..Default::default()
         });
     }
-    Ok(memlens_measure::html::render(&Report { title: "memlens bench alloc".into(), sections }))
+    Ok(memlens_measure::html::render(&Report {
+        title: "memlens bench alloc".into(),
+        sections,
+    }))
 }
