@@ -68,7 +68,8 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
         dirs.sort();
         for d in dirs {
             let name = d.file_name().unwrap().to_string_lossy().to_string();
-            if name == "common" {
+            // common/ is linked into every allocator; tests/ holds test programs, not an allocator.
+            if name == "common" || name == "tests" {
                 continue;
             }
             let mut sources = c_files(&d);

@@ -9,7 +9,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY)
         .set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(header.iter().map(|h| Cell::new(h)));
+    t.set_header(header.iter().map(Cell::new));
     for r in rows {
         t.add_row(r.iter().map(|c| {
             let numeric = c
@@ -62,6 +62,11 @@ pub fn write_text(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Pretty JSON of any serialisable value.
+pub fn to_json_pretty<T: Serialize>(v: &T) -> Result<String> {
+    Ok(serde_json::to_string_pretty(v)?)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -69,9 +74,4 @@ mod tests {
         let t = super::table(&["a", "b"], &[vec!["x".into(), "1.5".into()]]);
         assert!(t.contains('x') && t.contains("1.5") && t.contains('a'));
     }
-}
-
-/// Pretty JSON of any serialisable value.
-pub fn to_json_pretty<T: Serialize>(v: &T) -> Result<String> {
-    Ok(serde_json::to_string_pretty(v)?)
 }

@@ -47,11 +47,8 @@ impl Clock {
 
 fn invariant_tsc() -> bool {
     // CPUID leaf 0x8000_0007, EDX bit 8: invariant TSC.
-    // SAFETY: cpuid is always available on x86-64.
-    unsafe {
-        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-        max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
-    }
+    let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+    max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
 }
 
 fn calibrate() -> Clock {

@@ -110,7 +110,7 @@ pub fn format_size(b: u64) -> String {
     ];
     for (name, m) in U {
         if b >= m {
-            return if b % m == 0 {
+            return if b.is_multiple_of(m) {
                 format!("{}{name}", b / m)
             } else {
                 format!("{:.1}{name}", b as f64 / m as f64)

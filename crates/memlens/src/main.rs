@@ -71,13 +71,10 @@ fn sysinfo(a: SysinfoArgs) -> anyhow::Result<i32> {
         println!("{k:>24}: {v}");
     }
     if let Some(p) = a.json {
-        memlens_measure::output::write_text(&p, &(serde_json_string(&s)? + "\n"))?;
+        let json = memlens_measure::output::to_json_pretty(&s)?;
+        memlens_measure::output::write_text(&p, &(json + "\n"))?;
     }
     Ok(0)
-}
-
-fn serde_json_string(s: &memlens_measure::sysinfo::SysInfo) -> anyhow::Result<String> {
-    Ok(memlens_measure::output::to_json_pretty(s)?)
 }
 
 fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
