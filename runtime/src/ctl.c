@@ -20,7 +20,8 @@
  * - all signals are blocked in it, so the program's signal handling is unchanged;
  * - it never keeps the process alive: if main() called pthread_exit() and every other thread is gone,
  *   it leaves too (polling once a second), which lets glibc end the process as it would without us;
- * - fork: the child closes the inherited socket and starts its own thread on `<childpid>.sock`;
+ * - fork: the child closes the inherited socket and, after 200 ms (lazily: most children exec or exit
+ *   first), listens on its own `<childpid>.sock`;
  * - the socket file is unlinked at exit by the process that created it. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -43,6 +44,7 @@
 
 #define CTL_LINE_MAX 4200 /* a command word and a PATH_MAX path */
 #define CTL_STACK (256 * 1024)
+#define CTL_CHILD_DELAY_MS 200 /* a forked child binds its socket after this */
 
 static int ctl_fd = -1;        /* listening socket, or -1 */
 static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */
@@ -415,6 +417,15 @@ static void ctl_lost(void)
 static void *ctl_main(void *arg)
 {
     int fd = (int)(intptr_t)arg;
+    if (fd < 0) {
+        /* Forked child: most children exec or exit at once; binding only after a pause keeps them
+         * from creating (and, with _exit, leaving) socket files nobody will use. */
+        struct timespec d = {.tv_nsec = CTL_CHILD_DELAY_MS * 1000 * 1000};
+        nanosleep(&d, NULL);
+        if ((fd = ctl_listen()) < 0)
+            return NULL;
+        ctl_fd = fd;
+    }
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, 1000);
@@ -454,14 +465,10 @@ static void *ctl_main(void *arg)
     return NULL;
 }
 
-/* Start the thread with every signal blocked (it inherits the mask), so signals keep going to the
- * program's own threads. */
-static void ctl_spawn(void)
+/* Start the thread serving `fd` (or, with fd < 0, binding its own after a pause) with every signal
+ * blocked: it inherits the mask, so signals keep going to the program's own threads. */
+static void ctl_spawn(int fd)
 {
-    int fd = ctl_listen();
-    if (fd < 0)
-        return;
-    ctl_fd = fd;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -475,27 +482,35 @@ static void ctl_spawn(void)
     pthread_attr_destroy(&attr);
     if (e != 0) {
         ml_log("control socket disabled: cannot create its thread");
-        ctl_unlink();
-        ctl_fd = -1;
-        close(fd);
+        if (fd >= 0) {
+            ctl_unlink();
+            ctl_fd = -1;
+            close(fd);
+        }
     }
 }
 
+/* At start-up the socket is bound before main() runs, so `memlens ctl` works from the first moment. */
 void ml_ctl_start(void)
 {
-    if (ctl_fd < 0)
-        ctl_spawn();
+    if (ctl_fd >= 0)
+        return;
+    int fd = ctl_listen();
+    if (fd < 0)
+        return;
+    ctl_fd = fd;
+    ctl_spawn(fd);
 }
 
 void ml_ctl_atfork_child(void)
 {
     /* The parent's thread does not exist here and the inherited fd is the parent's listener: drop
-     * it (without unlinking the parent's socket) and listen on our own pid. */
+     * it (without unlinking the parent's socket); a new thread listens on our own pid. */
     if (ctl_fd >= 0)
         close(ctl_fd);
     ctl_fd = -1;
     ctl_owner = 0;
-    ctl_spawn();
+    ctl_spawn(-1);
 }
 
 __attribute__((destructor)) static void ctl_fini(void)
