@@ -13,8 +13,3 @@ pub struct DiffArgs {}
 pub fn run_diff(_args: DiffArgs) -> anyhow::Result<i32> {
     anyhow::bail!("not implemented yet")
 }
-/// TEMP SHIM (not committed)
-pub fn convert_raw(raw: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
-    std::fs::copy(raw, out)?;
-    Ok(())
-}
