@@ -448,7 +448,7 @@ fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> V
         ),
         if plan.sample_every > 0 {
             format!(
-                "latency: 1 call in {} timed with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
+                "latency: on average 1 call in {} timed (random gaps) with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
                 plan.sample_every, s.clock_cost_ns, s.tsc_step_ns
             )
         } else {
