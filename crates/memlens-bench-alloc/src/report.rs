@@ -261,7 +261,12 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
                             .map(|r| r.allocator.as_str())
                             .collect();
                         let margin = next.time_ms.min - w.time_ms.max;
-                        if tied.is_empty() {
+                        if w.time_ms.n < 2 || next.time_ms.n < 2 {
+                            out.push(format!(
+                                "{head}: {} fastest, {:.2} ms vs {} {:.2} ms (one repeat: no spread to judge the margin by)",
+                                w.allocator, w.time_ms.median, next.allocator, next.time_ms.median
+                            ));
+                        } else if tied.is_empty() {
                             out.push(format!(
                                 "{head}: {} fastest, {:.2} ms vs {} {:.2} ms ({:.0}% faster; ranges {:.2}–{:.2} vs {:.2}–{:.2} ms do not overlap, margin {:.2} ms beyond the spread)",
                                 w.allocator, w.time_ms.median, next.allocator, next.time_ms.median,
@@ -300,6 +305,9 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
     };
     if lo == hi {
         return Vec::new();
+    }
+    if plan.repeats < 2 {
+        return vec!["scaling: one repeat gives no spread, so no 1→N-thread verdict (use --repeats 2 or more)".into()];
     }
     let mut out = Vec::new();
     for &pattern in &plan.patterns {
