@@ -34,6 +34,9 @@ pub struct RunArgs {
     /// Also keep the runtime's raw dumps in DIR (format: runtime/README.md)
     #[arg(long, value_name = "DIR")]
     pub keep_raw: Option<PathBuf>,
+    /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (growth.rs)
+    #[command(flatten)]
+    pub live: crate::growth::LiveArgs,
     /// The program to run and its arguments
     #[arg(
         required = true,
@@ -330,7 +333,13 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
 
 /// The whole `memlens run`.
 pub fn run_run(args: RunArgs) -> Result<i32> {
-    let mut launch = match spawn(&args, &[]) {
+    let live = args.live.plan()?;
+    let env: Vec<(&str, String)> = live
+        .active_env()
+        .map(|v| ("MEMLENS_ACTIVE", v.to_string()))
+        .into_iter()
+        .collect();
+    let mut launch = match spawn(&args, &env) {
         Ok(l) => l,
         Err(e) => {
             if let Some(s) = e.downcast_ref::<SpawnError>() {
@@ -340,11 +349,14 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
             return Err(e);
         }
     };
-    let status = wait(&mut launch, &mut |_| Ok(()))?;
     let main_out = args
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
+    let watcher = crate::growth::Watcher::spawn(&live, launch.pid as i32, &main_out);
+    let status = wait(&mut launch, &mut |_| Ok(()));
+    watcher.finish();
+    let status = status?;
     collect(&launch, &main_out, args.keep_raw.as_deref())?;
     Ok(exit_code(status))
 }
