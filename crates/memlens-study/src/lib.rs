@@ -16,6 +16,16 @@ use anyhow::Result;
 use memlens_measure::{units, usage};
 use std::path::PathBuf;
 
+// Default run budget (`memlens study` with no arguments, the README's main job: ~3 minutes on 2 cores).
+// Per workload: off, inactive, 3 unwinders × 7 intervals, jemalloc + 7, tcmalloc + 7, heaptrack = 40
+// configurations × 5 repeats = 200 runs, plus 3 exact runs (once each: they are the truth, and exact
+// with libgcc is slow).
+//   synthetic (2 threads × 100k pairs + 100k mallocs): ~0.1 s a run → 200 × 0.1 = 20 s; exact fp/libunwind
+//     ~1 s, libgcc ~10 s; heaptrack ~2 s × 5 = 10 s                                          ≈ 45 s
+//   pipeline (10k quotes at 40k/s over 4096 books, ~0.1 s to build the books): ~0.35 s a run
+//     → 200 × 0.35 = 70 s; exact fp ~1 s, libunwind ~2 s, libgcc ~10 s; heaptrack ~3 s × 5 = 15 s  ≈ 100 s
+//   reading and symbolizing ~210 profiles per workload                                        ≈ 10 s
+// Total ≈ 2.5–3 min on an idle machine; under load from parallel builds it stretches (6 min seen).
 pub mod configs;
 pub mod quality;
 pub mod rawdump;
@@ -59,6 +69,9 @@ pub struct StudyArgs {
     /// Skip the exact-mode runs (no coverage figures then)
     #[arg(long)]
     pub no_exact: bool,
+    /// Repeats of the exact-mode runs (the truth; slow with the libgcc unwinder), at most --repeats
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub exact_repeats: u32,
     /// synthetic: thread counts, one table per count (e.g. 1,2)
     #[arg(long, default_value = "2", value_name = "LIST")]
     pub threads: String,
@@ -69,7 +82,7 @@ pub struct StudyArgs {
     #[arg(long, default_value_t = 10)]
     pub depth: u32,
     /// synthetic: malloc/free pairs per thread (and as many timed mallocs)
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub ops: u64,
     /// pipeline: quotes per run
     #[arg(long, default_value_t = 10_000)]
@@ -114,6 +127,7 @@ pub struct Plan {
     pub unwinders: Vec<String>,
     pub baselines: Vec<configs::Baseline>,
     pub repeats: u32,
+    pub exact_repeats: u32,
     pub exact: bool,
     pub min_coverage: f64,
     pub max_overhead: Option<f64>,
@@ -142,6 +156,7 @@ fn plan(a: &StudyArgs) -> Result<Plan> {
         unwinders,
         baselines,
         repeats: a.repeats,
+        exact_repeats: a.exact_repeats.clamp(1, a.repeats),
         exact: !a.no_exact,
         min_coverage: a.min_coverage,
         max_overhead: a.max_overhead,

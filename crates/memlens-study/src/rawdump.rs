@@ -21,12 +21,15 @@ impl RunProfile {
     }
 }
 
+/// A frame as (module index, module-relative address); None outside every module.
+type Frame = Option<(usize, u64)>;
+
 /// A raw dump reduced to what the study needs.
 struct Dump {
     samples: u64,
     truncated: u64,
     /// (alloc bytes, frames as (module index, module-relative address))
-    stacks: Vec<(f64, Vec<Option<(usize, u64)>>)>,
+    stacks: Vec<(f64, Vec<Frame>)>,
 }
 
 /// Modules seen in any dump, by (path, build id).
@@ -53,104 +56,31 @@ fn is_own(path: &str) -> bool {
     base.starts_with("libmemlens") && base.ends_with(".so")
 }
 
-/// The parts of a raw dump (format 1, runtime/README.md) the study needs.
-struct RawModule {
-    base: u64,
-    build_id: String,
-    path: String,
-    /// (vaddr, memsz) of each PT_LOAD segment.
-    segments: Vec<(u64, u64)>,
-}
-
-fn hex(s: &str) -> Option<u64> {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
-}
-
-fn read_raw(path: &std::path::Path) -> Result<(u64, u64, Vec<RawModule>, Vec<(f64, Vec<u64>)>)> {
-    let text = std::fs::read_to_string(path)?;
-    if !text.starts_with("memlens-raw 1") {
-        anyhow::bail!("not a memlens raw dump (version 1)");
-    }
-    if !text.trim_end().ends_with("end") {
-        anyhow::bail!("truncated raw dump (no final 'end')");
-    }
-    let (mut samples, mut truncated, mut mods, mut stacks) = (0, 0, Vec::new(), Vec::new());
-    let mut in_maps = false;
-    for (n, line) in text.lines().enumerate() {
-        let bad = || anyhow::anyhow!("line {}: malformed '{}'", n + 1, line);
-        if in_maps {
-            in_maps = line != "end maps";
-            continue;
-        }
-        let f: Vec<&str> = line.split(' ').collect();
-        match f[0] {
-            "maps" => in_maps = true,
-            "samples" => samples = f.get(1).and_then(|v| v.parse().ok()).ok_or_else(bad)?,
-            "truncated" => truncated = f.get(1).and_then(|v| v.parse().ok()).ok_or_else(bad)?,
-            "module" if f.len() >= 5 => mods.push(RawModule {
-                base: hex(f[1]).ok_or_else(bad)?,
-                build_id: if f[2] == "-" {
-                    String::new()
-                } else {
-                    f[2].to_string()
-                },
-                path: f[4..].join(" "),
-                segments: Vec::new(),
-            }),
-            "segment" if f.len() >= 3 => {
-                let seg = (hex(f[1]).ok_or_else(bad)?, hex(f[2]).ok_or_else(bad)?);
-                mods.last_mut().ok_or_else(bad)?.segments.push(seg);
-            }
-            "stack" if f.len() >= 7 => {
-                let bytes: f64 = f[3].parse().map_err(|_| bad())?;
-                let pcs = f[7..]
-                    .iter()
-                    .map(|p| hex(p))
-                    .collect::<Option<Vec<u64>>>()
-                    .ok_or_else(bad)?;
-                stacks.push((bytes, pcs));
-            }
-            _ => {}
-        }
-    }
-    Ok((samples, truncated, mods, stacks))
-}
-
 fn read_dump(path: &std::path::Path, mods: &mut Modules) -> Result<Dump> {
-    let (samples, truncated, modules, raw_stacks) = read_raw(path)?;
-    let local: Vec<(usize, &RawModule)> = modules
+    let d = memlens_profile::raw::read(path)?;
+    let local: Vec<(usize, &memlens_profile::raw::Module)> = d
+        .modules
         .iter()
         .map(|m| (mods.id(&m.path, &m.build_id), m))
         .collect();
-    let contains = |m: &RawModule, pc: u64| {
-        pc.checked_sub(m.base)
-            .is_some_and(|v| m.segments.iter().any(|(a, len)| v >= *a && v - a < *len))
-    };
-    let mut stacks = Vec::with_capacity(raw_stacks.len());
-    for (bytes, pcs) in raw_stacks {
-        let mut frames = Vec::with_capacity(pcs.len());
-        for pc in pcs {
-            match local.iter().find(|(_, m)| contains(m, pc)) {
+    let mut stacks = Vec::with_capacity(d.stacks.len());
+    for s in &d.stacks {
+        let mut frames = Vec::with_capacity(s.pcs.len());
+        for &pc in &s.pcs {
+            match local.iter().find(|(_, m)| m.segment_of(pc).is_some()) {
                 // The runtime's own frames above the allocation call are not the program's.
                 Some((_, m)) if frames.is_empty() && is_own(&m.path) => continue,
                 Some((id, m)) => frames.push(Some((*id, pc.wrapping_sub(1).wrapping_sub(m.base)))),
                 None => frames.push(None),
             }
         }
-        stacks.push((bytes, frames));
+        stacks.push((s.alloc_bytes as f64, frames));
     }
     Ok(Dump {
-        samples,
-        truncated,
+        samples: d.meta.samples,
+        truncated: d.meta.truncated,
         stacks,
     })
-}
-
-/// Function names of `addrs` (ELF virtual addresses) in the module, innermost inlined frame first
-/// and `;`-joined; `None` where unknown. (Until the profile crate's symbolizer lands, all unknown:
-/// frames are then compared as module+offset, which is as stable across runs of the same binary.)
-fn symbolize(_path: &str, _build_id: &str, addrs: &[u64]) -> Vec<Option<String>> {
-    vec![None; addrs.len()]
 }
 
 /// Load the dumps of many runs (each run may have several processes' dumps) and symbolize them
@@ -178,6 +108,7 @@ pub fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
         }
     }
     let mut names: HashMap<(usize, u64), String> = HashMap::new();
+    let mut sym = memlens_profile::symbolize::Symbolizer::new();
     for (m, list) in addrs.iter_mut().enumerate() {
         list.sort_unstable();
         list.dedup();
@@ -187,8 +118,20 @@ pub fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
         let (path, build_id) = &mods.list[m];
         let base = path.rsplit('/').next().unwrap_or(path);
         // A module that cannot be symbolized keeps module+offset names: still stable across runs.
-        for (a, name) in list.iter().zip(symbolize(path, build_id, list)) {
-            names.insert((m, *a), name.unwrap_or_else(|| format!("{base}+{a:#x}")));
+        let frames = sym
+            .module(path, build_id, list)
+            .unwrap_or_else(|_| vec![Vec::new(); list.len()]);
+        for (a, fr) in list.iter().zip(frames) {
+            let name = if fr.is_empty() {
+                format!("{base}+{a:#x}")
+            } else {
+                // Innermost first; inlined calls count as frames of their own.
+                fr.iter()
+                    .map(|f| sym.demangle(&f.name))
+                    .collect::<Vec<_>>()
+                    .join(";")
+            };
+            names.insert((m, *a), name);
         }
     }
     Ok(dumps

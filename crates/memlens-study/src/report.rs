@@ -150,7 +150,7 @@ fn rows(w: &WorkloadResults) -> Vec<Row> {
             p99_ns: extra(cr, "p99_ns"),
             coverage_pct: q(|q| q.coverage_pct),
             total_error_pct: q(|q| q.total_error_pct),
-            top_error_pct: q(|q| q.top_mean_abs_error_pct),
+            top_error_pct: q(|q| q.top_max_abs_error_pct),
             samples: median_of(cr.runs.iter().filter_map(|r| r.samples.map(|s| s as f64))),
             truncated_pct: median_of(
                 cr.runs
@@ -272,7 +272,7 @@ fn table(w: &WorkloadReport) -> (Vec<String>, Vec<Vec<String>>) {
     h.extend([
         "coverage".into(),
         "total err".into(),
-        "top-5 err".into(),
+        "top err".into(),
         "samples".into(),
         "trunc.".into(),
     ]);
@@ -315,10 +315,7 @@ fn comparison(
     reports: &[WorkloadReport],
     unwinder: &str,
 ) -> Option<(Vec<String>, Vec<Vec<String>>)> {
-    let synth = reports
-        .iter()
-        .filter(|w| is_synthetic(&w.workload))
-        .last()?;
+    let synth = reports.iter().rfind(|w| is_synthetic(&w.workload))?;
     let pipe = reports.iter().find(|w| w.workload == "pipeline")?;
     let get = |w: &WorkloadReport, r: u64| {
         w.rows
@@ -370,6 +367,11 @@ fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         .iter()
         .filter(|r| r.tie && r.reference.is_some())
         .count();
+    n.push(format!(
+        "top err = largest error of the estimate among the exact run's top stacks (≤ {}, each ≥ {:.0}% of the bytes); total err = error of the estimated total",
+        crate::quality::TOP,
+        crate::quality::MIN_SHARE * 100.0
+    ));
     if ties > 0 {
         n.push(format!("~ marks {ties} configuration(s) whose repeats overlap their reference's: the spread is larger than the effect"));
     }
@@ -378,12 +380,14 @@ fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         let ht = rows.iter().find(|r| r.config == "heaptrack");
         for ex in rows.iter().filter(|r| r.config.ends_with(" exact")) {
             if let (Some(h), Some(e)) = (ht.and_then(|h| h.pair_cycles), ex.pair_cycles) {
+                let (ratio, word) = if h >= e {
+                    (h / e, "faster")
+                } else {
+                    (e / h, "slower")
+                };
                 n.push(format!(
-                    "{}: {:.0} cycles/pair vs heaptrack {:.0} cycles/pair — heaptrack is {:.1}× slower",
-                    ex.config,
-                    e,
-                    h,
-                    h / e
+                    "{}: {e:.0} cycles/pair vs heaptrack {h:.0} cycles/pair — {ratio:.1}× {word} than heaptrack",
+                    ex.config
                 ));
             }
         }

@@ -269,7 +269,13 @@ pub fn run_plan(plan: &Plan) -> Result<Vec<WorkloadResults>> {
             b.package
         );
     }
-    let total = plan.workloads.len() as u64 * cfgs.len() as u64 * plan.repeats as u64;
+    let exact = cfgs
+        .iter()
+        .filter(|c| matches!(c.setup, Setup::Exact { .. }))
+        .count() as u64;
+    let per_workload =
+        (cfgs.len() as u64 - exact) * plan.repeats as u64 + exact * plan.exact_repeats as u64;
+    let total = plan.workloads.len() as u64 * per_workload;
     let progress = Progress::new(total, "study");
     let tmp = tempfile::Builder::new()
         .prefix("memlens-study.")
@@ -280,6 +286,9 @@ pub fn run_plan(plan: &Plan) -> Result<Vec<WorkloadResults>> {
         let mut runs: Vec<Vec<(Run, Vec<PathBuf>)>> = vec![Vec::new(); cfgs.len()];
         for rep in 0..plan.repeats {
             for (ci, cfg) in cfgs.iter().enumerate() {
+                if matches!(cfg.setup, Setup::Exact { .. }) && rep >= plan.exact_repeats {
+                    continue;
+                }
                 progress.step(format!("{} · {} · repeat {}", w.name(), cfg.name, rep + 1));
                 let tag = format!("w{wi:02}c{ci:03}r{rep:03}");
                 let (measure, wall_s, dumps) = run_once(w, cfg, tmp.path(), &tag)?;

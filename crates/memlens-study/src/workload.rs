@@ -58,9 +58,11 @@ pub fn from_args(a: &StudyArgs) -> Result<Vec<Workload>> {
         "all" => vec!["synthetic", "pipeline"],
         "synthetic" => vec!["synthetic"],
         "pipeline" => vec!["pipeline"],
-        other => return Err(usage(format!(
+        other => {
+            return Err(usage(format!(
             "unknown workload '{other}' (use synthetic, pipeline or all, or give a CMD after --)"
-        ))),
+        )))
+        }
     };
     let size = units::parse_size(&a.size)?;
     let threads =

@@ -154,7 +154,7 @@ const MAX_PACKET: u64 = 32;
 
 fn feed_thread(cfg: Config, tx: SyncSender<Vec<RawQuote>>) {
     let mut feed = Feed::new(cfg.seed, cfg.instruments, cfg.levels);
-    let mut sizes = crate::rng::Rng::new(cfg.seed ^ 0x5eed_0f_9ac4e7);
+    let mut sizes = crate::rng::Rng::new(cfg.seed ^ 0x5eed_0f9a_c4e7);
     let mut left = cfg.quotes;
     let start = std::time::Instant::now();
     while left > 0 {
