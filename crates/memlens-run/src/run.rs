@@ -35,12 +35,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub keep_raw: Option<PathBuf>,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
