@@ -1,12 +1,8 @@
 //! memlens run / memlens ctl: start programs under the runtime and control running ones.
+pub mod ctl;
+pub mod growth;
 pub mod run;
 
+pub use ctl::{run_ctl, CtlArgs};
+pub use growth::{LiveArgs, LivePlan, Watcher};
 pub use run::{run_run, RunArgs};
-
-/// Control a process running under the runtime
-#[derive(Debug, clap::Args)]
-pub struct CtlArgs {}
-
-pub fn run_ctl(_args: CtlArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
