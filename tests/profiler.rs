@@ -192,6 +192,9 @@ fn assert_sensible(r: &Raw) {
         r.file.display()
     );
     assert!(r.num("samples") > 0 || r.stacks.iter().any(|s| s.inuse_bytes > 0));
+    // Every recorded sample belongs to exactly one stack.
+    let per_stack: u64 = r.stacks.iter().map(|s| s.samples).sum();
+    assert_eq!(per_stack, r.num("samples"), "{}", r.file.display());
 }
 
 /// The last dump of every pid (a pid that exec'd has several).
@@ -382,6 +385,7 @@ fn accuracy_no_frame_pointers_libgcc() {
         &["--unwinder", "libgcc"],
         0.10,
         false,
+        &[],
     );
 }
 
