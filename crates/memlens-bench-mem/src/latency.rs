@@ -46,9 +46,9 @@ pub struct LatencyArgs {
     /// Counters: all (hardware where usable, plus software), software, off
     #[arg(long, default_value = "all", value_name = "MODE")]
     pub counters: String,
-    /// Extra hardware event to open (tests use `test-unopenable` to exercise the n/a path)
-    #[arg(long, hide = true)]
-    pub test_event: Vec<String>,
+    /// Open this event with an invalid number so the kernel refuses it (tests of the n/a path)
+    #[arg(long, hide = true, value_name = "EVENT")]
+    pub test_break_event: Vec<String>,
     /// Write results (with the machine facts) as JSON
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -245,14 +245,14 @@ pub struct Results {
 pub fn run_latency(a: LatencyArgs) -> Result<i32> {
     let cfg = config(&a)?;
     let mode = counter_mode(&a.counters)?;
-    let results = sweep(&cfg, mode, &a.test_event)?;
+    let results = sweep(&cfg, mode, &a.test_break_event)?;
     crate::latency_report::emit(&results, &a)?;
     Ok(0)
 }
 
-fn sweep(cfg: &Config, mode: Mode, extra: &[String]) -> Result<Results> {
+fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
     let clock = Clock::get();
-    let mut set = CounterSet::open(mode, extra);
+    let mut set = CounterSet::open(mode, broken);
     let counter_probe = set.validate(cfg.hugepages);
     let mut overhead_list = Chaser::new(chase::build(Order::Seq, 64, 4096, false, 1)?);
     let overhead = measure::timer_overhead(&mut overhead_list);
