@@ -7,7 +7,16 @@ fn help_lists_commands_with_examples() {
     let o = run(&["--help"]);
     assert!(o.status.success());
     let s = stdout(&o);
-    for c in ["run", "ctl", "report", "diff", "study", "bench", "sysinfo", "Examples:"] {
+    for c in [
+        "run",
+        "ctl",
+        "report",
+        "diff",
+        "study",
+        "bench",
+        "sysinfo",
+        "Examples:",
+    ] {
         assert!(s.contains(c), "--help lacks {c}");
     }
 }
@@ -29,7 +38,10 @@ fn every_subcommand_help_has_an_example() {
         args.push("--help");
         let o = run(&args);
         assert!(o.status.success(), "{sub:?} --help failed");
-        assert!(stdout(&o).contains("Example"), "{sub:?} --help has no example");
+        assert!(
+            stdout(&o).contains("Example"),
+            "{sub:?} --help has no example"
+        );
     }
 }
 

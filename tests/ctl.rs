@@ -1,2 +1,494 @@
-//! End-to-end tests (being written).
+//! Profiling a running process: `memlens run --inactive`, `memlens ctl`, `--start-on-growth`,
+//! `--dump-every`, the C API, and the control channel's errors and ownership check.
+//! The program under test is runtime/tests/ctl_leaker.c (two threads allocating steadily, a leak on
+//! demand) run under the real runtime.
 mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn leaker(dir: &Path) -> PathBuf {
+    compile(
+        &root().join("runtime/tests/ctl_leaker.c"),
+        dir,
+        "ctl_leaker",
+        &[],
+    )
+}
+
+/// A `memlens run … ctl_leaker DIR` in the background; stopped (DIR/stop) and reaped on drop.
+struct Running {
+    child: Option<Child>,
+    dir: PathBuf,
+    pid: i32,
+}
+
+impl Running {
+    fn start(dir: &Path, run_args: &[&str], prog_args: &[&str]) -> Running {
+        let prog = leaker(dir);
+        let child = memlens()
+            .arg("run")
+            .args(run_args)
+            .arg("--")
+            .arg(&prog)
+            .arg(dir)
+            .args(prog_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start memlens run");
+        let mut r = Running {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            pid: 0,
+        };
+        let t0 = Instant::now();
+        while r.pid == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "ctl_leaker did not start"
+            );
+            if let Ok(s) = std::fs::read_to_string(dir.join("pid")) {
+                r.pid = s.trim().parse().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The control socket appears during the runtime's start-up: wait until it answers.
+        while !ctl(r.pid, &["status"]).status.success() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "control socket of {} never answered",
+                r.pid
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    /// Stop the program and return (memlens run's exit status, its stderr).
+    fn finish(mut self) -> (i32, String) {
+        std::fs::write(self.dir.join("stop"), "").unwrap();
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        (out.status.code().unwrap_or(-1), stderr(&out))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            std::fs::write(self.dir.join("stop"), "").ok();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            c.kill().ok();
+            c.wait().ok();
+        }
+    }
+}
+
+fn ctl(pid: i32, args: &[&str]) -> std::process::Output {
+    let p = pid.to_string();
+    let mut a = vec!["ctl", p.as_str()];
+    a.extend_from_slice(args);
+    run(&a)
+}
+
+fn ctl_ok(pid: i32, args: &[&str]) -> String {
+    let o = ctl(pid, args);
+    assert!(
+        o.status.success(),
+        "memlens ctl {pid} {args:?} failed: {}",
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// `samples` of a raw dump's header and the sum of its per-stack sample counts.
+fn raw_samples(path: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(
+        text.starts_with("memlens-raw 1\n"),
+        "not a raw dump: {}",
+        path.display()
+    );
+    assert!(
+        text.trim_end().ends_with("\nend"),
+        "truncated raw dump: {}",
+        path.display()
+    );
+    let mut header = None;
+    let mut sum = 0;
+    for l in text.lines() {
+        if let Some(v) = l.strip_prefix("samples ") {
+            header = Some(v.parse::<u64>().unwrap());
+        } else if let Some(v) = l.strip_prefix("stack ") {
+            sum += v.split(' ').next().unwrap().parse::<u64>().unwrap();
+        }
+    }
+    (header.expect("no samples line"), sum)
+}
+
+/// The first of `names` to appear in `text` (a report or diff listing, largest first).
+fn first_of<'a>(text: &str, names: &[&'a str]) -> Option<&'a str> {
+    names
+        .iter()
+        .filter_map(|n| text.find(n).map(|i| (i, *n)))
+        .min()
+        .map(|(_, n)| n)
+}
+
+fn go_pprof_top(file: &Path, index: &str) -> String {
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
+        .arg(file)
+        .output()
+        .expect("cannot run go tool pprof");
+    assert!(
+        o.status.success(),
+        "go tool pprof rejected {}: {}",
+        file.display(),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Issue 3, point 1: a program loaded inactive survives 100 start → dump → stop cycles while two
+/// threads allocate; every dump reads back; dumps are consistent; inactive dumps add nothing; the
+/// leaking site dominates the diff around the leak phase.
+#[test]
+fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let out = dir.join("run.pb.gz");
+    let r = Running::start(dir, &["--inactive", "-o", out.to_str().unwrap()], &[]);
+    let pid = r.pid;
+    let st = ctl_ok(pid, &["status"]);
+    assert!(st.contains("inactive"), "{st}");
+
+    let mut dumps = Vec::new();
+    for i in 0..100 {
+        let s = ctl_ok(pid, &["start", "--interval", "64K"]);
+        assert!(s.contains("sampling started"), "{s}");
+        if i % 10 == 0 {
+            // Raw dumps taken while both threads allocate: totals equal the sum of the stacks.
+            let raw = dir.join(format!("cycle-{i}.raw"));
+            ctl_ok(pid, &["dump", "--raw", "-o", raw.to_str().unwrap()]);
+            let (header, sum) = raw_samples(&raw);
+            assert_eq!(
+                header,
+                sum,
+                "{}: header samples vs sum of stacks",
+                raw.display()
+            );
+        }
+        let pb = dir.join(format!("cycle-{i}.pb.gz"));
+        ctl_ok(pid, &["dump", "-o", pb.to_str().unwrap()]);
+        ctl_ok(pid, &["stop"]);
+        dumps.push(pb);
+    }
+    let st = ctl_ok(pid, &["status"]);
+    assert!(st.contains("inactive"), "{st}");
+
+    // Every dump reads back with our reader; a sample of them with the real go tool.
+    for (i, pb) in dumps.iter().enumerate() {
+        let o = run(&["report", pb.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "memlens report {}: {}",
+            pb.display(),
+            stderr(&o)
+        );
+        if i % 25 == 24 {
+            go_pprof_top(pb, "alloc_space");
+        }
+    }
+
+    // Inactive: threads notice the stop within ~1 MiB of their own allocation; after that, dumps
+    // taken while they keep allocating add no samples.
+    std::thread::sleep(Duration::from_millis(400));
+    let (a, b) = (dir.join("idle-a.raw"), dir.join("idle-b.raw"));
+    ctl_ok(pid, &["dump", "--raw", "-o", a.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(400));
+    ctl_ok(pid, &["dump", "--raw", "-o", b.to_str().unwrap()]);
+    let (sa, _) = raw_samples(&a);
+    let (sb, _) = raw_samples(&b);
+    assert!(sa > 0, "the cycles recorded nothing");
+    assert_eq!(sa, sb, "samples grew while inactive");
+
+    // The leak phase, between two dumps.
+    ctl_ok(pid, &["reset"]);
+    ctl_ok(pid, &["start"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = dir.join("base.pb.gz");
+    let new = dir.join("new.pb.gz");
+    ctl_ok(pid, &["dump", "-o", base.to_str().unwrap()]);
+    std::fs::write(dir.join("leak"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    std::fs::remove_file(dir.join("leak")).unwrap();
+    ctl_ok(pid, &["dump", "-o", new.to_str().unwrap()]);
+    ctl_ok(pid, &["stop"]);
+    go_pprof_top(&new, "inuse_space");
+    for index in ["inuse_space", "alloc_space"] {
+        let o = run(&[
+            "diff",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--sample-index",
+            index,
+        ]);
+        assert!(o.status.success(), "memlens diff: {}", stderr(&o));
+        let d = stdout(&o);
+        assert_eq!(
+            first_of(&d, &["leak_site", "steady_site"]),
+            Some("leak_site"),
+            "diff by {index}:\n{d}"
+        );
+    }
+
+    let (code, err) = r.finish();
+    assert_eq!(code, 0, "memlens run: {err}");
+}
+
+/// Issue 3, point 2: --start-on-growth starts sampling in the growth phase and the profile it
+/// writes after --profile-for names the growing site; --dump-every writes numbered dumps.
+#[test]
+fn start_on_growth_catches_the_growing_site() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let out = dir.join("g.pb.gz");
+    let r = Running::start(
+        dir,
+        &[
+            "--start-on-growth",
+            "40M/1s",
+            "--profile-for",
+            "1s",
+            "--dump-every",
+            "1s",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &["growth"],
+    );
+    let st = ctl_ok(r.pid, &["status"]);
+    assert!(
+        st.contains("inactive"),
+        "--start-on-growth must load the runtime inactive: {st}"
+    );
+    // Growth runs from 1 s to 5 s of the program's life; the growth profile is written ~1 s after
+    // the start.
+    let growth = dir.join("g.growth.pb.gz");
+    let t0 = Instant::now();
+    while !growth.exists() && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    let (code, err) = r.finish();
+    assert_eq!(code, 0, "memlens run: {err}");
+    assert!(err.contains("sampling started"), "{err}");
+    assert!(growth.exists(), "no growth profile; stderr: {err}");
+    let rep = run(&[
+        "report",
+        growth.to_str().unwrap(),
+        "--sample-index",
+        "alloc_space",
+    ]);
+    assert!(rep.status.success(), "{}", stderr(&rep));
+    let text = stdout(&rep);
+    assert_eq!(
+        first_of(&text, &["leak_site", "steady_site"]),
+        Some("leak_site"),
+        "{text}"
+    );
+    go_pprof_top(&growth, "alloc_space");
+    assert!(
+        dir.join("g.1.pb.gz").exists() && dir.join("g.2.pb.gz").exists(),
+        "no periodic dumps: {err}"
+    );
+}
+
+/// The C API: harmless without the runtime, working under it.
+#[test]
+fn c_api_with_and_without_runtime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let inc = format!("-I{}", root().join("runtime/include").display());
+    let prog = compile(
+        &root().join("runtime/tests/ctl_api.c"),
+        dir,
+        "ctl_api",
+        &[inc.as_str()],
+    );
+    let o = Command::new(&prog).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("runtime: absent"));
+
+    let raw = dir.join("api.raw");
+    let o = run(&[
+        "run",
+        "--inactive",
+        "-o",
+        dir.join("api.pb.gz").to_str().unwrap(),
+        "--",
+        prog.to_str().unwrap(),
+        raw.to_str().unwrap(),
+    ]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{text}{}", stderr(&o));
+    let val = |k: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .unwrap_or_else(|| panic!("no {k} in:\n{text}"))
+            .to_string()
+    };
+    assert_eq!(val("runtime:"), "present");
+    assert_eq!(val("before.active"), "0");
+    assert_eq!(val("start.was"), "0");
+    assert_eq!(val("running.active"), "1");
+    assert_eq!(val("running.interval"), "65536");
+    assert!(val("running.samples").parse::<u64>().unwrap() > 0, "{text}");
+    assert_eq!(val("dump"), "0");
+    assert_eq!(
+        val("dump_again"),
+        "-17",
+        "an existing dump file must not be overwritten"
+    );
+    assert_eq!(val("stop.was"), "1");
+    assert_eq!(val("status_null"), "-22");
+    assert_eq!(val("after.active"), "0");
+    let (h, sum) = raw_samples(&raw);
+    assert!(h > 0 && h == sum);
+}
+
+/// ctl on a dead PID, a process without the runtime, a bad PID: one-line errors.
+#[test]
+fn ctl_errors_are_one_line() {
+    let mut c = Command::new("true").spawn().unwrap();
+    let dead = c.id() as i32;
+    c.wait().unwrap();
+    let o = ctl(dead, &["status"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not running"), "{}", stderr(&o));
+
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let o = ctl(sleeper.id() as i32, &["start"]);
+    sleeper.kill().ok();
+    sleeper.wait().ok();
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("is not running under memlens (no control socket"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(&["ctl", "abc", "status"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["ctl", "1", "start", "--interval", "lots"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Only the owner (or root) controls a process: another user gets a permission error from the CLI,
+/// cannot reach the socket, and is refused by the runtime's SO_PEERCRED check even when the socket's
+/// file permissions would let them in.
+#[test]
+fn another_user_cannot_control_the_process() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a command as another user");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A socket directory the other user can traverse, so that the last line of defence is tested.
+    let sockdir = dir.join("sockets");
+    std::fs::create_dir(&sockdir).unwrap();
+    set_mode(dir, 0o755);
+    set_mode(&sockdir, 0o755);
+    let prog = leaker(dir);
+    let mut child = Command::new(memlens_path())
+        .args(["run", "--inactive", "-o"])
+        .arg(dir.join("o.pb.gz"))
+        .arg("--")
+        .arg(&prog)
+        .arg(dir)
+        .env("MEMLENS_CTL_DIR", &sockdir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let sock = loop {
+        if let Ok(p) = std::fs::read_to_string(dir.join("pid")) {
+            let s = sockdir.join(format!("{}.sock", p.trim()));
+            if s.exists() {
+                break (p.trim().to_string(), s);
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no control socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (pid, sock) = sock;
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(args)
+            .output()
+            .expect("cannot run setpriv")
+    };
+    // 1. The CLI refuses from /proc ownership.
+    let o = as_nobody(&[memlens_path().to_str().unwrap(), "ctl", &pid, "status"]);
+    let e = stderr(&o);
+    // 2. The socket file itself (0600) refuses the connection.
+    let py = format!(
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect({:?})\n  s.sendall(b'status\\n')\n  print(s.recv(4096).decode())\nexcept OSError as e:\n  print('refused', e.errno)\n",
+        sock.to_str().unwrap()
+    );
+    let o2 = as_nobody(&["/usr/bin/python3", "-c", &py]);
+    // 3. With the file opened up, the runtime's peer-credential check still refuses.
+    set_mode(&sock, 0o777);
+    let o3 = as_nobody(&["/usr/bin/python3", "-c", &py]);
+    std::fs::write(dir.join("stop"), "").unwrap();
+    child.wait().unwrap();
+
+    assert_one_line_error(&o);
+    assert!(
+        e.contains(&format!(
+            "permission denied: process {pid} belongs to uid 0"
+        )),
+        "{e}"
+    );
+    assert!(
+        stdout(&o2).starts_with("refused 13"),
+        "{}{}",
+        stdout(&o2),
+        stderr(&o2)
+    );
+    assert!(
+        stdout(&o3).starts_with("error permission denied"),
+        "{}{}",
+        stdout(&o3),
+        stderr(&o3)
+    );
+}
+
+fn memlens_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_memlens"))
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}

@@ -1,2 +1,619 @@
-//! End-to-end tests (being written).
+//! End-to-end tests of the heap profiler: the runtime (libmemlens.so) under `memlens run`.
+//!
+//! Profiles are checked from the runtime's raw dumps (`--keep-raw`), which carry the unbiased
+//! estimates; site names come from the test program's own symbol table (`nm`).
 mod common;
+use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+// ---------- reading raw dumps ----------
+
+#[derive(Debug, Default)]
+struct Module {
+    base: u64,
+    state: String,
+    path: String,
+    segs: Vec<(u64, u64)>, // (p_vaddr, p_memsz)
+}
+
+#[derive(Debug)]
+struct Stack {
+    samples: u64,
+    alloc_fx: u64,
+    alloc_bytes: u64,
+    inuse_bytes: i64,
+    pcs: Vec<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Raw {
+    file: PathBuf,
+    head: BTreeMap<String, String>,
+    modules: Vec<Module>,
+    stacks: Vec<Stack>,
+    complete: bool,
+}
+
+impl Raw {
+    fn pid(&self) -> u32 {
+        self.head["pid"].parse().unwrap()
+    }
+    fn num(&self, k: &str) -> u64 {
+        self.head[k].parse().unwrap()
+    }
+    fn exe_name(&self) -> String {
+        Path::new(&self.head["exe"])
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
+fn parse_raw(path: &Path) -> Raw {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut r = Raw {
+        file: path.to_path_buf(),
+        ..Default::default()
+    };
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("memlens-raw 1"), "{}", path.display());
+    let mut in_maps = false;
+    for l in lines {
+        if in_maps {
+            in_maps = l != "end maps";
+            continue;
+        }
+        let f: Vec<&str> = l.split(' ').collect();
+        match f[0] {
+            "maps" => in_maps = true,
+            "end" => r.complete = true,
+            "module" => r.modules.push(Module {
+                base: hex(f[1]),
+                state: f[3].into(),
+                path: f[4..].join(" "),
+                segs: vec![],
+            }),
+            "segment" => r
+                .modules
+                .last_mut()
+                .unwrap()
+                .segs
+                .push((hex(f[1]), hex(f[2]))),
+            "stack" => r.stacks.push(Stack {
+                samples: f[1].parse().unwrap(),
+                alloc_fx: f[2].parse().unwrap(),
+                alloc_bytes: f[3].parse().unwrap(),
+                inuse_bytes: f[5].parse().unwrap(),
+                pcs: f[7..].iter().map(|p| hex(p)).collect(),
+            }),
+            k => {
+                r.head.insert(k.to_string(), f[1..].join(" "));
+            }
+        }
+    }
+    r
+}
+
+fn raws_in(dir: &Path) -> Vec<Raw> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v.iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "raw"))
+        .map(|p| parse_raw(p))
+        .collect()
+}
+
+// ---------- running things ----------
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("memlens-profiler-test-")
+        .tempdir()
+        .unwrap()
+}
+
+/// `memlens run OPTS -- CMD` in `dir`, keeping raw dumps in a fresh subdirectory.
+fn profile(dir: &Path, opts: &[&str], cmd: &[&str]) -> (Output, Vec<Raw>) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let raw = dir.join(format!(
+        "raw{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    let out = memlens()
+        .current_dir(dir)
+        .arg("run")
+        .arg("--keep-raw")
+        .arg(&raw)
+        .arg("-o")
+        .arg(dir.join("main.pb.gz"))
+        .args(opts)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    (out, raws_in(&raw))
+}
+
+fn plain(dir: &Path, cmd: &[&str]) -> Output {
+    Command::new(cmd[0])
+        .args(&cmd[1..])
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// The program behaves the same under the profiler: same stdout and exit status.
+fn same_behaviour(dir: &Path, cmd: &[&str]) -> Vec<Raw> {
+    let want = plain(dir, cmd);
+    let (got, raws) = profile(dir, &[], cmd);
+    assert_eq!(
+        stdout(&got),
+        stdout(&want),
+        "stdout differs for {cmd:?}; stderr: {}",
+        stderr(&got)
+    );
+    assert_eq!(
+        got.status.code(),
+        want.status.code(),
+        "exit status differs for {cmd:?}: {}",
+        stderr(&got)
+    );
+    raws
+}
+
+/// A profile is sensible: complete, has modules, and its stacks carry samples with non-empty stacks.
+fn assert_sensible(r: &Raw) {
+    assert!(r.complete, "{} is truncated", r.file.display());
+    assert!(
+        r.modules.iter().any(|m| m.state == "loaded"),
+        "no modules in {}",
+        r.file.display()
+    );
+    assert!(
+        !r.stacks.is_empty(),
+        "no stacks in {} ({})",
+        r.file.display(),
+        r.exe_name()
+    );
+    assert!(
+        r.stacks.iter().all(|s| !s.pcs.is_empty()),
+        "empty stack in {}",
+        r.file.display()
+    );
+    assert!(r.num("samples") > 0 || r.stacks.iter().any(|s| s.inuse_bytes > 0));
+}
+
+/// The last dump of every pid (a pid that exec'd has several).
+fn last_per_pid(raws: &[Raw]) -> BTreeMap<u32, &Raw> {
+    let mut m = BTreeMap::new();
+    for r in raws {
+        m.insert(r.pid(), r); // raws are sorted by file name: <pid>.<seq>
+    }
+    m
+}
+
+// ---------- the accuracy program ----------
+
+struct Built {
+    _dir: tempfile::TempDir,
+    fp: PathBuf,
+    nofp: PathBuf,
+}
+
+fn accuracy_programs() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let dir = tmp();
+        let src = root().join("runtime/tests/accuracy.cc");
+        let fp = compile(
+            &src,
+            dir.path(),
+            "accuracy_fp",
+            &["-fno-omit-frame-pointer"],
+        );
+        let nofp = compile(&src, dir.path(), "accuracy_nofp", &["-fomit-frame-pointer"]);
+        Built {
+            _dir: dir,
+            fp,
+            nofp,
+        }
+    })
+}
+
+/// Function symbols of an executable: (start, end, name).
+fn symbols(exe: &Path) -> Vec<(u64, u64, String)> {
+    let out = Command::new("nm")
+        .args(["-S", "--defined-only"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let mut v = Vec::new();
+    for l in stdout(&out).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() == 4 && (f[2] == "T" || f[2] == "t") {
+            let start = hex(f[0]);
+            v.push((start, start + hex(f[1]), f[3].to_string()));
+        }
+    }
+    v
+}
+
+/// The site function a stack belongs to: the innermost frame in the program named `site_*`.
+fn site_of(stack: &Stack, exe: &Module, syms: &[(u64, u64, String)]) -> Option<String> {
+    for &pc in &stack.pcs {
+        let Some(v) = (pc - 1).checked_sub(exe.base) else {
+            continue;
+        };
+        if let Some((_, _, name)) = syms.iter().find(|(a, b, _)| *a <= v && v < *b) {
+            if name.starts_with("site_") {
+                return Some(name.clone());
+            }
+        }
+    }
+    None
+}
+
+struct Truth {
+    sites: BTreeMap<String, (u64, u64)>, // name -> (bytes, count)
+    held: u64,
+}
+
+fn truth(out: &str) -> Truth {
+    let mut t = Truth {
+        sites: BTreeMap::new(),
+        held: 0,
+    };
+    for l in out.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f[0] {
+            "site" => {
+                t.sites.insert(
+                    f[1].to_string(),
+                    (f[2].parse().unwrap(), f[3].parse().unwrap()),
+                );
+            }
+            "held" => t.held = f[1].parse().unwrap(),
+            _ => {}
+        }
+    }
+    t
+}
+
+/// Run the accuracy program under `opts` and compare each big site's estimate with the truth.
+fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool) {
+    let dir = tmp();
+    let (out, raws) = profile(dir.path(), opts, &[exe.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t = truth(&stdout(&out));
+    assert_eq!(raws.len(), 1, "one process, one dump");
+    let r = &raws[0];
+    assert_sensible(r);
+    let name = exe.file_name().unwrap().to_string_lossy();
+    let module = r
+        .modules
+        .iter()
+        .find(|m| m.path.ends_with(&*name))
+        .expect("program module in dump");
+    let syms = symbols(exe);
+    let mut est: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut inuse_total = 0i64;
+    for s in &r.stacks {
+        inuse_total += s.inuse_bytes;
+        if let Some(site) = site_of(s, module, &syms) {
+            let e = est.entry(site).or_default();
+            e.0 += s.alloc_bytes as f64;
+            e.1 += s.alloc_fx as f64 / 65536.0;
+        }
+    }
+    let total: u64 = t.sites.values().map(|v| v.0).sum();
+    let mut report = String::new();
+    let mut bad = Vec::new();
+    for (site, &(bytes, count)) in &t.sites {
+        let (eb, ec) = est.get(site).copied().unwrap_or_default();
+        let err = eb / bytes as f64 - 1.0;
+        report += &format!("{site}: true {bytes} est {eb:.0} ({:+.2}%)\n", err * 100.0);
+        if bytes as f64 >= 0.05 * total as f64 {
+            if err.abs() > tolerance {
+                bad.push(site.clone());
+            }
+            if exact && (ec / count as f64 - 1.0).abs() > tolerance {
+                bad.push(format!("{site} (count {count} est {ec:.0})"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "sites off by more than {}%: {bad:?}\n{report}",
+        tolerance * 100.0
+    );
+    if exact {
+        assert_eq!(inuse_total, 0, "exact mode does not track live blocks");
+    } else {
+        let err = inuse_total as f64 / t.held as f64 - 1.0;
+        assert!(
+            err.abs() <= 0.10,
+            "inuse at exit {inuse_total} vs held {} ({:+.1}%)",
+            t.held,
+            err * 100.0
+        );
+    }
+    let truncated = r.num("truncated") as f64 / r.num("samples").max(1) as f64;
+    eprintln!(
+        "{name} {opts:?}: truncated {:.1}%\n{report}",
+        truncated * 100.0
+    );
+}
+
+#[test]
+fn accuracy_frame_pointers_fp_unwinder() {
+    check_accuracy(&accuracy_programs().fp, &["--unwinder", "fp"], 0.10, false);
+}
+
+#[test]
+fn accuracy_no_frame_pointers_default_unwinder() {
+    check_accuracy(&accuracy_programs().nofp, &[], 0.10, false);
+}
+
+#[test]
+fn accuracy_no_frame_pointers_libgcc() {
+    check_accuracy(
+        &accuracy_programs().nofp,
+        &["--unwinder", "libgcc"],
+        0.10,
+        false,
+    );
+}
+
+#[test]
+fn accuracy_exact_mode() {
+    check_accuracy(&accuracy_programs().fp, &["--exact"], 0.01, true);
+}
+
+// ---------- real programs ----------
+
+#[test]
+fn python_unchanged_and_profiled() {
+    let dir = tmp();
+    let script = dir.path().join("alloc.py");
+    std::fs::write(
+        &script,
+        "import json\nd=[{'k':i,'v':str(i)*20,'l':list(range(i%50))} for i in range(100000)]\n\
+         s=json.dumps(d)\nprint(len(s), sum(len(x['l']) for x in json.loads(s)))\n",
+    )
+    .unwrap();
+    let raws = same_behaviour(dir.path(), &["python3", script.to_str().unwrap()]);
+    let last = last_per_pid(&raws);
+    let py = last
+        .values()
+        .find(|r| r.exe_name().starts_with("python3"))
+        .expect("a python3 profile");
+    assert_sensible(py);
+}
+
+#[test]
+fn sqlite_unchanged_and_profiled() {
+    let dir = tmp();
+    let sql = "create table t(a integer primary key, b text);\
+               with recursive c(x) as (select 1 union all select x+1 from c where x<50000) \
+               insert into t select x, printf('%0100d', x) from c;\
+               create index tb on t(b);\
+               select count(*), sum(length(b)) from t where a % 7 = 3;";
+    let db = dir.path().join("w.db");
+    let raws = same_behaviour(dir.path(), &["sqlite3", db.to_str().unwrap(), sql]);
+    std::fs::remove_file(&db).ok();
+    assert_eq!(raws.len(), 1);
+    assert_sensible(&raws[0]);
+}
+
+#[test]
+fn git_unchanged_and_profiled() {
+    let dir = tmp();
+    let d = dir.path();
+    let git = |args: &[&str]| -> Vec<Raw> {
+        let mut cmd = vec!["git", "-c", "user.name=t", "-c", "user.email=t@example.com"];
+        cmd.extend_from_slice(args);
+        let (out, raws) = profile(d, &[], &cmd);
+        assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+        raws
+    };
+    git(&["init", "-q", "repo"]);
+    std::fs::write(d.join("repo/a.txt"), "hello\n".repeat(1000)).unwrap();
+    git(&["-C", "repo", "add", "a.txt"]);
+    git(&["-C", "repo", "commit", "-q", "-m", "first"]);
+    // git log of this repository: same output with and without the profiler.
+    let r = root();
+    let raws = same_behaviour(
+        d,
+        &[
+            "git",
+            "-C",
+            r.to_str().unwrap(),
+            "log",
+            "--oneline",
+            "-n",
+            "50",
+            "--stat",
+        ],
+    );
+    assert_sensible(last_per_pid(&raws).values().next().unwrap());
+}
+
+#[test]
+fn gcc_unchanged_and_profiled_one_per_process() {
+    let dir = tmp();
+    let src = dir.path().join("hello.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void){puts(\"hi\");return 0;}\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("hello");
+    let raws = same_behaviour(
+        dir.path(),
+        &[
+            "gcc",
+            "-O2",
+            src.to_str().unwrap(),
+            "-o",
+            exe.to_str().unwrap(),
+        ],
+    );
+    let names: BTreeSet<String> = last_per_pid(&raws).values().map(|r| r.exe_name()).collect();
+    // gcc drives cc1, as, collect2 and ld as child processes: each leaves its own profile.
+    assert!(
+        names.iter().any(|n| n == "cc1"),
+        "no cc1 profile among {names:?}"
+    );
+    assert!(last_per_pid(&raws).len() >= 3, "{names:?}");
+    let cc1 = raws.iter().find(|r| r.exe_name() == "cc1").unwrap();
+    assert_sensible(cc1);
+    assert_eq!(stdout(&plain(dir.path(), &[exe.to_str().unwrap()])), "hi\n");
+}
+
+// ---------- torture programs ----------
+
+fn torture(name: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tmp();
+    let exe = compile(
+        &root().join(format!("runtime/tests/{name}.c")),
+        dir.path(),
+        name,
+        flags,
+    );
+    (dir, exe)
+}
+
+#[test]
+fn fork_exec_chain_one_profile_per_process() {
+    let (dir, exe) = torture("torture_fork", &[]);
+    let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "chain", "4"]);
+    let last = last_per_pid(&raws);
+    assert_eq!(last.len(), 5, "5 processes in the chain: {:?}", last.keys());
+    for r in last.values() {
+        assert_eq!(r.head["reason"], "exit");
+        assert_sensible(r);
+    }
+}
+
+#[test]
+fn fork_without_exec_children_profile_themselves() {
+    let (dir, exe) = torture("torture_fork", &[]);
+    let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "spawn", "4"]);
+    let last = last_per_pid(&raws);
+    assert_eq!(last.len(), 5, "parent + 4 children: {:?}", last.keys());
+    let children: Vec<_> = last
+        .values()
+        .filter(|r| r.head["reason"] == "fork-child-exit")
+        .collect();
+    assert_eq!(
+        children.len(),
+        4,
+        "children leaving by exit() and by _exit() both dump"
+    );
+    for r in last.values() {
+        assert_sensible(r);
+    }
+}
+
+#[test]
+fn dlopen_dlclose_loop_keeps_unloaded_module() {
+    let dir = tmp();
+    let src = root().join("runtime/tests/torture_dlopen.c");
+    let plugin = compile(
+        &src,
+        dir.path(),
+        "plugin.so",
+        &["-DPLUGIN", "-fPIC", "-shared"],
+    );
+    let exe = compile(&src, dir.path(), "torture_dlopen", &[]);
+    let raws = same_behaviour(
+        dir.path(),
+        &[exe.to_str().unwrap(), plugin.to_str().unwrap(), "150"],
+    );
+    assert_eq!(raws.len(), 1);
+    let r = &raws[0];
+    assert_sensible(r);
+    let m = r
+        .modules
+        .iter()
+        .find(|m| m.path.ends_with("plugin.so"))
+        .expect("plugin listed");
+    assert_eq!(m.state, "unloaded");
+    let hi = m.segs.iter().map(|(v, s)| v + s).max().unwrap();
+    let in_plugin = r
+        .stacks
+        .iter()
+        .any(|s| s.pcs.iter().any(|&pc| pc >= m.base && pc < m.base + hi));
+    assert!(in_plugin, "no sample has a frame in the unloaded plugin");
+}
+
+#[test]
+fn threads_created_and_joined_repeatedly() {
+    let (dir, exe) = torture("torture_threads", &[]);
+    let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "15"]);
+    assert_eq!(raws.len(), 1);
+    assert_sensible(&raws[0]);
+    assert_eq!(raws[0].num("dropped"), 0);
+    assert!(raws[0].num("samples") > 100);
+}
+
+// ---------- exit status, signals, bad input ----------
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    let dir = tmp();
+    let (out, _) = profile(dir.path(), &[], &["sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let (out, _) = profile(dir.path(), &[], &["sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    // A signal sent to memlens reaches the program.
+    let mut child = memlens()
+        .current_dir(dir.path())
+        .args(["run", "-o"])
+        .arg(dir.path().join("s.pb.gz"))
+        .args(["--", "sleep", "30"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + 15));
+}
+
+#[test]
+fn bad_input_is_one_line_errors() {
+    let o = run(&["run", "--no-such-option", "--", "true"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["run"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["run", "--interval", "lots", "--", "true"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&["run", "--unwinder", "magic", "--", "true"]);
+    assert_one_line_error(&o);
+    let o = run(&["run", "--", "/no/such/program"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        stderr(&o).contains("cannot run '/no/such/program': No such file or directory"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -19,7 +19,15 @@ struct Artifact {
     libs: Vec<&'static str>,
 }
 
-const WARN: &[&str] = &["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"];
+const WARN: &[&str] = &[
+    "-std=gnu11",
+    "-O2",
+    "-g",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fno-omit-frame-pointer",
+];
 
 fn c_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(dir)
@@ -40,18 +48,28 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
             shared: true,
             // initial-exec TLS: the fast path reads its countdown with one %fs-relative load and
             // never calls __tls_get_addr (which may malloc and recurse into us).
-            cflags: vec!["-fPIC", "-ftls-model=initial-exec", "-fvisibility=hidden", "-pthread"],
+            cflags: vec![
+                "-fPIC",
+                "-ftls-model=initial-exec",
+                "-fvisibility=hidden",
+                "-pthread",
+            ],
             libs: vec!["-ldl", "-lgcc_s", "-lm", "-pthread"],
         });
     }
     let alloc_dir = root.join("allocators");
     let common = c_files(&alloc_dir.join("common"));
     if let Ok(rd) = fs::read_dir(&alloc_dir) {
-        let mut dirs: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        let mut dirs: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
         dirs.sort();
         for d in dirs {
             let name = d.file_name().unwrap().to_string_lossy().to_string();
-            if name == "common" {
+            // common/ is linked into every allocator; tests/ holds test programs, not an allocator.
+            if name == "common" || name == "tests" {
                 continue;
             }
             let mut sources = c_files(&d);
@@ -63,7 +81,13 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
                 name: format!("libmemlens-{name}.so"),
                 sources,
                 shared: true,
-                cflags: vec!["-fPIC", "-ftls-model=initial-exec", "-pthread", "-I", "allocators/common"],
+                cflags: vec![
+                    "-fPIC",
+                    "-ftls-model=initial-exec",
+                    "-pthread",
+                    "-I",
+                    "allocators/common",
+                ],
                 libs: vec!["-pthread"],
             });
         }
@@ -85,14 +109,19 @@ fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
     let dest = out_dir.join(&a.name);
     let mut cmd = Command::new(&cc);
-    cmd.current_dir(root).args(WARN).args(&a.cflags).arg("-Iruntime/include");
+    cmd.current_dir(root)
+        .args(WARN)
+        .args(&a.cflags)
+        .arg("-Iruntime/include");
     if a.shared {
         cmd.args(["-shared", "-Wl,-z,nodelete", "-Wl,--build-id"]);
     } else {
         cmd.arg("-Wl,--build-id");
     }
     cmd.args(&a.sources).arg("-o").arg(&dest).args(&a.libs);
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     if !status.success() {
         panic!("compiling {} failed: {:?}", a.name, cmd);
     }
@@ -117,9 +146,15 @@ fn main() {
         for b in fs::read(&path).unwrap() {
             hash = (hash ^ b as u64).wrapping_mul(0x100_0000_01b3);
         }
-        table.push_str(&format!("    ({:?}, include_bytes!({:?})),\n", a.name, path.display().to_string()));
+        table.push_str(&format!(
+            "    ({:?}, include_bytes!({:?})),\n",
+            a.name,
+            path.display().to_string()
+        ));
     }
     table.push_str("];\n");
-    table.push_str(&format!("pub const CONTENT_HASH: &str = \"{hash:016x}\";\n"));
+    table.push_str(&format!(
+        "pub const CONTENT_HASH: &str = \"{hash:016x}\";\n"
+    ));
     fs::write(out_dir.join("embedded.rs"), table).unwrap();
 }

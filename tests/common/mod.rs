@@ -23,7 +23,10 @@ pub fn stderr(o: &Output) -> String {
 
 /// The repository root (for test programs under runtime/tests, workloads/…).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// Compile a C or C++ test program into `dir`, returning the executable's path.
@@ -47,11 +50,21 @@ pub fn compile(src: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
 pub fn assert_one_line_error(o: &Output) {
     let e = stderr(o);
     let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert!(!o.status.success(), "expected failure, got success; stderr: {e}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {e}"
+    );
     assert!(!e.contains("panicked"), "panic: {e}");
     assert!(
         lines.iter().any(|l| l.starts_with("memlens: error: ")),
         "no 'memlens: error:' line in: {e}"
     );
-    assert_eq!(lines.iter().filter(|l| l.starts_with("memlens: error: ")).count(), 1, "{e}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("memlens: error: "))
+            .count(),
+        1,
+        "{e}"
+    );
 }

@@ -1,8 +1,401 @@
-//! memlens bench alloc (work in progress).
+//! `memlens bench alloc`: which allocator scales for a pattern of allocation. Each configuration
+//! (allocator × pattern × size × threads) runs in a fresh child process with the allocator preloaded;
+//! repeats are interleaved so drift on the machine hits every allocator alike.
+mod allocators;
+mod child;
+mod report;
+
+use anyhow::{Context, Result};
+use memlens_measure::progress::Progress;
+use memlens_measure::units::{format_size, parse_count_list, parse_size_list};
+use memlens_measure::usage;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Patterns (each moves a fixed total of --ops objects divided among the threads, so the
+ideal time on T threads is 1/T of one thread's, up to the number of CPUs):
+  split    each thread creates and destroys its share; an object lives while the next
+           --live (default 64) are made. The study's test.
+  pairs    malloc immediately followed by free (malloc-test).
+  batch    allocate --live blocks, then free them: runs batch-lifo (newest first) and
+           batch-fifo (oldest first); either can be asked for alone.
+  cross    half the threads (rounded up) allocate batches of --live blocks and hand them
+           through queues to the other half, which free them: every free is cross-thread.
+           With one thread the producer frees its own batches.
+  larson   --live slots per thread (default 1000, fewer for big sizes) hold blocks of
+           random size in [size/8, size]; each step frees a random slot and refills it;
+           after every --live steps each thread moves on to the next thread's slots, so
+           blocks are freed by threads that did not allocate them.
+  all      every pattern above.
+Allocators: system (glibc), jemalloc, tcmalloc, mimalloc, tbbmalloc (Debian packages, found
+through ldconfig), global-lock and pooled (memlens's reference allocators), and any
+--allocator NAME=PATH.so. Each runs in a child process with LD_PRELOAD; the child checks
+that malloc really resolves to the preloaded library.
+Per-call latency: on average 1 malloc and 1 free in --sample-every (random gaps) are timed
+with the TSC (fenced), the measured cost of reading the clock subtracted.
+RSS, page faults and CPU time: wait4() on the child.
+
+Example:
+  memlens bench alloc --pattern split --sizes 128,1K,1M --threads 1..2
+  memlens bench alloc --pattern all --sizes 64 --svg plots --html alloc.html
+  memlens bench alloc --allocator hoard=/opt/libhoard.so --allocators system,hoard";
+
 /// Allocator scalability across threads, sizes and patterns
 #[derive(Debug, clap::Args)]
-pub struct AllocArgs {}
+#[command(after_help = AFTER_HELP)]
+pub struct AllocArgs {
+    /// Boxed so the CLI's subcommand enum stays small (clippy::large_enum_variant).
+    #[command(flatten)]
+    pub opts: Box<AllocOptions>,
+}
 
-pub fn run_alloc(_args: AllocArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+/// The options of `memlens bench alloc`.
+#[derive(Debug, clap::Args)]
+pub struct AllocOptions {
+    /// Patterns to run (comma-separated): split, pairs, batch, batch-lifo, batch-fifo, cross, larson, all
+    #[arg(long, default_value = "split")]
+    pub pattern: String,
+    /// Object sizes (comma-separated), e.g. 128,1K,1M
+    #[arg(long, default_value = "128,1K,1M")]
+    pub sizes: String,
+    /// Thread counts: a list or range, e.g. 1..4 or 1,2,8 [default: 1..number of CPUs]
+    #[arg(long)]
+    pub threads: Option<String>,
+    /// Allocators to compare, in this order (comma-separated) [default: all available]
+    #[arg(long)]
+    pub allocators: Option<String>,
+    /// Add an allocator: NAME=PATH.so, preloaded like the others (repeatable)
+    #[arg(long = "allocator", value_name = "NAME=PATH.so")]
+    pub custom: Vec<String>,
+    /// Objects allocated per run, over all threads [default: 2M for small sizes, fewer above 16 KiB]
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Live objects per thread: ring (split), batch (batch, cross) or slots (larson)
+    #[arg(long)]
+    pub live: Option<u64>,
+    /// Write every byte of each object after allocating it
+    #[arg(long)]
+    pub touch: bool,
+    /// Repeats of every configuration, interleaved [default: 5]
+    #[arg(long)]
+    pub repeats: Option<u64>,
+    /// Time one malloc and one free in N on average (0: no per-call latency)
+    #[arg(long, default_value_t = 64)]
+    pub sample_every: u64,
+    /// A short run: 1/20 of the default objects and 2 repeats
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed for larson's random sizes and slots
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Give up on a run after this long, e.g. 120s
+    #[arg(long, default_value = "300s")]
+    pub timeout: String,
+    /// Write every run and the summary as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the summary table as CSV
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+    /// Write a self-contained HTML report (tables and plots)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// List the allocators found (and the missing ones) and exit
+    #[arg(long)]
+    pub list: bool,
+}
+
+const ALL_PATTERNS: &[&str] = &[
+    "split",
+    "pairs",
+    "batch-lifo",
+    "batch-fifo",
+    "cross",
+    "larson",
+];
+
+fn parse_patterns(s: &str) -> Result<Vec<&'static str>> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let add: Vec<&'static str> = match p {
+            "all" => ALL_PATTERNS.to_vec(),
+            "batch" => vec!["batch-lifo", "batch-fifo"],
+            _ => match ALL_PATTERNS.iter().find(|&&k| k == p) {
+                Some(k) => vec![*k],
+                None => {
+                    return Err(usage(format!(
+                        "unknown pattern '{p}' (use split, pairs, batch, batch-lifo, batch-fifo, cross, larson or all)"
+                    )))
+                }
+            },
+        };
+        for a in add {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(usage("--pattern is empty"));
+    }
+    Ok(out)
+}
+
+/// Default objects per run: enough for ~50–300 ms per run on one thread with a fast allocator, fewer
+/// for big objects (each may cost a page fault or a system call).
+fn default_ops(size: u64) -> u64 {
+    (64u64 << 30)
+        .checked_div(size)
+        .unwrap_or(0)
+        .clamp(20_000, 2_000_000)
+}
+
+/// Default live objects per thread: larson keeps 1000 slots unless that exceeds 128 MiB per thread.
+fn default_live(pattern: &str, size: u64) -> u64 {
+    if pattern == "larson" {
+        ((128u64 << 20) / size.max(1)).clamp(8, 1000)
+    } else {
+        64
+    }
+}
+
+/// Everything decided before the first run.
+pub(crate) struct Plan {
+    pub patterns: Vec<&'static str>,
+    pub sizes: Vec<u64>,
+    pub threads: Vec<u64>,
+    pub repeats: u64,
+    pub ncpu: u64,
+    pub ops: Option<u64>,
+    pub quick: bool,
+    pub live: Option<u64>,
+    pub touch: bool,
+    pub sample_every: u64,
+    pub seed: u64,
+}
+
+impl Plan {
+    fn job(&self, pattern: &'static str, size: u64, threads: u64) -> child::Job {
+        let ops = self
+            .ops
+            .unwrap_or_else(|| default_ops(size) / if self.quick { 20 } else { 1 })
+            .max(1);
+        child::Job {
+            pattern,
+            size,
+            threads,
+            ops,
+            live: self.live.unwrap_or_else(|| default_live(pattern, size)),
+            touch: self.touch,
+            sample_every: self.sample_every,
+            seed: self.seed,
+        }
+    }
+}
+
+fn plan(args: &AllocOptions) -> Result<Plan> {
+    let patterns = parse_patterns(&args.pattern)?;
+    let sizes = parse_size_list(&args.sizes)?;
+    if let Some(bad) = sizes.iter().find(|&&s| s == 0 || s > 1 << 30) {
+        return Err(usage(format!(
+            "--sizes: {bad} is out of range (1 byte to 1 GiB)"
+        )));
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get() as u64)
+        .unwrap_or(1);
+    let threads = match &args.threads {
+        Some(t) => parse_count_list(t)?,
+        None => (1..=ncpu).collect(),
+    };
+    if let Some(bad) = threads.iter().find(|&&t| t == 0 || t > 1024) {
+        return Err(usage(format!(
+            "--threads: {bad} is out of range (1 to 1024)"
+        )));
+    }
+    if args.repeats == Some(0) {
+        return Err(usage("--repeats must be at least 1"));
+    }
+    if args.ops == Some(0) || args.live == Some(0) {
+        return Err(usage("--ops and --live must be at least 1"));
+    }
+    Ok(Plan {
+        patterns,
+        sizes,
+        threads,
+        repeats: args.repeats.unwrap_or(if args.quick { 2 } else { 5 }),
+        ncpu,
+        ops: args.ops,
+        quick: args.quick,
+        live: args.live,
+        touch: args.touch,
+        sample_every: args.sample_every,
+        seed: args.seed,
+    })
+}
+
+fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
+    let mut rows: Vec<Vec<String>> = found
+        .iter()
+        .map(|a| {
+            let lib = a
+                .lib
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(nothing preloaded)".into());
+            vec![a.name.clone(), "available".into(), lib, a.origin.clone()]
+        })
+        .collect();
+    rows.extend(missing.iter().map(|m| {
+        vec![
+            m.name.clone(),
+            "missing".into(),
+            String::new(),
+            m.reason.clone(),
+        ]
+    }));
+    println!(
+        "{}",
+        memlens_measure::output::table(&["allocator", "status", "library", "from"], &rows)
+    );
+}
+
+pub fn run_alloc(args: AllocArgs) -> Result<i32> {
+    let args = *args.opts;
+    let custom = args
+        .custom
+        .iter()
+        .map(|s| allocators::parse_custom(s))
+        .collect::<Result<Vec<_>>>()?;
+    let (found, missing) = allocators::discover(&custom)?;
+    if args.list {
+        list(&found, &missing);
+        return Ok(0);
+    }
+    let plan = plan(&args)?;
+    let timeout =
+        memlens_measure::units::parse_duration(&args.timeout)?.max(Duration::from_secs(1));
+    let (mut allocs, missing) = allocators::select(found, missing, args.allocators.as_deref())?;
+    for m in &missing {
+        eprintln!("memlens: warning: {} is not measured: {}", m.name, m.reason);
+    }
+    if allocs.is_empty() {
+        anyhow::bail!("no allocator left to measure (see the warnings above)");
+    }
+    if let Some(&t) = plan.threads.iter().find(|&&t| t > plan.ncpu) {
+        eprintln!(
+            "memlens: warning: {t} threads on {} CPUs: the machine is oversubscribed, so times above {} threads include time-sharing",
+            plan.ncpu, plan.ncpu
+        );
+    }
+    let exe = child::executable()?;
+    let total = plan.repeats
+        * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
+    let progress = Progress::new(total, "bench alloc");
+    let mut runs = Vec::new();
+    let mut failed: Vec<allocators::Missing> = Vec::new();
+    // Repeats outermost and allocators innermost: A B C A B C…, so slow drift of the machine's load
+    // lands on every allocator alike.
+    for rep in 0..plan.repeats {
+        for &pattern in &plan.patterns {
+            for &size in &plan.sizes {
+                for &threads in &plan.threads {
+                    let job = plan.job(pattern, size, threads);
+                    let mut i = 0;
+                    while i < allocs.len() {
+                        let a = &allocs[i];
+                        progress.step(format!(
+                            "{} {pattern} {} × {threads}",
+                            a.name,
+                            format_size(size)
+                        ));
+                        match child::run(&exe, a, &job, timeout) {
+                            Ok(m) => {
+                                runs.push(report::Run {
+                                    allocator: a.name.clone(),
+                                    pattern,
+                                    size,
+                                    threads,
+                                    repeat: rep,
+                                    ops: job.ops,
+                                    live: job.live,
+                                    m,
+                                });
+                                i += 1;
+                            }
+                            Err(e) => {
+                                let reason = format!("{e:#}");
+                                progress.println(format!(
+                                    "memlens: warning: {} dropped: {reason}",
+                                    a.name
+                                ));
+                                failed.push(allocators::Missing {
+                                    name: a.name.clone(),
+                                    reason,
+                                });
+                                let name = a.name.clone();
+                                runs.retain(|r| r.allocator != name);
+                                allocs.remove(i);
+                            }
+                        }
+                        progress.inc();
+                    }
+                }
+            }
+        }
+    }
+    progress.finish();
+    if allocs.is_empty() {
+        anyhow::bail!("every allocator failed (see the warnings above)");
+    }
+    let summary = report::summarize(&plan, &allocs, &runs);
+    print!("{}", report::text(&plan, &summary, &missing, &failed));
+    if let Some(p) = &args.json {
+        report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
+    }
+    if let Some(p) = &args.csv {
+        report::write_csv(p, &summary)?;
+    }
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, svg) in report::svgs(&plan, &summary)? {
+            memlens_measure::output::write_text(&dir.join(name), &svg)?;
+        }
+    }
+    if let Some(p) = &args.html {
+        memlens_measure::output::write_text(p, &report::html(&plan, &summary, &missing, &failed)?)?;
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_expand_and_reject_unknown() {
+        assert_eq!(
+            parse_patterns("batch").unwrap(),
+            vec!["batch-lifo", "batch-fifo"]
+        );
+        assert_eq!(parse_patterns("all").unwrap().len(), 6);
+        assert_eq!(parse_patterns("split,split").unwrap(), vec!["split"]);
+        assert!(memlens_measure::error::is_usage(
+            &parse_patterns("zigzag").unwrap_err()
+        ));
+    }
+
+    #[test]
+    fn default_counts_scale_with_size() {
+        assert_eq!(default_ops(128), 2_000_000);
+        assert_eq!(default_ops(1 << 20), 65_536);
+        assert_eq!(default_ops(1 << 30), 20_000);
+        assert_eq!(default_live("larson", 128), 1000);
+        assert_eq!(default_live("larson", 1 << 20), 128);
+        assert_eq!(default_live("split", 1 << 20), 64);
+    }
 }

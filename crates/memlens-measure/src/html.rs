@@ -20,7 +20,10 @@ pub struct Report {
 }
 
 pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Render the report; the machine facts are appended as a last section.
@@ -40,7 +43,14 @@ pub fn render(r: &Report) -> String {
     let machine = crate::sysinfo::collect();
     let facts = Section {
         heading: "Machine".into(),
-        tables: vec![(vec!["fact".into(), "value".into()], machine.lines().into_iter().map(|(k, v)| vec![k, v]).collect())],
+        tables: vec![(
+            vec!["fact".into(), "value".into()],
+            machine
+                .lines()
+                .into_iter()
+                .map(|(k, v)| vec![k, v])
+                .collect(),
+        )],
         ..Default::default()
     };
     for s in r.sections.iter().chain(std::iter::once(&facts)) {

@@ -7,12 +7,21 @@ use std::path::Path;
 /// A table with a header row; numeric-looking cells are right-aligned.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
-    t.load_preset(UTF8_BORDERS_ONLY).set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(header.iter().map(|h| Cell::new(h)));
+    t.load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    t.set_header(header.iter().map(Cell::new));
     for r in rows {
         t.add_row(r.iter().map(|c| {
-            let numeric = c.trim_start_matches(['+', '-', '±']).chars().next().is_some_and(|ch| ch.is_ascii_digit());
-            Cell::new(c).set_alignment(if numeric { CellAlignment::Right } else { CellAlignment::Left })
+            let numeric = c
+                .trim_start_matches(['+', '-', '±'])
+                .chars()
+                .next()
+                .is_some_and(|ch| ch.is_ascii_digit());
+            Cell::new(c).set_alignment(if numeric {
+                CellAlignment::Right
+            } else {
+                CellAlignment::Left
+            })
         }));
     }
     t.to_string()
@@ -22,8 +31,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 pub fn write_json<T: Serialize>(path: &Path, payload: &T) -> Result<()> {
     let mut v = serde_json::to_value(payload)?;
     if let serde_json::Value::Object(m) = &mut v {
-        m.insert("machine".into(), serde_json::to_value(crate::sysinfo::collect())?);
-        m.insert("command".into(), serde_json::to_value(std::env::args().collect::<Vec<_>>())?);
+        m.insert(
+            "machine".into(),
+            serde_json::to_value(crate::sysinfo::collect())?,
+        );
+        m.insert(
+            "command".into(),
+            serde_json::to_value(std::env::args().collect::<Vec<_>>())?,
+        );
     }
     let s = serde_json::to_string_pretty(&v)?;
     std::fs::write(path, s + "\n").with_context(|| format!("cannot write {}", path.display()))
@@ -31,18 +46,25 @@ pub fn write_json<T: Serialize>(path: &Path, payload: &T) -> Result<()> {
 
 /// Write a CSV file with a header row.
 pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
     w.write_record(header)?;
     for r in rows {
         w.write_record(r)?;
     }
-    w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    w.flush()
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 
 /// Write a text file (SVG, HTML…) with the path in the error.
 pub fn write_text(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Pretty JSON of any serialisable value.
+pub fn to_json_pretty<T: Serialize>(v: &T) -> Result<String> {
+    Ok(serde_json::to_string_pretty(v)?)
 }
 
 #[cfg(test)]
@@ -52,9 +74,4 @@ mod tests {
         let t = super::table(&["a", "b"], &[vec!["x".into(), "1.5".into()]]);
         assert!(t.contains('x') && t.contains("1.5") && t.contains('a'));
     }
-}
-
-/// Pretty JSON of any serialisable value.
-pub fn to_json_pretty<T: Serialize>(v: &T) -> Result<String> {
-    Ok(serde_json::to_string_pretty(v)?)
 }

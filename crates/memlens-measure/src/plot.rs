@@ -56,8 +56,12 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 }
 
 fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
-    let v: Vec<f64> = vals.filter(|x| x.is_finite() && (!log || *x > 0.0)).collect();
-    let (mut lo, mut hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    let v: Vec<f64> = vals
+        .filter(|x| x.is_finite() && (!log || *x > 0.0))
+        .collect();
+    let (mut lo, mut hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
     if v.is_empty() {
         return (if log { 1.0 } else { 0.0 }, 1.0);
     }
@@ -79,38 +83,72 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let xs = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(c.markers.iter().map(|m| m.0));
+        let xs = c
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .chain(c.markers.iter().map(|m| m.0));
         let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
         let (x0, x1) = range(xs, c.log_x);
         let (y0, y1) = range(ys, c.log_y);
         let mut b = ChartBuilder::on(&root);
-        b.caption(&c.title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(70);
+        b.caption(&c.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70);
         // The four axis combinations have different coordinate types, so each is drawn by the same
         // generic body.
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart;
-                chart.configure_mesh().x_desc(&c.x_label).y_desc(&c.y_label).draw().map_err(err)?;
+                chart
+                    .configure_mesh()
+                    .x_desc(&c.x_label)
+                    .y_desc(&c.y_label)
+                    .draw()
+                    .map_err(err)?;
                 for (x, label) in &c.markers {
                     let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
-                    chart.draw_series(std::iter::once(PathElement::new(vec![(*x, y0), (*x, y1)], style))).map_err(err)?;
                     chart
-                        .draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), ("sans-serif", 12).into_font())))
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(*x, y0), (*x, y1)],
+                            style,
+                        )))
+                        .map_err(err)?;
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            label.clone(),
+                            (*x, y1),
+                            ("sans-serif", 12).into_font(),
+                        )))
                         .map_err(err)?;
                 }
                 for (i, s) in c.series.iter().enumerate() {
                     let col = color(i);
-                    let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+                    let pts: Vec<(f64, f64)> = s
+                        .points
+                        .iter()
+                        .copied()
+                        .filter(|p| p.0.is_finite() && p.1.is_finite())
+                        .collect();
                     let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
                     if s.dashed {
-                        chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(err)?
+                        chart
+                            .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))
+                            .map_err(err)?
                     } else {
-                        chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(err)?
+                        chart
+                            .draw_series(LineSeries::new(pts.clone(), style))
+                            .map_err(err)?
                     }
                     .label(&s.name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
+                    });
                     if !s.dashed {
-                        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled()))).map_err(err)?;
+                        chart
+                            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
+                            .map_err(err)?;
                     }
                 }
                 chart
@@ -124,9 +162,15 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
         }
         match (c.log_x, c.log_y) {
             (false, false) => draw!(b.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?),
-            (true, false) => draw!(b.build_cartesian_2d((x0..x1).log_scale(), y0..y1).map_err(err)?),
-            (false, true) => draw!(b.build_cartesian_2d(x0..x1, (y0..y1).log_scale()).map_err(err)?),
-            (true, true) => draw!(b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale()).map_err(err)?),
+            (true, false) => draw!(b
+                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .map_err(err)?),
+            (false, true) => draw!(b
+                .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                .map_err(err)?),
+            (true, true) => draw!(b
+                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                .map_err(err)?),
         }
         root.present().map_err(err)?;
     }
@@ -169,10 +213,12 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
         for (si, (name, vals)) in c.series.iter().enumerate() {
             let col = color(si);
             chart
-                .draw_series(vals.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(ci, v)| {
-                    let x = ci as f64 + 0.1 + si as f64 * w;
-                    Rectangle::new([(x, 0.0), (x + w * 0.9, *v)], col.filled())
-                }))
+                .draw_series(vals.iter().enumerate().filter(|(_, v)| v.is_finite()).map(
+                    |(ci, v)| {
+                        let x = ci as f64 + 0.1 + si as f64 * w;
+                        Rectangle::new([(x, 0.0), (x + w * 0.9, *v)], col.filled())
+                    },
+                ))
                 .map_err(err)?
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
@@ -201,7 +247,11 @@ mod tests {
             y_label: "y".into(),
             log_x: true,
             log_y: false,
-            series: vec![Series { name: "alpha".into(), points: vec![(1.0, 2.0), (10.0, 3.0)], dashed: false }],
+            series: vec![Series {
+                name: "alpha".into(),
+                points: vec![(1.0, 2.0), (10.0, 3.0)],
+                dashed: false,
+            }],
             markers: vec![(4.0, "L1".into())],
         };
         let s = line_chart(&c).unwrap();

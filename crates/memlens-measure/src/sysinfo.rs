@@ -30,7 +30,9 @@ pub struct SysInfo {
 }
 
 fn read(p: &str) -> String {
-    fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn parse_cache_size(s: &str) -> u64 {
@@ -60,7 +62,9 @@ pub fn caches() -> Vec<Cache> {
             level: read(&format!("{base}/level")).parse().unwrap_or(0),
             kind,
             size_bytes: parse_cache_size(&read(&format!("{base}/size"))),
-            line_bytes: read(&format!("{base}/coherency_line_size")).parse().unwrap_or(64),
+            line_bytes: read(&format!("{base}/coherency_line_size"))
+                .parse()
+                .unwrap_or(64),
         });
     }
     out.sort_by_key(|c| c.level);
@@ -69,7 +73,11 @@ pub fn caches() -> Vec<Cache> {
 
 /// Size of the last-level cache in bytes (8 MiB if sysfs says nothing).
 pub fn llc_bytes() -> u64 {
-    caches().last().map(|c| c.size_bytes).filter(|&s| s > 0).unwrap_or(8 << 20)
+    caches()
+        .last()
+        .map(|c| c.size_bytes)
+        .filter(|&s| s > 0)
+        .unwrap_or(8 << 20)
 }
 
 /// Probe whether a hardware cycle counter can be opened for this process; `Err(reason)` if not.
@@ -90,10 +98,17 @@ pub fn pmu_probe() -> Result<(), String> {
     let err = std::io::Error::last_os_error();
     let virt = read("/proc/cpuinfo").contains(" hypervisor");
     Err(match err.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) if virt => "no PMU: virtual machine without counters".into(),
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => "no PMU: the CPU exposes no cycle counter".into(),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) if virt => {
+            "no PMU: virtual machine without counters".into()
+        }
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) => {
+            "no PMU: the CPU exposes no cycle counter".into()
+        }
         Some(libc::EACCES) | Some(libc::EPERM) => {
-            format!("perf_event_paranoid={} forbids counters", read("/proc/sys/kernel/perf_event_paranoid"))
+            format!(
+                "perf_event_paranoid={} forbids counters",
+                read("/proc/sys/kernel/perf_event_paranoid")
+            )
         }
         _ => format!("perf_event_open failed: {err}"),
     })
@@ -104,7 +119,11 @@ fn glibc_version() -> String {
         fn gnu_get_libc_version() -> *const libc::c_char;
     }
     // SAFETY: glibc returns a static NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()).to_string_lossy().into_owned() }
+    unsafe {
+        std::ffi::CStr::from_ptr(gnu_get_libc_version())
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 /// Gather the machine facts (takes ~50 ms for the TSC calibration the first time).
@@ -125,11 +144,18 @@ pub fn collect() -> SysInfo {
         * 1024;
     let clock = crate::tsc::Clock::get();
     let thp = read("/sys/kernel/mm/transparent_hugepage/enabled");
-    let thp = thp.split('[').nth(1).and_then(|s| s.split(']').next()).unwrap_or(&thp).to_string();
+    let thp = thp
+        .split('[')
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap_or(&thp)
+        .to_string();
     SysInfo {
         hostname: read("/proc/sys/kernel/hostname"),
         cpu_model,
-        logical_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        logical_cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         memory_bytes,
         kernel: read("/proc/sys/kernel/osrelease"),
         glibc: glibc_version(),
@@ -155,21 +181,46 @@ impl SysInfo {
             .collect::<Vec<_>>()
             .join(", ");
         vec![
-            ("cpu".into(), format!("{} ({} logical CPUs{})", self.cpu_model, self.logical_cpus, if self.virtualized { ", virtual machine" } else { "" })),
+            (
+                "cpu".into(),
+                format!(
+                    "{} ({} logical CPUs{})",
+                    self.cpu_model,
+                    self.logical_cpus,
+                    if self.virtualized {
+                        ", virtual machine"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
             ("memory".into(), format_size(self.memory_bytes)),
             ("caches".into(), caches),
-            ("kernel / glibc".into(), format!("{} / {}", self.kernel, self.glibc)),
+            (
+                "kernel / glibc".into(),
+                format!("{} / {}", self.kernel, self.glibc),
+            ),
             ("transparent huge pages".into(), self.thp.clone()),
             (
                 "TSC".into(),
                 format!(
                     "{:.3} GHz, {}, read costs {:.1} ns",
                     self.tsc_hz / 1e9,
-                    if self.tsc_invariant { "invariant" } else { "NOT invariant (timings unreliable)" },
+                    if self.tsc_invariant {
+                        "invariant"
+                    } else {
+                        "NOT invariant (timings unreliable)"
+                    },
                     self.tsc_read_ns
                 ),
             ),
-            ("hardware counters".into(), self.pmu_unavailable.clone().map(|r| format!("n/a ({r})")).unwrap_or_else(|| "available".into())),
+            (
+                "hardware counters".into(),
+                self.pmu_unavailable
+                    .clone()
+                    .map(|r| format!("n/a ({r})"))
+                    .unwrap_or_else(|| "available".into()),
+            ),
         ]
     }
 }

@@ -47,11 +47,8 @@ impl Clock {
 
 fn invariant_tsc() -> bool {
     // CPUID leaf 0x8000_0007, EDX bit 8: invariant TSC.
-    // SAFETY: cpuid is always available on x86-64.
-    unsafe {
-        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-        max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
-    }
+    let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+    max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
 }
 
 fn calibrate() -> Clock {
@@ -75,7 +72,11 @@ fn calibrate() -> Clock {
         })
         .collect();
     costs.sort_unstable();
-    Clock { hz: rates[1], invariant: invariant_tsc(), read_cost_ticks: costs[costs.len() / 2] as f64 }
+    Clock {
+        hz: rates[1],
+        invariant: invariant_tsc(),
+        read_cost_ticks: costs[costs.len() / 2] as f64,
+    }
 }
 
 #[cfg(test)]
@@ -83,7 +84,11 @@ mod tests {
     #[test]
     fn calibration_is_plausible() {
         let c = super::Clock::get();
-        assert!(c.hz > 1e8 && c.hz < 1e10, "TSC rate {} Hz is implausible", c.hz);
+        assert!(
+            c.hz > 1e8 && c.hz < 1e10,
+            "TSC rate {} Hz is implausible",
+            c.hz
+        );
         assert!(c.read_cost_ticks < 10_000.0);
     }
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 /// Parse a size: `4096`, `64K`, `64KiB`, `64kb`, `2M`, `1GiB`, `1.5M`. Binary multiples (K = 1024).
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -14,11 +16,17 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(usage(format!("'{s}' is not a size (use e.g. 4096, 64K, 512KiB, 2M, 1GiB)"))),
+        _ => {
+            return Err(usage(format!(
+                "'{s}' is not a size (use e.g. 4096, 64K, 512KiB, 2M, 1GiB)"
+            )))
+        }
     };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| usage(format!("'{s}' is not a size (use e.g. 4096, 64K, 512KiB, 2M, 1GiB)")))?;
+    let v: f64 = num.parse().map_err(|_| {
+        usage(format!(
+            "'{s}' is not a size (use e.g. 4096, 64K, 512KiB, 2M, 1GiB)"
+        ))
+    })?;
     if !v.is_finite() || v < 0.0 || v * mult as f64 > u64::MAX as f64 {
         return Err(usage(format!("size '{s}' is out of range")));
     }
@@ -27,7 +35,11 @@ pub fn parse_size(s: &str) -> Result<u64> {
 
 /// Parse a comma-separated list of sizes: `128,1K,1M`.
 pub fn parse_size_list(s: &str) -> Result<Vec<u64>> {
-    let v: Result<Vec<u64>> = s.split(',').filter(|p| !p.trim().is_empty()).map(parse_size).collect();
+    let v: Result<Vec<u64>> = s
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(parse_size)
+        .collect();
     let v = v?;
     if v.is_empty() {
         return Err(usage(format!("'{s}' is an empty list")));
@@ -42,7 +54,11 @@ pub fn parse_count_list(s: &str) -> Result<Vec<u64>> {
         let bad = || usage(format!("'{part}' is not a number or a range like 1..8"));
         if let Some((a, b)) = part.split_once("..") {
             let a: u64 = a.trim().parse().map_err(|_| bad())?;
-            let b: u64 = b.trim().trim_start_matches('=').parse().map_err(|_| bad())?;
+            let b: u64 = b
+                .trim()
+                .trim_start_matches('=')
+                .parse()
+                .map_err(|_| bad())?;
             if a > b {
                 return Err(usage(format!("range '{part}' is empty (start > end)")));
             }
@@ -60,7 +76,9 @@ pub fn parse_count_list(s: &str) -> Result<Vec<u64>> {
 /// Parse a duration: `500ms`, `10s`, `2m`, `1h`, or plain seconds `1.5`.
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     let v: f64 = num
         .parse()
@@ -70,7 +88,11 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
         "" | "s" => v,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
-        _ => return Err(usage(format!("'{s}' is not a duration (use e.g. 500ms, 10s, 2m)"))),
+        _ => {
+            return Err(usage(format!(
+                "'{s}' is not a duration (use e.g. 500ms, 10s, 2m)"
+            )))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(usage(format!("duration '{s}' is out of range")));
@@ -80,10 +102,15 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
 
 /// Format bytes compactly with binary units: `512`, `64K`, `1.5M`, `2G`.
 pub fn format_size(b: u64) -> String {
-    const U: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    const U: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ];
     for (name, m) in U {
         if b >= m {
-            return if b % m == 0 {
+            return if b.is_multiple_of(m) {
                 format!("{}{name}", b / m)
             } else {
                 format!("{:.1}{name}", b as f64 / m as f64)
@@ -118,7 +145,10 @@ mod tests {
         assert_eq!(parse_count_list("1,2,8").unwrap(), vec![1, 2, 8]);
         assert_eq!(parse_count_list("1..2,8").unwrap(), vec![1, 2, 8]);
         assert!(parse_count_list("4..1").is_err());
-        assert_eq!(parse_size_list("128,1K,1M").unwrap(), vec![128, 1024, 1 << 20]);
+        assert_eq!(
+            parse_size_list("128,1K,1M").unwrap(),
+            vec![128, 1024, 1 << 20]
+        );
         assert!(parse_size_list(",").is_err());
     }
 

@@ -42,14 +42,18 @@ pub fn path(name: &str) -> Result<PathBuf> {
     };
     let dir = cache_dir();
     let dest = dir.join(name);
-    if fs::metadata(&dest).map(|m| m.len() == bytes.len() as u64).unwrap_or(false) {
+    if fs::metadata(&dest)
+        .map(|m| m.len() == bytes.len() as u64)
+        .unwrap_or(false)
+    {
         return Ok(dest);
     }
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // Write to a private temporary name and rename, so concurrent memlens processes never see a
     // half-written library.
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let mut f = fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut f =
+        fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     f.write_all(bytes)?;
     f.set_permissions(fs::Permissions::from_mode(0o755))?;
     drop(f);

@@ -1,15 +1,8 @@
-//! memlens run / memlens ctl (work in progress).
-/// Run a command under the heap profiler
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {}
+//! memlens run / memlens ctl: start programs under the runtime and control running ones.
+pub mod ctl;
+pub mod growth;
+pub mod run;
 
-pub fn run_run(_args: RunArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
-/// Control a process running under the runtime
-#[derive(Debug, clap::Args)]
-pub struct CtlArgs {}
-
-pub fn run_ctl(_args: CtlArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
+pub use ctl::{run_ctl, CtlArgs};
+pub use growth::{LiveArgs, LivePlan, Watcher};
+pub use run::{run_run, RunArgs};

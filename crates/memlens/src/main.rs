@@ -71,13 +71,10 @@ fn sysinfo(a: SysinfoArgs) -> anyhow::Result<i32> {
         println!("{k:>24}: {v}");
     }
     if let Some(p) = a.json {
-        memlens_measure::output::write_text(&p, &(serde_json_string(&s)? + "\n"))?;
+        let json = memlens_measure::output::to_json_pretty(&s)?;
+        memlens_measure::output::write_text(&p, &(json + "\n"))?;
     }
     Ok(0)
-}
-
-fn serde_json_string(s: &memlens_measure::sysinfo::SysInfo) -> anyhow::Result<String> {
-    Ok(memlens_measure::output::to_json_pretty(s)?)
 }
 
 fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
@@ -105,9 +102,16 @@ fn one_line_clap_error(e: &clap::Error) -> String {
         .trim_start_matches("error: ")
         .trim()
         .to_string();
-    let tip = rendered.lines().find(|l| l.contains("try '")).map(|l| l.trim().to_string());
+    let tip = rendered
+        .lines()
+        .find(|l| l.contains("try '"))
+        .map(|l| l.trim().to_string());
     match tip {
-        Some(t) => format!("memlens: error: {first} ({})", t.trim_start_matches("For more information, ").trim_end_matches('.')),
+        Some(t) => format!(
+            "memlens: error: {first} ({})",
+            t.trim_start_matches("For more information, ")
+                .trim_end_matches('.')
+        ),
         None => format!("memlens: error: {first}"),
     }
 }
@@ -117,9 +121,16 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind::*;
-            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                return ExitCode::from(if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+                return ExitCode::from(if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
+                    2
+                } else {
+                    0
+                });
             }
             eprintln!("{}", one_line_clap_error(&e));
             return ExitCode::from(2);

@@ -1,0 +1,665 @@
+//! From runs to answers: medians and spreads per configuration, time relative to the system allocator
+//! on one thread (the study's 100%) and to ideal scaling, ties, and the table / JSON / CSV / SVG / HTML.
+use crate::allocators::{Allocator, Missing};
+use crate::child::{Measured, Quantiles};
+use crate::Plan;
+use anyhow::Result;
+use memlens_measure::html::{Report, Section};
+use memlens_measure::plot::{line_chart, LineChart, Series};
+use memlens_measure::stats::{is_tie, Summary};
+use memlens_measure::tsc::Clock;
+use memlens_measure::units::format_size;
+use serde::Serialize;
+use std::path::Path;
+
+/// One child run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub allocator: String,
+    pub pattern: &'static str,
+    pub size: u64,
+    pub threads: u64,
+    pub repeat: u64,
+    pub ops: u64,
+    pub live: u64,
+    #[serde(flatten)]
+    pub m: Measured,
+}
+
+/// Latency quantiles in ns: median over repeats of each quantile, max over repeats for max.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+    pub max: Option<f64>,
+    pub samples: u64,
+}
+
+/// One configuration (pattern, size, threads, allocator) over its repeats.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub pattern: &'static str,
+    pub size: u64,
+    pub threads: u64,
+    pub allocator: String,
+    pub repeats: usize,
+    pub time_ms: Summary,
+    /// Median malloc calls per second, in millions.
+    pub mops: f64,
+    /// Median time relative to the baseline (system on 1 thread) in percent, and its min–max.
+    pub rel_pct: Option<Summary>,
+    /// Where ideal scaling from the baseline would be, in percent.
+    pub ideal_pct: Option<f64>,
+    /// This allocator's own 1-thread median time over this one (ideal: min(threads, CPUs)).
+    pub speedup: Option<f64>,
+    pub malloc_ns: Latency,
+    pub free_ns: Latency,
+    pub rss_mib: f64,
+    /// Median CPU time (user + system) of the child, and its system part.
+    pub cpu_ms: f64,
+    pub sys_ms: f64,
+    pub minor_faults: f64,
+    pub major_faults: f64,
+    /// Rank by median time within (pattern, size, threads), 1 = fastest.
+    pub rank: usize,
+    /// Median time over the fastest one's, in percent above it.
+    pub vs_best_pct: f64,
+    /// The min–max range overlaps the fastest one's: the difference is within the spread.
+    pub tie_with_best: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// What 100% is, e.g. "system on 1 thread".
+    pub baseline: String,
+    pub rows: Vec<Row>,
+    pub verdicts: Vec<String>,
+    pub clock_cost_ns: f64,
+    pub tsc_step_ns: f64,
+}
+
+/// The smallest step the TSC is seen to advance by (a virtual machine may tick coarsely).
+fn tsc_step_ticks() -> u64 {
+    let mut best = u64::MAX;
+    for _ in 0..20_000 {
+        let a = memlens_measure::tsc::now();
+        let b = memlens_measure::tsc::now();
+        if b > a {
+            best = best.min(b - a);
+        }
+    }
+    best
+}
+
+fn latency(qs: &[&Quantiles], clock: &Clock) -> Latency {
+    let med = |f: fn(&Quantiles) -> Option<u64>| {
+        let v: Vec<f64> = qs
+            .iter()
+            .filter_map(|q| f(q))
+            .map(|t| clock.ticks_to_ns(t as f64))
+            .collect();
+        Summary::of(&v).map(|s| s.median)
+    };
+    Latency {
+        p50: med(|q| q.p50),
+        p99: med(|q| q.p99),
+        p999: med(|q| q.p999),
+        max: qs
+            .iter()
+            .filter_map(|q| q.max)
+            .max()
+            .map(|t| clock.ticks_to_ns(t as f64)),
+        samples: qs.iter().map(|q| q.n).sum(),
+    }
+}
+
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    Summary::of(&v.collect::<Vec<_>>())
+        .map(|s| s.median)
+        .unwrap_or(f64::NAN)
+}
+
+pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
+    let clock = Clock::get();
+    let mut rows = Vec::new();
+    let base_alloc = allocs
+        .iter()
+        .find(|a| a.name == "system")
+        .unwrap_or(&allocs[0])
+        .name
+        .clone();
+    let base_threads = if plan.threads.contains(&1) {
+        1
+    } else {
+        plan.threads[0]
+    };
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let of = |a: &str, t: u64| -> Vec<&Run> {
+                runs.iter()
+                    .filter(|r| {
+                        r.pattern == pattern && r.size == size && r.threads == t && r.allocator == a
+                    })
+                    .collect()
+            };
+            let times = |rs: &[&Run]| {
+                Summary::of(
+                    &rs.iter()
+                        .map(|r| r.m.wall_ns as f64 / 1e6)
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let base = times(&of(&base_alloc, base_threads));
+            for &threads in &plan.threads {
+                let first = rows.len();
+                for a in allocs {
+                    let rs = of(&a.name, threads);
+                    let Some(t) = times(&rs) else { continue };
+                    let rel = base.map(|b| {
+                        let v: Vec<f64> = rs
+                            .iter()
+                            .map(|r| r.m.wall_ns as f64 / 1e6 / b.median * 100.0)
+                            .collect();
+                        Summary::of(&v).expect("non-empty")
+                    });
+                    let eff = |n: u64| n.min(plan.ncpu) as f64;
+                    let own1 = times(&of(&a.name, base_threads));
+                    rows.push(Row {
+                        pattern,
+                        size,
+                        threads,
+                        allocator: a.name.clone(),
+                        repeats: rs.len(),
+                        time_ms: t,
+                        mops: median(
+                            rs.iter().map(|r| {
+                                r.m.mallocs as f64 / (r.m.wall_ns.max(1) as f64 / 1e9) / 1e6
+                            }),
+                        ),
+                        rel_pct: rel,
+                        ideal_pct: base.map(|_| 100.0 * eff(base_threads) / eff(threads)),
+                        speedup: own1.map(|o| o.median / t.median),
+                        malloc_ns: latency(
+                            &rs.iter().map(|r| &r.m.malloc_ticks).collect::<Vec<_>>(),
+                            clock,
+                        ),
+                        free_ns: latency(
+                            &rs.iter().map(|r| &r.m.free_ticks).collect::<Vec<_>>(),
+                            clock,
+                        ),
+                        rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
+                        cpu_ms: median(rs.iter().map(|r| r.m.user_ms + r.m.sys_ms)),
+                        sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
+                        minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
+                        major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
+                        rank: 0,
+                        vs_best_pct: 0.0,
+                        tie_with_best: false,
+                    });
+                }
+                rank(&mut rows[first..]);
+            }
+        }
+    }
+    let clock_cost = median(runs.iter().map(|r| r.m.clock_cost_ticks as f64));
+    Outcome {
+        baseline: format!(
+            "{base_alloc} on {base_threads} thread{}",
+            if base_threads == 1 { "" } else { "s" }
+        ),
+        verdicts: verdicts(plan, &rows)
+            .into_iter()
+            .chain(scaling(plan, &rows))
+            .collect(),
+        rows,
+        clock_cost_ns: clock.ticks_to_ns(clock_cost),
+        tsc_step_ns: clock.ticks_to_ns(tsc_step_ticks() as f64),
+    }
+}
+
+/// Rank one group by median time and mark who is within the spread of the fastest.
+fn rank(group: &mut [Row]) {
+    let mut order: Vec<usize> = (0..group.len()).collect();
+    order.sort_by(|&a, &b| group[a].time_ms.median.total_cmp(&group[b].time_ms.median));
+    let Some(&best) = order.first() else { return };
+    let b = group[best].time_ms;
+    for (r, &i) in order.iter().enumerate() {
+        let row = &mut group[i];
+        row.rank = r + 1;
+        row.vs_best_pct = (row.time_ms.median / b.median - 1.0) * 100.0;
+        row.tie_with_best = r > 0 && is_tie(&row.time_ms, &b);
+    }
+}
+
+/// One sentence per (pattern, size, threads): who wins and whether the margin exceeds the spread.
+fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            for &threads in &plan.threads {
+                let mut g: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| r.pattern == pattern && r.size == size && r.threads == threads)
+                    .collect();
+                g.sort_by_key(|r| r.rank);
+                let head = format!(
+                    "{pattern} {}, {threads} thread{}",
+                    size_label(size),
+                    if threads == 1 { "" } else { "s" }
+                );
+                match g.as_slice() {
+                    [] => {}
+                    [only] => out.push(format!(
+                        "{head}: only {} measured ({:.2} ms)",
+                        only.allocator, only.time_ms.median
+                    )),
+                    [w, next, ..] => {
+                        let tied: Vec<&str> = g[1..]
+                            .iter()
+                            .filter(|r| r.tie_with_best)
+                            .map(|r| r.allocator.as_str())
+                            .collect();
+                        let margin = next.time_ms.min - w.time_ms.max;
+                        if tied.is_empty() {
+                            out.push(format!(
+                                "{head}: {} fastest, {:.2} ms vs {} {:.2} ms ({:.0}% faster; ranges {:.2}–{:.2} vs {:.2}–{:.2} ms do not overlap, margin {:.2} ms beyond the spread)",
+                                w.allocator, w.time_ms.median, next.allocator, next.time_ms.median,
+                                (1.0 - w.time_ms.median / next.time_ms.median) * 100.0,
+                                w.time_ms.min, w.time_ms.max, next.time_ms.min, next.time_ms.max, margin
+                            ));
+                        } else {
+                            out.push(format!(
+                                "{head}: {} has the lowest median ({:.2} ms) but ties with {} (min–max ranges overlap)",
+                                w.allocator, w.time_ms.median, tied.join(", ")
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `128 B`, `1 KiB`, `1.5 MiB`.
+pub fn size_label(size: u64) -> String {
+    let s = format_size(size);
+    if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
+        format!("{s}iB")
+    } else {
+        format!("{s} B")
+    }
+}
+
+/// Per pattern and size: who gets faster, slower, or stays within the spread from the fewest to
+/// the most threads (the study's question: does the singleton allocator degrade with threads?).
+fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
+    let (Some(&lo), Some(&hi)) = (plan.threads.iter().min(), plan.threads.iter().max()) else {
+        return Vec::new();
+    };
+    if lo == hi {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let (mut up, mut down, mut same) = (Vec::new(), Vec::new(), Vec::new());
+            for r in rows
+                .iter()
+                .filter(|r| r.pattern == pattern && r.size == size && r.threads == hi)
+            {
+                let Some(base) = rows.iter().find(|b| {
+                    b.pattern == pattern
+                        && b.size == size
+                        && b.threads == lo
+                        && b.allocator == r.allocator
+                }) else {
+                    continue;
+                };
+                let item = format!(
+                    "{} {:.2}×",
+                    r.allocator,
+                    base.time_ms.median / r.time_ms.median
+                );
+                if is_tie(&base.time_ms, &r.time_ms) {
+                    same.push(item);
+                } else if r.time_ms.median < base.time_ms.median {
+                    up.push(item);
+                } else {
+                    down.push(item);
+                }
+            }
+            let list = |v: &Vec<String>| {
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.join(", ")
+                }
+            };
+            out.push(format!(
+                "{pattern} {}, {lo} → {hi} threads (speedup, ideal {:.0}×): faster beyond the spread: {}; slower beyond the spread: {}; within the spread: {}",
+                size_label(size),
+                hi.min(plan.ncpu) as f64 / lo.min(plan.ncpu) as f64,
+                list(&up),
+                list(&down),
+                list(&same)
+            ));
+        }
+    }
+    out
+}
+
+fn f1(v: Option<f64>) -> String {
+    match v {
+        None => "n/a".into(),
+        Some(x) if x >= 1e4 => format!("{:.0}k", x / 1e3),
+        Some(x) if x >= 100.0 => format!("{x:.0}"),
+        Some(x) => format!("{x:.1}"),
+    }
+}
+
+fn lat(l: &Latency) -> String {
+    if l.samples == 0 {
+        return "n/a".into();
+    }
+    format!("{}/{}/{}/{}", f1(l.p50), f1(l.p99), f1(l.p999), f1(l.max))
+}
+
+const HEADER: &[&str] = &[
+    "allocator",
+    "threads",
+    "time ms",
+    "min–max ms",
+    "rel %",
+    "ideal %",
+    "speedup",
+    "Mops/s",
+    "malloc ns p50/p99/p99.9/max",
+    "free ns p50/p99/p99.9/max",
+    "CPU ms (sys)",
+    "peak RSS MiB",
+    "minor faults",
+    "vs fastest",
+];
+
+fn table_rows(rows: &[&Row]) -> Vec<Vec<String>> {
+    rows.iter()
+        .map(|r| {
+            vec![
+                r.allocator.clone(),
+                r.threads.to_string(),
+                format!("{:.2}", r.time_ms.median),
+                format!("{:.2}–{:.2}", r.time_ms.min, r.time_ms.max),
+                r.rel_pct
+                    .map(|s| format!("{:.0}", s.median))
+                    .unwrap_or_else(|| "n/a".into()),
+                r.ideal_pct
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                r.speedup
+                    .map(|v| format!("{v:.2}×"))
+                    .unwrap_or_else(|| "n/a".into()),
+                format!("{:.1}", r.mops),
+                lat(&r.malloc_ns),
+                lat(&r.free_ns),
+                format!("{:.1} ({:.1})", r.cpu_ms, r.sys_ms),
+                format!("{:.1}", r.rss_mib),
+                format!("{:.0}", r.minor_faults),
+                if r.rank == 1 {
+                    "fastest".into()
+                } else if r.tie_with_best {
+                    format!("+{:.0}% (tie)", r.vs_best_pct)
+                } else {
+                    format!("+{:.0}%", r.vs_best_pct)
+                },
+            ]
+        })
+        .collect()
+}
+
+fn groups<'a>(plan: &Plan, s: &'a Outcome) -> Vec<(String, &'static str, u64, Vec<&'a Row>)> {
+    let mut out = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let rows: Vec<&Row> = s
+                .rows
+                .iter()
+                .filter(|r| r.pattern == pattern && r.size == size)
+                .collect();
+            if !rows.is_empty() {
+                out.push((
+                    format!("{pattern}, {} objects", size_label(size)),
+                    pattern,
+                    size,
+                    rows,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Vec<String> {
+    let mut n = vec![
+        format!(
+            "time: median of {} interleaved repeats; rel %: median time relative to {} = 100%; ideal %: perfect scaling from it (capped at {} CPUs); speedup: the allocator's own 1-thread time over this one; tie: min–max ranges overlap the fastest's.",
+            plan.repeats, s.baseline, plan.ncpu
+        ),
+        if plan.sample_every > 0 {
+            format!(
+                "latency: on average 1 call in {} timed (random gaps) with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
+                plan.sample_every, s.clock_cost_ns, s.tsc_step_ns
+            )
+        } else {
+            "latency: not sampled (--sample-every 0)".into()
+        },
+    ];
+    for m in missing {
+        n.push(format!("not measured: {}: {}", m.name, m.reason));
+    }
+    for m in failed {
+        n.push(format!("dropped: {}: {}", m.name, m.reason));
+    }
+    n
+}
+
+pub fn text(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> String {
+    let mut o = String::new();
+    for (title, _, _, rows) in groups(plan, s) {
+        o.push_str(&format!("\n{title}\n"));
+        o.push_str(&memlens_measure::output::table(HEADER, &table_rows(&rows)));
+        o.push('\n');
+    }
+    o.push('\n');
+    for v in &s.verdicts {
+        o.push_str(&format!("{v}\n"));
+    }
+    o.push('\n');
+    for n in notes(plan, s, missing, failed) {
+        o.push_str(&format!("{n}\n"));
+    }
+    o
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    config: serde_json::Value,
+    allocators: &'a [Allocator],
+    missing: &'a [Missing],
+    dropped: &'a [Missing],
+    summary: &'a Outcome,
+    runs: &'a [Run],
+}
+
+pub fn write_json(
+    path: &Path,
+    plan: &Plan,
+    allocs: &[Allocator],
+    missing: &[Missing],
+    failed: &[Missing],
+    runs: &[Run],
+    s: &Outcome,
+) -> Result<()> {
+    let config = serde_json::json!({
+        "patterns": plan.patterns, "sizes": plan.sizes, "threads": plan.threads, "repeats": plan.repeats,
+        "touch": plan.touch, "sample_every": plan.sample_every, "seed": plan.seed, "cpus": plan.ncpu,
+    });
+    memlens_measure::output::write_json(
+        path,
+        &JsonOut {
+            config,
+            allocators: allocs,
+            missing,
+            dropped: failed,
+            summary: s,
+            runs,
+        },
+    )
+}
+
+pub fn write_csv(path: &Path, s: &Outcome) -> Result<()> {
+    let header = [
+        "pattern",
+        "size",
+        "threads",
+        "allocator",
+        "repeats",
+        "time_ms_median",
+        "time_ms_min",
+        "time_ms_max",
+        "rel_pct",
+        "ideal_pct",
+        "speedup",
+        "mops",
+        "malloc_p50_ns",
+        "malloc_p99_ns",
+        "malloc_p999_ns",
+        "malloc_max_ns",
+        "free_p50_ns",
+        "free_p99_ns",
+        "free_p999_ns",
+        "free_max_ns",
+        "peak_rss_mib",
+        "cpu_ms",
+        "sys_ms",
+        "minor_faults",
+        "major_faults",
+        "rank",
+        "vs_fastest_pct",
+        "tie_with_fastest",
+    ];
+    let o = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
+    let rows: Vec<Vec<String>> = s
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.pattern.to_string(),
+                r.size.to_string(),
+                r.threads.to_string(),
+                r.allocator.clone(),
+                r.repeats.to_string(),
+                format!("{:.4}", r.time_ms.median),
+                format!("{:.4}", r.time_ms.min),
+                format!("{:.4}", r.time_ms.max),
+                o(r.rel_pct.map(|x| x.median)),
+                o(r.ideal_pct),
+                o(r.speedup),
+                format!("{:.3}", r.mops),
+                o(r.malloc_ns.p50),
+                o(r.malloc_ns.p99),
+                o(r.malloc_ns.p999),
+                o(r.malloc_ns.max),
+                o(r.free_ns.p50),
+                o(r.free_ns.p99),
+                o(r.free_ns.p999),
+                o(r.free_ns.max),
+                format!("{:.2}", r.rss_mib),
+                format!("{:.2}", r.cpu_ms),
+                format!("{:.2}", r.sys_ms),
+                format!("{:.0}", r.minor_faults),
+                format!("{:.0}", r.major_faults),
+                r.rank.to_string(),
+                format!("{:.2}", r.vs_best_pct),
+                r.tie_with_best.to_string(),
+            ]
+        })
+        .collect();
+    memlens_measure::output::write_csv(path, &header, &rows)
+}
+
+/// One chart per pattern and size: relative time vs threads, a line per allocator, ideal dashed.
+pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (title, pattern, size, rows) in groups(plan, s) {
+        let mut series: Vec<Series> = Vec::new();
+        for r in &rows {
+            let Some(rel) = r.rel_pct else { continue };
+            match series.iter_mut().find(|x| x.name == r.allocator) {
+                Some(x) => x.points.push((r.threads as f64, rel.median)),
+                None => series.push(Series {
+                    name: r.allocator.clone(),
+                    points: vec![(r.threads as f64, rel.median)],
+                    dashed: false,
+                }),
+            }
+        }
+        let ideal: Vec<(f64, f64)> = plan
+            .threads
+            .iter()
+            .filter_map(|&t| {
+                rows.iter()
+                    .find(|r| r.threads == t)?
+                    .ideal_pct
+                    .map(|v| (t as f64, v))
+            })
+            .collect();
+        series.push(Series {
+            name: "ideal scaling".into(),
+            points: ideal,
+            dashed: true,
+        });
+        let chart = LineChart {
+            title: format!("{title}: time relative to {}", s.baseline),
+            x_label: "threads".into(),
+            y_label: "time, % of baseline".into(),
+            series,
+            ..Default::default()
+        };
+        out.push((
+            format!("alloc-{pattern}-{}.svg", format_size(size)),
+            line_chart(&chart)?,
+        ));
+    }
+    Ok(out)
+}
+
+pub fn html(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Result<String> {
+    let charts = svgs(plan, s)?;
+    let mut sections = vec![Section {
+        heading: "Verdicts".into(),
+        paragraphs: s
+            .verdicts
+            .iter()
+            .cloned()
+            .chain(notes(plan, s, missing, failed))
+            .collect(),
+        ..Default::default()
+    }];
+    for ((title, _, _, rows), (_, svg)) in groups(plan, s).into_iter().zip(charts) {
+        sections.push(Section {
+            heading: title,
+            tables: vec![(
+                HEADER.iter().map(|h| h.to_string()).collect(),
+                table_rows(&rows),
+            )],
+            svgs: vec![svg],
+            ..Default::default()
+        });
+    }
+    Ok(memlens_measure::html::render(&Report {
+        title: "memlens bench alloc".into(),
+        sections,
+    }))
+}

@@ -1,0 +1,80 @@
+/* memlens.h — control the memlens heap profiler from inside your own program.
+ *
+ * The profiler runtime (libmemlens.so) is normally injected with `memlens run -- PROG`; your program is
+ * not linked against it. These functions are therefore meant to be reached in one of two ways, both
+ * harmless when the runtime is not loaded:
+ *
+ * 1. Weak symbols (simplest; needs a position-independent executable, the default of Debian's gcc):
+ *
+ *        #define MEMLENS_WEAK
+ *        #include <memlens.h>
+ *        ...
+ *        if (memlens_start) memlens_start();        // null when the runtime is not loaded
+ *        if (memlens_dump) memlens_dump("/tmp/before-batch.raw");
+ *
+ *    With MEMLENS_WEAK every declaration below is weak: the dynamic linker fills it in when
+ *    libmemlens.so is preloaded and leaves it null otherwise. Always test the pointer first.
+ *    (A non-PIE executable resolves undefined weak functions to null at link time: use pattern 2.)
+ *
+ * 2. dlsym, for any executable or from a plug-in:
+ *
+ *        #include <dlfcn.h>
+ *        int (*start)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "memlens_start");
+ *        if (start) start();
+ *
+ * All functions are thread-safe, never allocate through malloc and may be called at any time after the
+ * program's main() has started. Sampling changes reach each thread within about 1 MiB of its own
+ * allocation (the runtime's fast path reads no shared state).
+ */
+#ifndef MEMLENS_H
+#define MEMLENS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MEMLENS_BUILDING)
+#define MEMLENS_API __attribute__((visibility("default")))
+#elif defined(MEMLENS_WEAK)
+#define MEMLENS_API __attribute__((weak))
+#else
+#define MEMLENS_API
+#endif
+
+/* What memlens_status() reports. Counts are since the runtime started or since the last reset. */
+struct memlens_status {
+    int active;             /* 1 while sampling, 0 when loaded but inactive */
+    uint64_t interval;      /* mean sampling interval in bytes; 0 = exact mode (every allocation) */
+    uint64_t samples;       /* samples recorded */
+    uint64_t sampled_bytes; /* bytes of the sampled allocations (not unbiased) */
+    uint64_t stacks;        /* distinct stacks in the stack table */
+    uint64_t truncated;     /* samples whose stack was cut at the depth limit or a broken frame chain */
+    uint64_t dropped;       /* samples lost because a table was full */
+};
+
+/* Switch sampling on. Returns the previous state (1 active, 0 inactive). */
+MEMLENS_API int memlens_start(void);
+
+/* Switch sampling off; what was recorded stays and is dumped at exit. Returns the previous state. */
+MEMLENS_API int memlens_stop(void);
+
+/* Write a raw dump to `path` (created, never overwritten; convert it with
+ * `memlens report PATH` or `memlens ctl`). With path == NULL the dump goes to the next numbered file
+ * of the run's output (`memlens run -o`). Returns 0 or a negative errno
+ * (-EEXIST: path exists; -EINVAL: path is NULL and the run has no output prefix). */
+MEMLENS_API int memlens_dump(const char *path);
+
+/* Set the mean sampling interval in bytes (0 = record every allocation). Returns 0. */
+MEMLENS_API int memlens_set_interval(size_t bytes);
+
+/* Fill *st. Returns 0, or -EINVAL if st is NULL. */
+MEMLENS_API int memlens_status(struct memlens_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMLENS_H */

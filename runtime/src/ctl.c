@@ -1,0 +1,519 @@
+/* The control socket: lets `memlens ctl PID …` start, stop, dump and query a running process without its
+ * cooperation.
+ *
+ * One detached thread blocks in poll()/accept() on `$MEMLENS_CTL_DIR/<pid>.sock` (default
+ * `/tmp/memlens-<euid>`). Each connection carries one request line and gets one reply line:
+ *
+ *     start [INTERVAL]   -> ok active=1 interval=N was=0|1
+ *     stop               -> ok active=0 was=0|1
+ *     dump PATH          -> ok dumped PATH            (a raw dump, written by this process)
+ *     reset              -> ok reset
+ *     status             -> ok pid=N active=0|1 interval=N samples=N sampled_bytes=N stacks=N truncated=N dropped=N
+ *     anything else      -> error …
+ *
+ * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
+ * users cannot even connect; and every connection's peer credentials (SO_PEERCRED, set by the kernel)
+ * must carry our effective uid or uid 0, otherwise the request is refused.
+ *
+ * Rules this thread lives by, because it runs inside someone else's program:
+ * - it never calls malloc (fixed buffers, hand-rolled formatting; strerrordesc_np does not allocate);
+ * - all signals are blocked in it, so the program's signal handling is unchanged;
+ * - it never keeps the process alive: if main() called pthread_exit() and every other thread is gone,
+ *   it leaves too (polling once a second), which lets glibc end the process as it would without us;
+ * - fork: the child closes the inherited socket and, after 200 ms (lazily: most children exec or exit
+ *   first), listens on its own `<childpid>.sock`;
+ * - the socket file is unlinked at exit by the process that created it. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define CTL_LINE_MAX 4200 /* a command word and a PATH_MAX path */
+#define CTL_STACK (256 * 1024)
+#define CTL_CHILD_DELAY_MS 200 /* a forked child binds its socket after this */
+
+static int ctl_fd = -1;        /* listening socket, or -1 */
+static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */
+static char ctl_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+/* ---- small malloc-free string building ---- */
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+static void put_str(struct buf *b, const char *s)
+{
+    while (*s && b->len + 1 < b->cap)
+        b->p[b->len++] = *s++;
+    b->p[b->len] = 0;
+}
+
+static void put_u64(struct buf *b, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n && b->len + 1 < b->cap)
+        b->p[b->len++] = tmp[--n];
+    b->p[b->len] = 0;
+}
+
+static void put_kv(struct buf *b, const char *key, uint64_t v)
+{
+    put_str(b, " ");
+    put_str(b, key);
+    put_str(b, "=");
+    put_u64(b, v);
+}
+
+static const char *err_text(int e)
+{
+    const char *d = strerrordesc_np(e);
+    return d ? d : "unknown error";
+}
+
+/* ---- the socket directory and file ---- */
+
+/* Build the directory name into `dir`; 0 or -1 if it does not fit. */
+static int ctl_dir(char *dir, size_t cap)
+{
+    struct buf b = {dir, 0, cap};
+    dir[0] = 0;
+    const char *env = getenv("MEMLENS_CTL_DIR");
+    if (env && *env) {
+        put_str(&b, env);
+    } else {
+        put_str(&b, "/tmp/memlens-");
+        put_u64(&b, (uint64_t)geteuid());
+    }
+    return b.len + 1 < cap ? 0 : -1;
+}
+
+/* Create the directory 0700, or accept an existing one only if it is ours and nobody else can write
+ * to it: otherwise another user could replace our socket with theirs. */
+static int ensure_dir(const char *dir)
+{
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return -1;
+    if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+        return -1;
+    return 0;
+}
+
+/* Remove `<pid>.sock` files of processes that no longer exist (killed, or ended with _exit, which
+ * skips our destructor), so the directory does not fill up over a machine's lifetime. */
+static void sweep_stale(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    char ents[4096] __attribute__((aligned(8)));
+    long n;
+    while ((n = syscall(SYS_getdents64, dfd, ents, sizeof ents)) > 0) {
+        for (long off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            const char *dot = strchr(d->d_name, '.');
+            uint64_t pid = 0;
+            for (const char *c = d->d_name; c < dot && *c >= '0' && *c <= '9'; c++)
+                pid = pid * 10 + (uint64_t)(*c - '0');
+            if (!dot || strcmp(dot, ".sock") != 0 || pid == 0 || pid > INT32_MAX)
+                continue;
+            if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+                unlinkat(dfd, d->d_name, 0);
+        }
+    }
+    close(dfd);
+}
+
+/* Bind and listen on `<dir>/<pid>.sock`. Returns the fd or -1 (the reason is logged). */
+static int ctl_listen(void)
+{
+    char dir[sizeof(ctl_path)];
+    if (ctl_dir(dir, sizeof dir - 24) != 0) {
+        ml_log("control socket disabled: MEMLENS_CTL_DIR is too long for a unix socket path");
+        return -1;
+    }
+    if (ensure_dir(dir) != 0) {
+        ml_log("control socket disabled: cannot use its directory (it must be ours and not writable "
+               "by others; set MEMLENS_CTL_DIR)");
+        return -1;
+    }
+    sweep_stale(dir);
+    struct buf b = {ctl_path, 0, sizeof ctl_path};
+    put_str(&b, dir);
+    put_str(&b, "/");
+    put_u64(&b, (uint64_t)getpid());
+    put_str(&b, ".sock");
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    memcpy(addr.sun_path, ctl_path, b.len + 1);
+    /* A socket left by an earlier process with our pid (killed, or before our exec) is stale. */
+    unlink(ctl_path);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(ctl_path, 0600) != 0 ||
+        listen(fd, 8) != 0) {
+        ml_log("control socket disabled: cannot bind it");
+        close(fd);
+        return -1;
+    }
+    ctl_owner = getpid();
+    return fd;
+}
+
+static void ctl_unlink(void)
+{
+    if (ctl_owner != 0 && ctl_owner == getpid())
+        unlink(ctl_path);
+    ctl_owner = 0;
+}
+
+/* ---- is anyone left? ---- */
+
+/* State letter of task `tid` of this process, or 0 if it cannot be read (the task is gone). */
+static char task_state(const char *tid)
+{
+    char path[64];
+    struct buf b = {path, 0, sizeof path};
+    put_str(&b, "/proc/self/task/");
+    put_str(&b, tid);
+    put_str(&b, "/stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char s[512];
+    ssize_t n = read(fd, s, sizeof s - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    s[n] = 0;
+    char *rp = strrchr(s, ')'); /* the command name may contain spaces and parentheses */
+    return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* True when every thread but this one has exited (main() called pthread_exit and the program's
+ * threads are done): the process would have ended without us. */
+static int others_gone(void)
+{
+    char me[24], pid[24];
+    struct buf b = {pid, 0, sizeof pid};
+    put_u64(&b, (uint64_t)getpid());
+    char st = task_state(pid);
+    if (st != 'Z' && st != 'X' && st != 0)
+        return 0; /* the cheap, usual answer: main is alive */
+    b = (struct buf){me, 0, sizeof me};
+    put_u64(&b, (uint64_t)gettid());
+    int dfd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return 0;
+    char ents[4096] __attribute__((aligned(8)));
+    int alive = 0;
+    long n;
+    while (!alive && (n = syscall(SYS_getdents64, dfd, ents, sizeof ents)) > 0) {
+        for (long off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            if (d->d_name[0] < '0' || d->d_name[0] > '9' || strcmp(d->d_name, me) == 0)
+                continue;
+            char s = task_state(d->d_name);
+            if (s != 'Z' && s != 'X' && s != 0)
+                alive = 1;
+        }
+    }
+    close(dfd);
+    return !alive;
+}
+
+/* ---- one request ---- */
+
+/* Parse a decimal byte count; -1 if `s` is not one. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (*s == 0)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static void do_status(struct buf *r)
+{
+    struct ml_status s;
+    ml_get_status(&s);
+    put_str(r, "ok");
+    put_kv(r, "pid", (uint64_t)getpid());
+    put_kv(r, "active", (uint64_t)(s.active != 0));
+    put_kv(r, "interval", s.interval);
+    put_kv(r, "samples", s.samples);
+    put_kv(r, "sampled_bytes", s.sampled_bytes);
+    put_kv(r, "stacks", s.stacks);
+    put_kv(r, "truncated", s.truncated);
+    put_kv(r, "dropped", s.dropped);
+}
+
+static void do_start(const char *arg, struct buf *r)
+{
+    uint64_t interval = 0;
+    if (*arg && parse_u64(arg, &interval) != 0) {
+        put_str(r, "error start: interval must be a number of bytes, got '");
+        put_str(r, arg);
+        put_str(r, "'");
+        return;
+    }
+    if (*arg)
+        ml_set_interval(interval);
+    int was = ml_set_active(1);
+    struct ml_status s;
+    ml_get_status(&s);
+    put_str(r, "ok");
+    put_kv(r, "active", 1);
+    put_kv(r, "interval", s.interval);
+    put_kv(r, "was", (uint64_t)(was != 0));
+}
+
+static void do_dump(const char *path, struct buf *r)
+{
+    if (*path == 0) {
+        put_str(r, "error dump: missing PATH");
+        return;
+    }
+    int e = ml_dump(path, "ctl");
+    if (e != 0) {
+        put_str(r, "error cannot write dump ");
+        put_str(r, path);
+        put_str(r, ": ");
+        put_str(r, err_text(-e));
+        return;
+    }
+    put_str(r, "ok dumped ");
+    put_str(r, path);
+}
+
+/* Execute request `line` (NUL-terminated, no newline) and write the reply into r. */
+static void handle(char *line, struct buf *r)
+{
+    char *arg = line;
+    while (*arg && *arg != ' ')
+        arg++;
+    if (*arg)
+        *arg++ = 0;
+    if (strcmp(line, "status") == 0) {
+        do_status(r);
+    } else if (strcmp(line, "start") == 0) {
+        do_start(arg, r);
+    } else if (strcmp(line, "stop") == 0) {
+        put_str(r, "ok active=0 was=");
+        put_u64(r, (uint64_t)(ml_set_active(0) != 0));
+    } else if (strcmp(line, "dump") == 0) {
+        do_dump(arg, r);
+    } else if (strcmp(line, "reset") == 0) {
+        ml_reset();
+        put_str(r, "ok reset");
+    } else {
+        put_str(r, "error unknown command '");
+        put_str(r, line);
+        put_str(r, "' (expected start, stop, dump, reset or status)");
+    }
+}
+
+/* Read one line from c into line[cap]; returns its length or -1. */
+static ssize_t read_line(int c, char *line, size_t cap)
+{
+    size_t len = 0;
+    while (len + 1 < cap) {
+        ssize_t n = recv(c, line + len, cap - 1 - len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        char *nl = memchr(line + len, '\n', (size_t)n);
+        len += (size_t)n;
+        if (nl) {
+            len = (size_t)(nl - line);
+            break;
+        }
+    }
+    line[len] = 0;
+    if (len && line[len - 1] == '\r')
+        line[--len] = 0;
+    return len ? (ssize_t)len : -1;
+}
+
+static int peer_allowed(int c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return 0;
+    return cred.uid == 0 || cred.uid == geteuid();
+}
+
+static void serve(int c)
+{
+    /* A client that connects and says nothing must not hold the channel forever. */
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    char line[CTL_LINE_MAX], reply[CTL_LINE_MAX + 256];
+    struct buf r = {reply, 0, sizeof reply - 1};
+    reply[0] = 0;
+    if (!peer_allowed(c))
+        put_str(&r, "error permission denied: only the owner of this process (or root) may control it");
+    else if (read_line(c, line, sizeof line) < 0)
+        put_str(&r, "error empty request");
+    else
+        handle(line, &r);
+    reply[r.len++] = '\n';
+    for (size_t off = 0; off < r.len;) {
+        ssize_t n = send(c, reply + off, r.len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+}
+
+/* ---- the thread ---- */
+
+/* The program closed our descriptor (daemons close every fd they did not open): the number may
+ * already belong to one of its own files, so leave it alone and give up the channel. */
+static void ctl_lost(void)
+{
+    ctl_unlink();
+    ctl_fd = -1;
+    ml_log("control socket closed by the program; memlens ctl is disabled in this process");
+}
+
+static void *ctl_main(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    if (fd < 0) {
+        /* Forked child: most children exec or exit at once; binding only after a pause keeps them
+         * from creating (and, with _exit, leaving) socket files nobody will use. */
+        struct timespec d = {.tv_nsec = CTL_CHILD_DELAY_MS * 1000 * 1000};
+        nanosleep(&d, NULL);
+        if ((fd = ctl_listen()) < 0)
+            return NULL;
+        ctl_fd = fd;
+    }
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, 1000);
+        if (n == 0) {
+            if (others_gone())
+                break;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || (p.revents & POLLNVAL)) {
+            ctl_lost();
+            return NULL;
+        }
+        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL || errno == EOPNOTSUPP) {
+                ctl_lost();
+                return NULL;
+            }
+            if (errno != EINTR && errno != ECONNABORTED) {
+                /* Out of descriptors or memory: the pending connection stays readable, so pause
+                 * rather than spin. */
+                struct timespec pause = {.tv_nsec = 100 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+            }
+            continue;
+        }
+        serve(c);
+        close(c);
+    }
+    /* Every other thread is gone: returning lets glibc end the process, exactly as it would have
+     * without us. */
+    ctl_unlink();
+    ctl_fd = -1;
+    close(fd);
+    return NULL;
+}
+
+/* Start the thread serving `fd` (or, with fd < 0, binding its own after a pause) with every signal
+ * blocked: it inherits the mask, so signals keep going to the program's own threads. */
+static void ctl_spawn(int fd)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, CTL_STACK);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    int e = pthread_create(&t, &attr, ctl_main, (void *)(intptr_t)fd);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (e != 0) {
+        ml_log("control socket disabled: cannot create its thread");
+        if (fd >= 0) {
+            ctl_unlink();
+            ctl_fd = -1;
+            close(fd);
+        }
+    }
+}
+
+/* At start-up the socket is bound before main() runs, so `memlens ctl` works from the first moment. */
+void ml_ctl_start(void)
+{
+    if (ctl_fd >= 0)
+        return;
+    int fd = ctl_listen();
+    if (fd < 0)
+        return;
+    ctl_fd = fd;
+    ctl_spawn(fd);
+}
+
+void ml_ctl_atfork_child(void)
+{
+    /* The parent's thread does not exist here and the inherited fd is the parent's listener: drop
+     * it (without unlinking the parent's socket); a new thread listens on our own pid. */
+    if (ctl_fd >= 0)
+        close(ctl_fd);
+    ctl_fd = -1;
+    ctl_owner = 0;
+    ctl_spawn(-1);
+}
+
+__attribute__((destructor)) static void ctl_fini(void)
+{
+    ctl_unlink();
+}

@@ -1,0 +1,46 @@
+/* fork: the child gets its own profile. Our locks are taken around fork() so the child never inherits
+ * one held by a thread that does not exist there; the child then zeroes the cumulative counters (they
+ * belong to the parent's profile), keeps the live blocks it inherited, and dumps under its own pid. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+extern void ml_ctl_atfork_child(void) __attribute__((weak));
+
+static void prepare(void)
+{
+    ml_dump_lock();
+    ml_range_lock();
+}
+
+static void parent(void)
+{
+    ml_range_unlock();
+    ml_dump_unlock();
+}
+
+static void child(void)
+{
+    ml_range_reset_lock();
+    ml_dump_lock_reset();
+    ml_modules_reset_lock();
+    ml_cfg.pid = getpid();
+    ml_cfg.is_fork_child = 1;
+    atomic_store(&ml_cfg.exit_dumped, 0);
+    ml_stacks_zero_alloc();
+    atomic_store(&ml_cfg.samples, 0);
+    atomic_store(&ml_cfg.sampled_bytes, 0);
+    atomic_store(&ml_cfg.truncated, 0);
+    atomic_store(&ml_cfg.dropped, 0);
+    atomic_store(&ml_cfg.start_ns, ml_now_ns());
+    if (ml_ctl_atfork_child)
+        ml_ctl_atfork_child();
+}
+
+void ml_fork_setup(void)
+{
+    if (pthread_atfork(prepare, parent, child) != 0)
+        ml_fail("pthread_atfork failed");
+}

@@ -1,0 +1,47 @@
+/* Internal control interface of libmemlens.so: what the control socket (ctl.c) and the public C API
+ * (api.c) call into the sampling runtime with. Everything here is hidden (not exported from the .so).
+ *
+ * Threading: every function may be called from any thread, concurrently with allocations.
+ * None of them allocates through the interposed malloc; ml_dump* take the dump lock (one dump at a time). */
+#ifndef MEMLENS_INTERNAL_H
+#define MEMLENS_INTERNAL_H
+
+#include <stdint.h>
+
+/* Start (on=1) or stop (on=0) sampling. Returns the previous state. Threads pick the change up within
+ * about 1 MiB of their own allocation (the fast path never reads a global). */
+int ml_set_active(int on);
+
+/* Mean sampling interval in bytes; 0 = exact mode (every allocation is recorded). */
+void ml_set_interval(uint64_t bytes);
+
+/* Write a raw dump (runtime/README.md) to `path`, created with O_EXCL. `reason` is one word
+ * (exit, exec, ctl, api, fork-child-exit). Returns 0 or -errno. */
+int ml_dump(const char *path, const char *reason);
+
+/* Dump to the next `<MEMLENS_OUT>.<pid>.<seq>.raw`. Returns 0, -errno, or -EINVAL if MEMLENS_OUT is unset. */
+int ml_dump_auto(const char *reason);
+
+/* Zero the cumulative (alloc) counters and the sample totals; keep live (inuse) records so that
+ * frees of blocks sampled before the reset still balance. Restarts start_ns. */
+void ml_reset(void);
+
+struct ml_status {
+    int active;
+    uint64_t interval;
+    uint64_t samples, sampled_bytes, stacks, truncated, dropped;
+};
+void ml_get_status(struct ml_status *st);
+
+/* Hooks provided by ctl.c (weak in the runtime, which works without them):
+ * ml_ctl_start is called once from the library constructor after the runtime is initialised (never from
+ * inside malloc), in the main thread; it may create the control thread.
+ * ml_ctl_atfork_child is called in a forked child (after the runtime's own locks are reset): the
+ * control thread does not exist there, so it should reset its state and may start a new one. */
+void ml_ctl_start(void);
+void ml_ctl_atfork_child(void);
+
+/* Print `memlens: <msg>` on stderr with write(2) (no stdio, no malloc). */
+void ml_log(const char *msg);
+
+#endif

@@ -1,0 +1,82 @@
+/* A tiny buffered writer for dumps and log lines. The runtime never uses stdio or snprintf while
+ * dumping: both may allocate, and a dump can run inside a fork child or an exec interposer. */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+void ml_out_flush(struct ml_out *o)
+{
+    size_t done = 0;
+    while (done < o->n && !o->err) {
+        ssize_t w = write(o->fd, o->buf + done, o->n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            o->err = w < 0 ? errno : EIO;
+        else
+            done += (size_t)w;
+    }
+    o->n = 0;
+}
+
+static void out_bytes(struct ml_out *o, const char *s, size_t len)
+{
+    while (len) {
+        if (o->n == sizeof o->buf)
+            ml_out_flush(o);
+        size_t k = sizeof o->buf - o->n;
+        if (k > len)
+            k = len;
+        memcpy(o->buf + o->n, s, k);
+        o->n += k;
+        s += k;
+        len -= k;
+    }
+}
+
+void ml_out_str(struct ml_out *o, const char *s) { out_bytes(o, s, strlen(s)); }
+
+void ml_out_u64(struct ml_out *o, uint64_t v)
+{
+    char tmp[24];
+    int i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+}
+
+void ml_out_i64(struct ml_out *o, int64_t v)
+{
+    if (v < 0) {
+        out_bytes(o, "-", 1);
+        ml_out_u64(o, (uint64_t)0 - (uint64_t)v);
+    } else {
+        ml_out_u64(o, (uint64_t)v);
+    }
+}
+
+void ml_out_hex(struct ml_out *o, uint64_t v)
+{
+    char tmp[20];
+    int i = sizeof tmp;
+    do {
+        tmp[--i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    tmp[--i] = 'x';
+    tmp[--i] = '0';
+    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+}
+
+void ml_log(const char *msg)
+{
+    struct ml_out o = {.fd = 2};
+    ml_out_str(&o, "memlens: ");
+    ml_out_str(&o, msg);
+    ml_out_str(&o, "\n");
+    ml_out_flush(&o);
+}

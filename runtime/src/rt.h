@@ -1,0 +1,146 @@
+/* Private declarations shared by the runtime's own files (ctl.c/api.c use internal.h only). */
+#ifndef MEMLENS_RT_H
+#define MEMLENS_RT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct ml_out;
+
+#define ML_EXPORT __attribute__((visibility("default")))
+#define ML_NOINLINE __attribute__((noinline))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define ML_MAX_DEPTH 128
+#define ML_POLL_BUDGET (1 << 20) /* bytes between checks of the global state while inactive */
+
+/* ---- per-thread state (initial-exec TLS: one %fs-relative access, never __tls_get_addr) ---- */
+struct ml_thread {
+    int64_t countdown;   /* bytes until the next slow path; <= 0 => slow path */
+    int busy;            /* inside the runtime: nested allocations go straight to the real allocator */
+    int in_init;         /* this thread is running ml_init: allocations come from the boot arena */
+    uint64_t rng;        /* xorshift state, 0 = thread not set up yet */
+    uintptr_t stack_hi;  /* top of this thread's stack, for the frame-pointer unwinder */
+    uint64_t armed;      /* interval R the countdown was drawn for; 0 = poll budget, ~0 = exact */
+};
+extern __thread struct ml_thread ml_tls;
+
+/* ---- the allocator we forward to (resolved with dlsym(RTLD_NEXT)) ---- */
+struct ml_real {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    size_t (*malloc_usable_size)(void *);
+};
+extern struct ml_real ml_real;
+
+/* ---- configuration and global state ---- */
+enum ml_unwinder { ML_UNW_FP, ML_UNW_LIBGCC, ML_UNW_LIBUNWIND };
+struct ml_config {
+    _Atomic uint64_t interval; /* 0 = exact */
+    _Atomic int active;
+    _Atomic int failed;        /* an internal failure switched profiling off for good */
+    int unwinder;
+    int max_depth;
+    int ready;                 /* constructor finished: unwinders usable */
+    const char *out;           /* MEMLENS_OUT or NULL */
+    int64_t pid;               /* pid the state belongs to (differs from getpid() in a vfork child) */
+    int is_fork_child;
+    _Atomic int exit_dumped;  /* the exit dump was written (destructor or _exit, whichever first) */
+    _Atomic uint64_t start_ns;
+    _Atomic uint64_t samples, sampled_bytes, truncated, dropped;
+};
+extern struct ml_config ml_cfg;
+
+/* init.c */
+void ml_init(void);
+void ml_fail(const char *why);
+uint64_t ml_now_ns(void);
+const char *ml_unwinder_name(int u);
+
+/* range.c: the private address range holding sampled blocks and the boot arena */
+extern uintptr_t ml_range_base, ml_range_span;
+static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
+int ml_range_init(void);
+void *ml_boot_alloc(size_t size);
+/* Header right before every block in the range (48 bytes, keeps 16-byte alignment). */
+struct ml_block {
+    uint32_t stack;        /* stack record id, or ML_NO_STACK */
+    uint16_t kind, cls;    /* ML_KIND_*, size class of the chunk */
+    uint64_t size;         /* requested size */
+    uint64_t w_fx, w_bytes; /* weights added to the stack's inuse counters, subtracted on free */
+    uint64_t off;          /* user pointer - chunk start */
+    uint64_t pad;
+};
+#define ML_KIND_BOOT 1u
+#define ML_KIND_SAMPLED 2u
+void *ml_range_alloc(size_t size, size_t align);
+void ml_range_free(void *p);
+static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
+void ml_range_lock(void);
+void ml_range_unlock(void);
+void ml_range_reset_lock(void);
+
+/* sample.c */
+
+void ml_sampled_free(void *p);
+
+
+/* unwind.c */
+int ml_unwind(uintptr_t *pcs, int max, int *truncated, uintptr_t ra);
+void ml_unwind_setup(void);
+void ml_self_text(uintptr_t lo, uintptr_t hi);
+
+/* stacks.c */
+#define ML_NO_STACK 0xffffffffu
+struct ml_stack {
+    uint64_t hash;
+    uint32_t depth, flags;
+    _Atomic uint64_t samples, alloc_fx, alloc_bytes;
+    _Atomic int64_t inuse_fx, inuse_bytes;
+    uintptr_t pcs[];
+};
+int ml_stacks_init(void);
+uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int truncated);
+struct ml_stack *ml_stack_get(uint32_t id);
+uint32_t ml_stack_count(void);
+void ml_stacks_zero_alloc(void);
+void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg);
+
+/* dump.c / modules.c */
+int ml_dump_reason(const char *reason);
+void ml_modules_write(struct ml_out *o);
+int ml_dump_auto_path(const char *reason, char *path, size_t cap);
+void ml_dump_lock_reset(void);
+void ml_modules_reset_lock(void);
+void ml_dump_lock(void);
+void ml_dump_unlock(void);
+
+/* out.c: a small buffered writer for dumps and log lines (no stdio, no malloc) */
+struct ml_out { int fd; int err; size_t n; char buf[4096]; };
+void ml_out_str(struct ml_out *o, const char *s);
+void ml_out_u64(struct ml_out *o, uint64_t v);
+void ml_out_i64(struct ml_out *o, int64_t v);
+void ml_out_hex(struct ml_out *o, uint64_t v);
+void ml_out_flush(struct ml_out *o);
+
+/* fork.c */
+void ml_fork_setup(void);
+
+/* spin lock usable before init, and resettable in a fork child */
+static inline void ml_spin_lock(_Atomic int *l)
+{
+    while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+        __builtin_ia32_pause();
+}
+static inline void ml_spin_unlock(_Atomic int *l) { atomic_store_explicit(l, 0, memory_order_release); }
+
+#endif

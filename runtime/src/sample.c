@@ -1,0 +1,141 @@
+/* The slow path: what happens when a thread's byte countdown runs out.
+ *
+ * Sampling is a Poisson process over allocated bytes with mean interval R: the countdown is drawn
+ * from Exp(R), so a block of s bytes is sampled with probability p = 1 - exp(-s/R); each sample then
+ * carries weight 1/p, which makes the per-stack sums unbiased estimates of the true totals. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "sample.h"
+
+#define ARMED_EXACT UINT64_MAX
+
+static uint64_t rng_next(struct ml_thread *t)
+{
+    uint64_t x = t->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Bytes until the next sample, ~ Exp(mean R), at least 1. */
+static int64_t draw(struct ml_thread *t, uint64_t R)
+{
+    double u = (double)((rng_next(t) >> 11) + 1) * 0x1p-53; /* (0, 1] */
+    double d = -log(u) * (double)R;
+    return d > 4e18 ? (int64_t)4e18 : (int64_t)d + 1;
+}
+
+static void thread_setup(struct ml_thread *t)
+{
+    uint64_t seed = __rdtsc() ^ ((uintptr_t)t * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)gettid() << 32);
+    t->rng = seed ? seed : 1;
+}
+
+int ml_slow_decide(size_t size)
+{
+    struct ml_thread *t = &ml_tls;
+    ml_init();
+    if (unlikely(t->in_init))
+        return ML_BOOT;
+    if (t->busy)
+        return ML_FORWARD; /* nested inside the runtime: leave the countdown alone */
+    if (unlikely(!ml_cfg.ready)) {
+        t->countdown = ML_POLL_BUDGET;
+        t->armed = 0;
+        return ML_FORWARD;
+    }
+    if (unlikely(!t->rng))
+        thread_setup(t);
+    uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
+    if (!atomic_load_explicit(&ml_cfg.active, memory_order_relaxed)) {
+        /* Inactive: come back after ~1 MiB to see whether someone switched us on. */
+        t->countdown = ML_POLL_BUDGET;
+        t->armed = 0;
+        return ML_FORWARD;
+    }
+    if (R == 0) {
+        t->countdown = 0; /* every allocation comes here */
+        t->armed = ARMED_EXACT;
+        return ML_EXACT;
+    }
+    if (t->armed != R) {
+        /* The countdown was a poll budget or drawn for another interval: start a fresh process. */
+        t->armed = R;
+        t->countdown = draw(t, R);
+        return ML_FORWARD;
+    }
+    t->countdown = draw(t, R);
+    return size ? ML_SAMPLE : ML_FORWARD;
+}
+
+static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
+{
+    struct ml_thread *t = &ml_tls;
+    t->busy++;
+    uint64_t w_fx = 65536, w_bytes = size;
+    if (R) {
+        double w = 1.0 / -expm1(-(double)size / (double)R);
+        w_fx = (uint64_t)(w * 65536.0 + 0.5);
+        w_bytes = (uint64_t)(w * (double)size + 0.5);
+    }
+    uintptr_t pcs[ML_MAX_DEPTH];
+    int trunc = 0;
+    int depth = ml_unwind(pcs, ml_cfg.max_depth, &trunc, ra);
+    uint32_t id = ml_stack_intern(pcs, depth, trunc);
+    if (b) {
+        b->stack = id;
+        b->w_fx = w_fx;
+        b->w_bytes = w_bytes;
+    }
+    if (id == ML_NO_STACK) {
+        atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
+    } else {
+        struct ml_stack *st = ml_stack_get(id);
+        atomic_fetch_add_explicit(&st->samples, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->alloc_fx, w_fx, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
+        if (b) {
+            atomic_fetch_add_explicit(&st->inuse_fx, (int64_t)w_fx, memory_order_relaxed);
+            atomic_fetch_add_explicit(&st->inuse_bytes, (int64_t)w_bytes, memory_order_relaxed);
+        }
+        atomic_fetch_add_explicit(&ml_cfg.samples, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_cfg.sampled_bytes, size, memory_order_relaxed);
+        if (trunc)
+            atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
+    }
+    t->busy--;
+}
+
+void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
+{
+    void *p = ml_range_alloc(size, align);
+    if (!p) {
+        atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
+        return NULL; /* the caller serves it unsampled */
+    }
+    if (zero)
+        memset(p, 0, size);
+    record(ml_block_of(p), size, ml_tls.armed, ra);
+    return p;
+}
+
+void ml_exact_record(size_t size, uintptr_t ra) { record(NULL, size, 0, ra); }
+
+void ml_sampled_free(void *p)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED)
+        return; /* boot arena blocks are never freed */
+    if (b->stack != ML_NO_STACK) {
+        struct ml_stack *st = ml_stack_get(b->stack);
+        atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
+    }
+    ml_range_free(p);
+}

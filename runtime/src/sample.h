@@ -1,0 +1,15 @@
+/* Slow-path decisions shared by the interposers (alloc.c) and the sampler (sample.c). */
+#ifndef MEMLENS_SAMPLE_H
+#define MEMLENS_SAMPLE_H
+#include "rt.h"
+
+enum { ML_FORWARD, ML_SAMPLE, ML_EXACT, ML_BOOT };
+
+/* Called when the countdown ran out (or is not armed). Re-arms it and says what to do with this
+ * allocation of `size` bytes. */
+int ml_slow_decide(size_t size);
+/* Serve a sampled block from the private range and record it; NULL if the range is exhausted. */
+void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra);
+/* Exact mode: record an allocation served by the real allocator (cumulative counts only). */
+void ml_exact_record(size_t size, uintptr_t ra);
+#endif

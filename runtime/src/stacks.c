@@ -1,0 +1,121 @@
+/* The stack table: deduplicates stacks and holds their counters.
+ *
+ * Lock-free: an open-addressing array of slots (record id + 1, 0 = empty) over records carved from a
+ * bump arena. A new record is filled in first and then published with one CAS on an empty slot;
+ * readers only follow published slots. Losing a CAS race wastes one record (rare). When the table or
+ * the arena is full the sample is counted as dropped; nothing blocks and nothing crashes. */
+#define _GNU_SOURCE
+#include <sys/mman.h>
+
+#include "rt.h"
+
+#define SLOT_BITS 18
+#define NSLOTS (1u << SLOT_BITS)
+#define MAX_PROBE 512
+#define ARENA_SIZE (256ull << 20) /* records; reserved, pages used on touch */
+
+static _Atomic uint32_t *slots;
+static char *arena;
+static _Atomic uint64_t arena_used = 8; /* id 0 would be offset 0: keep it unused */
+static _Atomic uint32_t nstacks;
+
+int ml_stacks_init(void)
+{
+    void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (s == MAP_FAILED || a == MAP_FAILED)
+        return -1;
+    slots = s;
+    arena = a;
+    return 0;
+}
+
+/* Record ids are arena offsets / 8. */
+struct ml_stack *ml_stack_get(uint32_t id) { return (struct ml_stack *)(arena + (uint64_t)id * 8); }
+
+uint32_t ml_stack_count(void) { return atomic_load_explicit(&nstacks, memory_order_relaxed); }
+
+static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)depth ^ ((uint64_t)trunc << 40);
+    for (int i = 0; i < depth; i++) {
+        h ^= pcs[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int depth, int trunc)
+{
+    if (r->hash != h || r->depth != (uint32_t)depth || (r->flags & 1) != (uint32_t)trunc)
+        return 0;
+    for (int i = 0; i < depth; i++)
+        if (r->pcs[i] != pcs[i])
+            return 0;
+    return 1;
+}
+
+static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trunc)
+{
+    uint64_t size = (sizeof(struct ml_stack) + (uint64_t)depth * sizeof(uintptr_t) + 7) & ~7ull;
+    uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
+    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK)
+        return ML_NO_STACK;
+    struct ml_stack *r = (struct ml_stack *)(arena + off);
+    r->hash = h;
+    r->depth = (uint32_t)depth;
+    r->flags = (uint32_t)trunc;
+    for (int i = 0; i < depth; i++)
+        r->pcs[i] = pcs[i];
+    return (uint32_t)(off / 8);
+}
+
+uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
+{
+    if (!slots)
+        return ML_NO_STACK;
+    trunc = !!trunc;
+    uint64_t h = hash_pcs(pcs, depth, trunc);
+    uint32_t mine = ML_NO_STACK;
+    uint32_t idx = (uint32_t)(h >> 20) & (NSLOTS - 1);
+    for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & (NSLOTS - 1)) {
+        uint32_t s = atomic_load_explicit(&slots[idx], memory_order_acquire);
+        if (s == 0) {
+            if (mine == ML_NO_STACK && (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK)
+                return ML_NO_STACK;
+            if (atomic_compare_exchange_strong_explicit(&slots[idx], &s, mine + 1, memory_order_release,
+                                                        memory_order_acquire)) {
+                atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
+                return mine;
+            }
+        }
+        if (same(ml_stack_get(s - 1), h, pcs, depth, trunc))
+            return s - 1;
+    }
+    return ML_NO_STACK;
+}
+
+/* Visit every published record. */
+void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg)
+{
+    if (!slots)
+        return;
+    for (uint32_t i = 0; i < NSLOTS; i++) {
+        uint32_t s = atomic_load_explicit(&slots[i], memory_order_acquire);
+        if (s)
+            fn(ml_stack_get(s - 1), arg);
+    }
+}
+
+static void zero_alloc(struct ml_stack *r, void *arg)
+{
+    (void)arg;
+    atomic_store_explicit(&r->samples, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->alloc_fx, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->alloc_bytes, 0, memory_order_relaxed);
+}
+
+void ml_stacks_zero_alloc(void) { ml_stacks_each(zero_alloc, NULL); }

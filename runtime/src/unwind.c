@@ -1,0 +1,194 @@
+/* Stack capture. Three unwinders:
+ *   fp        - walk the rbp chain; each frame is checked against the thread's stack bounds, alignment
+ *               and monotonic growth, so garbage in rbp (code built without frame pointers) ends the
+ *               walk instead of crashing it.
+ *   libgcc    - _Unwind_Backtrace (DWARF CFI), linked through libgcc_s.
+ *   libunwind - unw_backtrace from libunwind.so.8 loaded with dlopen(RTLD_LOCAL): linking it would put
+ *               its _Unwind_* symbols in front of libgcc's and take over the program's C++ exceptions.
+ * All callers hold ml_tls.busy, so allocations made by an unwinder go straight to the real allocator. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <unwind.h>
+
+#include "rt.h"
+
+#define SELF_SLACK 16 /* room for our own frames, stripped afterwards */
+
+static uintptr_t self_lo, self_hi;
+static int (*unw_backtrace_fn)(void **, int);
+
+static int is_self(uintptr_t pc) { return pc - self_lo < self_hi - self_lo; }
+
+static uintptr_t stack_top(void)
+{
+    struct ml_thread *t = &ml_tls;
+    if (!t->stack_hi) {
+        pthread_attr_t a;
+        void *addr;
+        size_t size;
+        t->stack_hi = 1; /* unknown: frames will be rejected */
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+            if (pthread_attr_getstack(&a, &addr, &size) == 0)
+                t->stack_hi = (uintptr_t)addr + size;
+            pthread_attr_destroy(&a);
+        }
+    }
+    return t->stack_hi;
+}
+
+static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
+{
+    uintptr_t *fp = __builtin_frame_address(0);
+    uintptr_t lo = (uintptr_t)fp, hi = stack_top();
+    int n = 0;
+    while (n < max) {
+        uintptr_t f = (uintptr_t)fp;
+        if (f < lo || f + 16 > hi)
+            return n; /* left the stack: the chain ended (outermost frames often hold rbp = 0) */
+        if (f & 7) {
+            *trunc = 1;
+            return n;
+        }
+        uintptr_t ret = fp[1];
+        uintptr_t *next = (uintptr_t *)fp[0];
+        if (ret < 4096)
+            return n;
+        pcs[n++] = ret;
+        if ((uintptr_t)next <= f && next) {
+            *trunc = 1; /* a chain that does not grow towards the stack top is broken */
+            return n;
+        }
+        fp = next;
+    }
+    *trunc = 1;
+    return n;
+}
+
+struct gcc_walk {
+    uintptr_t *pcs;
+    int n, max, trunc, done;
+};
+
+static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg)
+{
+    struct gcc_walk *w = arg;
+    uintptr_t pc = _Unwind_GetIP(ctx);
+    if (!pc) {
+        w->done = 1;
+        return _URC_END_OF_STACK;
+    }
+    if (w->n >= w->max) {
+        w->trunc = 1;
+        return _URC_END_OF_STACK;
+    }
+    w->pcs[w->n++] = pc;
+    return _URC_NO_REASON;
+}
+
+static ML_NOINLINE int unwind_libgcc(uintptr_t *pcs, int max, int *trunc)
+{
+    struct gcc_walk w = {pcs, 0, max, 0, 0};
+    _Unwind_Reason_Code r = _Unwind_Backtrace(gcc_step, &w);
+    /* END_OF_STACK: walked to the outermost frame. Anything else, unless our callback stopped it at
+     * a zero pc, means the CFI chain broke (a frame without unwind info). */
+    if (w.trunc || (r != _URC_END_OF_STACK && !w.done))
+        *trunc = 1;
+    return w.n;
+}
+
+static ML_NOINLINE int unwind_libunwind(uintptr_t *pcs, int max, int *trunc)
+{
+    int n = unw_backtrace_fn((void **)pcs, max);
+    if (n >= max)
+        *trunc = 1;
+    return n < 0 ? 0 : n;
+}
+
+/* Capture the stack of the current allocation into pcs[0..max), innermost first, starting with the
+ * return address into the caller of malloc (`ra`). Our own frames are dropped. */
+int ml_unwind(uintptr_t *pcs, int max, int *trunc, uintptr_t ra)
+{
+    uintptr_t raw[ML_MAX_DEPTH + SELF_SLACK];
+    int lim = max + SELF_SLACK, n;
+    int raw_trunc = 0;
+    switch (ml_cfg.unwinder) {
+    case ML_UNW_LIBUNWIND:
+        n = unwind_libunwind(raw, lim, &raw_trunc);
+        break;
+    case ML_UNW_LIBGCC:
+        n = unwind_libgcc(raw, lim, &raw_trunc);
+        break;
+    default:
+        n = unwind_fp(raw, lim, &raw_trunc);
+    }
+    /* Skip everything up to and including the last frame inside libmemlens (libunwind also reports
+     * a frame of its own before ours). */
+    int first = 0;
+    for (int i = 0; i < n && i < SELF_SLACK + 2; i++)
+        if (is_self(raw[i]))
+            first = i + 1;
+    int out = 0;
+    /* The exported functions keep no frame pointer, so the fp chain skips straight from our frames to
+     * the caller's caller: put the caller back from the return address malloc received. */
+    if (ra && (first >= n || raw[first] != ra))
+        pcs[out++] = ra;
+    int rest = n > first ? n - first : 0, room = max - out;
+    int take = rest < room ? rest : room;
+    for (int i = 0; i < take; i++)
+        pcs[out++] = raw[first + i];
+    *trunc = raw_trunc || take < rest;
+    return out;
+}
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    uintptr_t me = (uintptr_t)arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (me - lo < hi - lo) {
+        self_lo = lo;
+        self_hi = hi;
+        return 1;
+    }
+    return 0;
+}
+
+static _Unwind_Reason_Code warm_step(struct _Unwind_Context *ctx, void *arg)
+{
+    (void)ctx;
+    (void)arg;
+    return _URC_NO_REASON;
+}
+
+void ml_unwind_setup(void)
+{
+    dl_iterate_phdr(find_self, (void *)(uintptr_t)&ml_unwind_setup);
+    void *h = dlopen("libunwind.so.8", RTLD_LOCAL | RTLD_NOW);
+    if (h)
+        unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
+    if (ml_cfg.unwinder < 0)
+        ml_cfg.unwinder = unw_backtrace_fn ? ML_UNW_LIBUNWIND : ML_UNW_LIBGCC;
+    if (ml_cfg.unwinder == ML_UNW_LIBUNWIND && !unw_backtrace_fn) {
+        ml_log("libunwind.so.8 cannot be loaded (install libunwind8); using the libgcc unwinder");
+        ml_cfg.unwinder = ML_UNW_LIBGCC;
+    }
+    /* First use of each unwinder initialises it (and may allocate): do that now, not inside malloc. */
+    _Unwind_Backtrace(warm_step, NULL);
+    if (unw_backtrace_fn) {
+        void *tmp[4];
+        unw_backtrace_fn(tmp, 4);
+    }
+    stack_top();
+}
