@@ -94,8 +94,10 @@ struct worker {
     pthread_t tid;
     uint64_t share;        /* malloc calls this thread makes */
     uint64_t mallocs, frees;
-    uint64_t rng;
-    unsigned countdown;    /* calls until the next timed one */
+    uint64_t rng;          /* the pattern's random choices (larson) */
+    uint64_t sample_rng;   /* which calls are timed: kept apart so timing never changes the pattern */
+    unsigned m_countdown;  /* mallocs until the next timed one */
+    unsigned f_countdown;  /* frees until the next timed one */
     struct samples m, f;
     void **slots;          /* ring / batch / larson slots */
     struct timespec t0, t1; /* this thread's start and end of work */
@@ -109,13 +111,18 @@ static inline void escape(void *p)
     __asm__ volatile("" : : "g"(p) : "memory"); /* the compiler may not drop a malloc/free pair */
 }
 
-static inline uint64_t next_rand(struct worker *w)
+static inline uint64_t xorshift(uint64_t *state)
 {
-    uint64_t x = w->rng; /* xorshift64 */
+    uint64_t x = *state;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return w->rng = x;
+    return *state = x;
+}
+
+static inline uint64_t next_rand(struct worker *w)
+{
+    return xorshift(&w->rng);
 }
 
 static inline void record(struct samples *s, uint64_t ticks)
@@ -124,12 +131,14 @@ static inline void record(struct samples *s, uint64_t ticks)
         s->v[s->n++] = ticks > clock_cost ? ticks - clock_cost : 0;
 }
 
-/* Decide once per malloc whether this malloc and the matching free are timed. */
-static inline int timed(struct worker *w)
+/* Whether this call is timed. The gap to the next timed call is random (uniform in
+ * 1..2N-1, mean N): a fixed period would keep hitting the same position of a ring or batch of
+ * N objects and sample only that position's cost. */
+static inline int timed(struct worker *w, unsigned *countdown)
 {
-    if (!cfg.sample_every || --w->countdown)
+    if (!cfg.sample_every || --*countdown)
         return 0;
-    w->countdown = cfg.sample_every;
+    *countdown = 1 + (unsigned)(xorshift(&w->sample_rng) % (2ull * cfg.sample_every - 1));
     return 1;
 }
 
@@ -169,12 +178,12 @@ static inline void do_free(struct worker *w, void *p, int time_it)
 /* Frees are sampled at the same rate as mallocs, independently of which malloc they match. */
 static inline void free_sampled(struct worker *w, void *p)
 {
-    do_free(w, p, cfg.sample_every && (w->frees % cfg.sample_every) == cfg.sample_every - 1);
+    do_free(w, p, timed(w, &w->f_countdown));
 }
 
 static inline void *malloc_sampled(struct worker *w, size_t n)
 {
-    return do_malloc(w, n, timed(w));
+    return do_malloc(w, n, timed(w, &w->m_countdown));
 }
 
 /* ---- patterns ---- */
@@ -379,9 +388,10 @@ static void split_work(void)
         w->id = i;
         w->share = i < workers_with_share ? cfg.ops / workers_with_share + (i < cfg.ops % workers_with_share) : 0;
         w->rng = cfg.seed * 0x9e3779b97f4a7c15ull + i + 1;
-        w->countdown = cfg.sample_every ? cfg.sample_every : 1;
+        w->sample_rng = cfg.seed * 0xbf58476d1ce4e5b9ull + i + 7;
+        w->m_countdown = w->f_countdown = 1 + (unsigned)(xorshift(&w->sample_rng) % (cfg.sample_every ? cfg.sample_every : 1));
         /* Room for every sample up to a cap: cross consumers free what producers allocated. */
-        size_t cap = cfg.sample_every ? (size_t)(cfg.ops / cfg.sample_every + 16) : 0;
+        size_t cap = cfg.sample_every ? (size_t)(2 * cfg.ops / cfg.sample_every + 64) : 0;
         if (cap > (1u << 22))
             cap = 1u << 22;
         w->m = (struct samples){raw_alloc(cap * 8), 0, cap};

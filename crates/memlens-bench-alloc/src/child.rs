@@ -57,6 +57,10 @@ pub struct Measured {
     pub max_rss_kib: u64,
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// CPU time of the whole child (wait4), user and system: unlike wall time it does not grow
+    /// while the machine is busy with other work.
+    pub user_ms: f64,
+    pub sys_ms: f64,
 }
 
 fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -207,7 +211,13 @@ pub fn run(exe: &Path, alloc: &Allocator, job: &Job, timeout: Duration) -> Resul
         max_rss_kib: ru.ru_maxrss as u64,
         minor_faults: ru.ru_minflt as u64,
         major_faults: ru.ru_majflt as u64,
+        user_ms: ms(ru.ru_utime),
+        sys_ms: ms(ru.ru_stime),
     })
+}
+
+fn ms(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3
 }
 
 /// The child executable, written out of the memlens binary.

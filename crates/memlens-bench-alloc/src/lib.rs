@@ -32,8 +32,9 @@ Allocators: system (glibc), jemalloc, tcmalloc, mimalloc, tbbmalloc (Debian pack
 through ldconfig), global-lock and pooled (memlens's reference allocators), and any
 --allocator NAME=PATH.so. Each runs in a child process with LD_PRELOAD; the child checks
 that malloc really resolves to the preloaded library.
-Per-call latency: 1 malloc and 1 free in --sample-every are timed with the TSC (fenced), the
-measured cost of reading the clock subtracted. Peak RSS and page faults: wait4() on the child.
+Per-call latency: on average 1 malloc and 1 free in --sample-every (random gaps) are timed
+with the TSC (fenced), the measured cost of reading the clock subtracted.
+RSS, page faults and CPU time: wait4() on the child.
 
 Example:
   memlens bench alloc --pattern split --sizes 128,1K,1M --threads 1..2
@@ -79,7 +80,7 @@ pub struct AllocOptions {
     /// Repeats of every configuration, interleaved [default: 5]
     #[arg(long)]
     pub repeats: Option<u64>,
-    /// Time one malloc and one free in N (0: no per-call latency)
+    /// Time one malloc and one free in N on average (0: no per-call latency)
     #[arg(long, default_value_t = 64)]
     pub sample_every: u64,
     /// A short run: 1/20 of the default objects and 2 repeats

@@ -56,6 +56,9 @@ pub struct Row {
     pub malloc_ns: Latency,
     pub free_ns: Latency,
     pub rss_mib: f64,
+    /// Median CPU time (user + system) of the child, and its system part.
+    pub cpu_ms: f64,
+    pub sys_ms: f64,
     pub minor_faults: f64,
     pub major_faults: f64,
     /// Rank by median time within (pattern, size, threads), 1 = fastest.
@@ -67,7 +70,7 @@ pub struct Row {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Summary2 {
+pub struct Outcome {
     /// What 100% is, e.g. "system on 1 thread".
     pub baseline: String,
     pub rows: Vec<Row>,
@@ -117,7 +120,7 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
+pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
     let clock = Clock::get();
     let mut rows = Vec::new();
     let base_alloc = allocs
@@ -186,6 +189,8 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
                             clock,
                         ),
                         rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
+                        cpu_ms: median(rs.iter().map(|r| r.m.user_ms + r.m.sys_ms)),
+                        sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
                         minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
                         major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
                         rank: 0,
@@ -198,12 +203,15 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Summary2 {
         }
     }
     let clock_cost = median(runs.iter().map(|r| r.m.clock_cost_ticks as f64));
-    Summary2 {
+    Outcome {
         baseline: format!(
             "{base_alloc} on {base_threads} thread{}",
             if base_threads == 1 { "" } else { "s" }
         ),
-        verdicts: verdicts(plan, &rows),
+        verdicts: verdicts(plan, &rows)
+            .into_iter()
+            .chain(scaling(plan, &rows))
+            .collect(),
         rows,
         clock_cost_ns: clock.ticks_to_ns(clock_cost),
         tsc_step_ns: clock.ticks_to_ns(tsc_step_ticks() as f64),
@@ -236,8 +244,8 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
                     .collect();
                 g.sort_by_key(|r| r.rank);
                 let head = format!(
-                    "{pattern} {} B, {threads} thread{}",
-                    format_size(size),
+                    "{pattern} {}, {threads} thread{}",
+                    size_label(size),
                     if threads == 1 { "" } else { "s" }
                 );
                 match g.as_slice() {
@@ -253,7 +261,12 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
                             .map(|r| r.allocator.as_str())
                             .collect();
                         let margin = next.time_ms.min - w.time_ms.max;
-                        if tied.is_empty() {
+                        if w.time_ms.n < 2 || next.time_ms.n < 2 {
+                            out.push(format!(
+                                "{head}: {} fastest, {:.2} ms vs {} {:.2} ms (one repeat: no spread to judge the margin by)",
+                                w.allocator, w.time_ms.median, next.allocator, next.time_ms.median
+                            ));
+                        } else if tied.is_empty() {
                             out.push(format!(
                                 "{head}: {} fastest, {:.2} ms vs {} {:.2} ms ({:.0}% faster; ranges {:.2}–{:.2} vs {:.2}–{:.2} ms do not overlap, margin {:.2} ms beyond the spread)",
                                 w.allocator, w.time_ms.median, next.allocator, next.time_ms.median,
@@ -269,6 +282,77 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
                     }
                 }
             }
+        }
+    }
+    out
+}
+
+/// `128 B`, `1 KiB`, `1.5 MiB`.
+pub fn size_label(size: u64) -> String {
+    let s = format_size(size);
+    if s.ends_with(|c: char| c.is_ascii_alphabetic()) {
+        format!("{s}iB")
+    } else {
+        format!("{s} B")
+    }
+}
+
+/// Per pattern and size: who gets faster, slower, or stays within the spread from the fewest to
+/// the most threads (the study's question: does the singleton allocator degrade with threads?).
+fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
+    let (Some(&lo), Some(&hi)) = (plan.threads.iter().min(), plan.threads.iter().max()) else {
+        return Vec::new();
+    };
+    if lo == hi {
+        return Vec::new();
+    }
+    if plan.repeats < 2 {
+        return vec!["scaling: one repeat gives no spread, so no 1→N-thread verdict (use --repeats 2 or more)".into()];
+    }
+    let mut out = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let (mut up, mut down, mut same) = (Vec::new(), Vec::new(), Vec::new());
+            for r in rows
+                .iter()
+                .filter(|r| r.pattern == pattern && r.size == size && r.threads == hi)
+            {
+                let Some(base) = rows.iter().find(|b| {
+                    b.pattern == pattern
+                        && b.size == size
+                        && b.threads == lo
+                        && b.allocator == r.allocator
+                }) else {
+                    continue;
+                };
+                let item = format!(
+                    "{} {:.2}×",
+                    r.allocator,
+                    base.time_ms.median / r.time_ms.median
+                );
+                if is_tie(&base.time_ms, &r.time_ms) {
+                    same.push(item);
+                } else if r.time_ms.median < base.time_ms.median {
+                    up.push(item);
+                } else {
+                    down.push(item);
+                }
+            }
+            let list = |v: &Vec<String>| {
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.join(", ")
+                }
+            };
+            out.push(format!(
+                "{pattern} {}, {lo} → {hi} threads (speedup, ideal {:.0}×): faster beyond the spread: {}; slower beyond the spread: {}; within the spread: {}",
+                size_label(size),
+                hi.min(plan.ncpu) as f64 / lo.min(plan.ncpu) as f64,
+                list(&up),
+                list(&down),
+                list(&same)
+            ));
         }
     }
     out
@@ -301,6 +385,7 @@ const HEADER: &[&str] = &[
     "Mops/s",
     "malloc ns p50/p99/p99.9/max",
     "free ns p50/p99/p99.9/max",
+    "CPU ms (sys)",
     "peak RSS MiB",
     "minor faults",
     "vs fastest",
@@ -326,6 +411,7 @@ fn table_rows(rows: &[&Row]) -> Vec<Vec<String>> {
                 format!("{:.1}", r.mops),
                 lat(&r.malloc_ns),
                 lat(&r.free_ns),
+                format!("{:.1} ({:.1})", r.cpu_ms, r.sys_ms),
                 format!("{:.1}", r.rss_mib),
                 format!("{:.0}", r.minor_faults),
                 if r.rank == 1 {
@@ -340,7 +426,7 @@ fn table_rows(rows: &[&Row]) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn groups<'a>(plan: &Plan, s: &'a Summary2) -> Vec<(String, &'static str, u64, Vec<&'a Row>)> {
+fn groups<'a>(plan: &Plan, s: &'a Outcome) -> Vec<(String, &'static str, u64, Vec<&'a Row>)> {
     let mut out = Vec::new();
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
@@ -351,7 +437,7 @@ fn groups<'a>(plan: &Plan, s: &'a Summary2) -> Vec<(String, &'static str, u64, V
                 .collect();
             if !rows.is_empty() {
                 out.push((
-                    format!("{pattern}, {} B objects", format_size(size)),
+                    format!("{pattern}, {} objects", size_label(size)),
                     pattern,
                     size,
                     rows,
@@ -362,7 +448,7 @@ fn groups<'a>(plan: &Plan, s: &'a Summary2) -> Vec<(String, &'static str, u64, V
     out
 }
 
-fn notes(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) -> Vec<String> {
+fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Vec<String> {
     let mut n = vec![
         format!(
             "time: median of {} interleaved repeats; rel %: median time relative to {} = 100%; ideal %: perfect scaling from it (capped at {} CPUs); speedup: the allocator's own 1-thread time over this one; tie: min–max ranges overlap the fastest's.",
@@ -370,7 +456,7 @@ fn notes(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) -> 
         ),
         if plan.sample_every > 0 {
             format!(
-                "latency: 1 call in {} timed with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. Peak RSS and faults are the whole child's (wait4).",
+                "latency: on average 1 call in {} timed (random gaps) with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
                 plan.sample_every, s.clock_cost_ns, s.tsc_step_ns
             )
         } else {
@@ -386,7 +472,7 @@ fn notes(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) -> 
     n
 }
 
-pub fn text(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) -> String {
+pub fn text(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> String {
     let mut o = String::new();
     for (title, _, _, rows) in groups(plan, s) {
         o.push_str(&format!("\n{title}\n"));
@@ -410,7 +496,7 @@ struct JsonOut<'a> {
     allocators: &'a [Allocator],
     missing: &'a [Missing],
     dropped: &'a [Missing],
-    summary: &'a Summary2,
+    summary: &'a Outcome,
     runs: &'a [Run],
 }
 
@@ -421,7 +507,7 @@ pub fn write_json(
     missing: &[Missing],
     failed: &[Missing],
     runs: &[Run],
-    s: &Summary2,
+    s: &Outcome,
 ) -> Result<()> {
     let config = serde_json::json!({
         "patterns": plan.patterns, "sizes": plan.sizes, "threads": plan.threads, "repeats": plan.repeats,
@@ -440,7 +526,7 @@ pub fn write_json(
     )
 }
 
-pub fn write_csv(path: &Path, s: &Summary2) -> Result<()> {
+pub fn write_csv(path: &Path, s: &Outcome) -> Result<()> {
     let header = [
         "pattern",
         "size",
@@ -463,6 +549,8 @@ pub fn write_csv(path: &Path, s: &Summary2) -> Result<()> {
         "free_p999_ns",
         "free_max_ns",
         "peak_rss_mib",
+        "cpu_ms",
+        "sys_ms",
         "minor_faults",
         "major_faults",
         "rank",
@@ -496,6 +584,8 @@ pub fn write_csv(path: &Path, s: &Summary2) -> Result<()> {
                 o(r.free_ns.p999),
                 o(r.free_ns.max),
                 format!("{:.2}", r.rss_mib),
+                format!("{:.2}", r.cpu_ms),
+                format!("{:.2}", r.sys_ms),
                 format!("{:.0}", r.minor_faults),
                 format!("{:.0}", r.major_faults),
                 r.rank.to_string(),
@@ -508,7 +598,7 @@ pub fn write_csv(path: &Path, s: &Summary2) -> Result<()> {
 }
 
 /// One chart per pattern and size: relative time vs threads, a line per allocator, ideal dashed.
-pub fn svgs(plan: &Plan, s: &Summary2) -> Result<Vec<(String, String)>> {
+pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (title, pattern, size, rows) in groups(plan, s) {
         let mut series: Vec<Series> = Vec::new();
@@ -553,7 +643,7 @@ pub fn svgs(plan: &Plan, s: &Summary2) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-pub fn html(plan: &Plan, s: &Summary2, missing: &[Missing], failed: &[Missing]) -> Result<String> {
+pub fn html(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Result<String> {
     let charts = svgs(plan, s)?;
     let mut sections = vec![Section {
         heading: "Verdicts".into(),

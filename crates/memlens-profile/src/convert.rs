@@ -1,0 +1,262 @@
+//! Raw dump → symbolized profile model, and loading any supported input file.
+use crate::model::{Function, Line, Location, Mapping, Profile, Sample};
+use crate::raw::{Module, RawDump};
+use crate::symbolize::{SymFrame, Symbolizer};
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+/// What `convert_raw` produced, for `memlens run` to print.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConvertSummary {
+    pub pid: u32,
+    pub exe: String,
+    /// Samples the runtime recorded.
+    pub samples: u64,
+    /// Distinct stacks in the profile.
+    pub stacks: usize,
+    pub alloc_bytes: f64,
+    pub inuse_bytes: f64,
+    /// Share of samples whose stack was truncated (0..1).
+    pub truncated_share: f64,
+    /// Samples the runtime lost (tables full).
+    pub dropped: u64,
+    /// Modules whose addresses stay raw (binary absent, different build ID, no symbols).
+    pub unsymbolized_modules: usize,
+    /// One line per problem met while symbolizing (already printed on stderr).
+    pub warnings: Vec<String>,
+}
+
+/// Read the raw dump `raw`, symbolize it and write it as gzipped pprof to `out`.
+pub fn convert_raw(raw: &Path, out: &Path) -> Result<ConvertSummary> {
+    let dump = crate::raw::read(raw)?;
+    let (profile, warnings) = symbolize_dump(&dump);
+    crate::pprof::write(&profile, out)?;
+    Ok(summary(&profile, warnings))
+}
+
+/// The summary of a converted profile.
+pub fn summary(p: &Profile, warnings: Vec<String>) -> ConvertSummary {
+    use crate::model::SampleIndex::*;
+    let unsymbolized = warnings.len();
+    ConvertSummary {
+        pid: p.meta.pid,
+        exe: p.meta.exe.clone(),
+        samples: p.meta.samples,
+        stacks: p.samples.len(),
+        alloc_bytes: p.total(AllocSpace),
+        inuse_bytes: p.total(InuseSpace),
+        truncated_share: p.meta.truncated_share(),
+        dropped: p.meta.dropped,
+        unsymbolized_modules: unsymbolized,
+        warnings,
+    }
+}
+
+/// Load a profile from a raw dump or a pprof file (gzipped or not). Symbolization problems of a
+/// raw dump are printed once per module as warnings; they never fail the load.
+pub fn load(path: &Path) -> Result<Profile> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.is_empty() {
+        return Err(anyhow!("{} is empty (not a profile)", path.display()));
+    }
+    if crate::raw::looks_raw(&bytes) {
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| anyhow!("{}: raw dump is not valid UTF-8", path.display()))?;
+        let dump = crate::raw::parse(text).with_context(|| path.display().to_string())?;
+        return Ok(symbolize_dump(&dump).0);
+    }
+    crate::pprof::decode(&bytes).with_context(|| {
+        format!(
+            "cannot load {}: neither a memlens raw dump nor a pprof profile",
+            path.display()
+        )
+    })
+}
+
+/// Modules whose frames are the profiler's own and never belong in a user's stack.
+fn is_own_module(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.starts_with("libmemlens") && base.ends_with(".so")
+}
+
+/// Pseudo-modules without a file on disk: not worth a warning.
+fn is_virtual(path: &str) -> bool {
+    path.is_empty() || path.contains("vdso") || path.starts_with('[')
+}
+
+/// Build the symbolized model of a raw dump. Returns it with the warnings printed on stderr.
+pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
+    let mut b = Builder {
+        p: Profile {
+            meta: d.meta.clone(),
+            ..Profile::default()
+        },
+        ..Builder::default()
+    };
+    // Unique pcs per module, in a stable order.
+    let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut module_of: HashMap<u64, Option<usize>> = HashMap::new();
+    for s in &d.stacks {
+        for &pc in &s.pcs {
+            module_of.entry(pc).or_insert_with(|| {
+                let m = find_module(&d.modules, pc);
+                if let Some(i) = m {
+                    by_module.entry(i).or_default().push(pc);
+                }
+                m
+            });
+        }
+    }
+    let mut sym = Symbolizer::new();
+    let mut warnings = Vec::new();
+    let mut warned = HashSet::new();
+    let mut loc_of: HashMap<u64, u64> = HashMap::new();
+    for (&mi, pcs) in &by_module {
+        let m = &d.modules[mi];
+        let addrs: Vec<u64> = pcs
+            .iter()
+            .map(|pc| pc.wrapping_sub(1).wrapping_sub(m.base))
+            .collect();
+        let frames = match sym.module(&m.path, &m.build_id, &addrs) {
+            Ok(f) => f,
+            Err(why) => {
+                if !is_virtual(&m.path) && warned.insert(m.path.clone()) {
+                    let w = format!(
+                        "cannot symbolize {}: {why}; its frames show as addresses",
+                        m.path
+                    );
+                    eprintln!("memlens: warning: {w}");
+                    warnings.push(w);
+                }
+                vec![Vec::new(); pcs.len()]
+            }
+        };
+        for (pc, fr) in pcs.iter().zip(frames) {
+            let id = b.location(m, *pc, &fr);
+            loc_of.insert(*pc, id);
+        }
+    }
+    for s in &d.stacks {
+        let mut locations = Vec::with_capacity(s.pcs.len());
+        for &pc in &s.pcs {
+            let own = module_of[&pc].is_some_and(|i| is_own_module(&d.modules[i].path));
+            if own && locations.is_empty() {
+                continue; // the runtime's own frames above the allocation call
+            }
+            let id = match loc_of.get(&pc) {
+                Some(&id) => id,
+                None => {
+                    b.p.locations.push(Location {
+                        mapping: 0,
+                        address: pc.wrapping_sub(1),
+                        lines: Vec::new(),
+                    });
+                    let id = b.p.locations.len() as u64;
+                    loc_of.insert(pc, id);
+                    id
+                }
+            };
+            locations.push(id);
+        }
+        b.p.samples.push(Sample {
+            locations,
+            alloc_objects: s.alloc_objects_fx as f64 / 65536.0,
+            alloc_bytes: s.alloc_bytes as f64,
+            inuse_objects: s.inuse_objects_fx as f64 / 65536.0,
+            inuse_bytes: s.inuse_bytes as f64,
+            samples: s.samples,
+        });
+    }
+    (b.p, warnings)
+}
+
+fn find_module(mods: &[Module], pc: u64) -> Option<usize> {
+    // A later entry for the same range is the more recent load (dlopen after dlclose).
+    let loaded = mods
+        .iter()
+        .rposition(|m| m.loaded && m.segment_of(pc).is_some());
+    loaded.or_else(|| mods.iter().rposition(|m| m.segment_of(pc).is_some()))
+}
+
+#[derive(Default)]
+struct Builder {
+    p: Profile,
+    /// (module base, segment vaddr) → mapping id.
+    mappings: HashMap<(u64, u64, String), u64>,
+    functions: HashMap<(String, String), u64>,
+}
+
+impl Builder {
+    fn mapping(&mut self, m: &Module, pc: u64) -> u64 {
+        let Some(seg) = m.segment_of(pc) else {
+            return 0;
+        };
+        let key = (m.base, seg.vaddr, m.path.clone());
+        if let Some(&id) = self.mappings.get(&key) {
+            return id;
+        }
+        // Page-aligned like /proc/self/maps, which is what pprof tools expect of a mapping.
+        let start = (m.base + seg.vaddr) & !0xfff;
+        let limit = (m.base + seg.vaddr + seg.memsz + 0xfff) & !0xfff;
+        self.p.mappings.push(Mapping {
+            start,
+            limit,
+            offset: seg.offset & !0xfff,
+            filename: m.path.clone(),
+            build_id: m.build_id.clone(),
+            ..Mapping::default()
+        });
+        let id = self.p.mappings.len() as u64;
+        self.mappings.insert(key, id);
+        id
+    }
+
+    fn function(&mut self, f: &SymFrame) -> u64 {
+        let key = (f.name.clone(), f.file.clone());
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        self.p.functions.push(Function {
+            name: f.name.clone(),
+            system_name: f.name.clone(),
+            filename: f.file.clone(),
+            start_line: 0,
+        });
+        let id = self.p.functions.len() as u64;
+        self.functions.insert(key, id);
+        id
+    }
+
+    fn location(&mut self, m: &Module, pc: u64, frames: &[SymFrame]) -> u64 {
+        let mapping = self.mapping(m, pc);
+        let lines: Vec<Line> = frames
+            .iter()
+            .map(|f| Line {
+                function: self.function(f),
+                line: f.line as i64,
+            })
+            .collect();
+        if let Some(mp) = self.p.mappings.get_mut((mapping as usize).wrapping_sub(1)) {
+            if !lines.is_empty() {
+                mp.has_functions = true;
+            }
+            if frames.iter().any(|f| !f.file.is_empty()) {
+                mp.has_filenames = true;
+            }
+            if frames.iter().any(|f| f.line != 0) {
+                mp.has_line_numbers = true;
+            }
+            if frames.len() > 1 {
+                mp.has_inline_frames = true;
+            }
+        }
+        self.p.locations.push(Location {
+            mapping,
+            address: pc.wrapping_sub(1),
+            lines,
+        });
+        self.p.locations.len() as u64
+    }
+}

@@ -1,0 +1,507 @@
+//! pprof (profile.proto) in and out: hand-written prost messages (no protoc needed), gzip via flate2.
+//!
+//! Written profiles carry the four heap sample types in pprof's order, `period_type space/bytes`,
+//! `period` = sampling interval, mappings with build IDs and `has_functions`/`has_filenames`/
+//! `has_line_numbers` set when symbolized, one location per unique address with its inlined lines
+//! innermost first, and the process facts as `memlens.key=value` comments (read back by `read`).
+use crate::model::{Function, Line, Location, Mapping, Meta, Profile, Sample, SampleIndex};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
+
+pub mod proto {
+    //! The subset of profile.proto memlens uses (field numbers as in the upstream file).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "7")]
+        pub drop_frames: i64,
+        #[prost(int64, tag = "8")]
+        pub keep_frames: i64,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+        #[prost(int64, tag = "4")]
+        pub num_unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+        #[prost(bool, tag = "5")]
+        pub is_folded: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+        #[prost(int64, tag = "3")]
+        pub column: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+        #[prost(int64, tag = "5")]
+        pub start_line: i64,
+    }
+}
+
+/// Interned strings; index 0 is "" as profile.proto requires.
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        Strings {
+            table: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
+    }
+
+    fn id(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+const SAMPLES_LABEL: &str = "samples";
+
+/// Translate the model into profile.proto messages.
+pub fn to_proto(p: &Profile) -> proto::Profile {
+    let mut st = Strings::new();
+    let vt = |st: &mut Strings, t: &str, u: &str| proto::ValueType {
+        r#type: st.id(t),
+        unit: st.id(u),
+    };
+    let sample_type = SampleIndex::ALL
+        .iter()
+        .map(|i| vt(&mut st, i.name(), i.unit()))
+        .collect();
+    let period_type = Some(vt(&mut st, "space", "bytes"));
+    let samples_key = st.id(SAMPLES_LABEL);
+    let count = st.id("count");
+    let sample = p
+        .samples
+        .iter()
+        .map(|s| proto::Sample {
+            location_id: s.locations.clone(),
+            value: s.values().iter().map(|v| v.round() as i64).collect(),
+            label: if s.samples > 0 {
+                vec![proto::Label {
+                    key: samples_key,
+                    str: 0,
+                    num: s.samples as i64,
+                    num_unit: count,
+                }]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    let mapping = p
+        .mappings
+        .iter()
+        .enumerate()
+        .map(|(i, m)| proto::Mapping {
+            id: i as u64 + 1,
+            memory_start: m.start,
+            memory_limit: m.limit,
+            file_offset: m.offset,
+            filename: st.id(&m.filename),
+            build_id: st.id(&m.build_id),
+            has_functions: m.has_functions,
+            has_filenames: m.has_filenames,
+            has_line_numbers: m.has_line_numbers,
+            has_inline_frames: m.has_inline_frames,
+        })
+        .collect();
+    let location = p
+        .locations
+        .iter()
+        .enumerate()
+        .map(|(i, l)| proto::Location {
+            id: i as u64 + 1,
+            mapping_id: l.mapping,
+            address: l.address,
+            line: l
+                .lines
+                .iter()
+                .map(|x| proto::Line {
+                    function_id: x.function,
+                    line: x.line,
+                    column: 0,
+                })
+                .collect(),
+            is_folded: false,
+        })
+        .collect();
+    let function = p
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| proto::Function {
+            id: i as u64 + 1,
+            name: st.id(&f.name),
+            system_name: st.id(&f.system_name),
+            filename: st.id(&f.filename),
+            start_line: f.start_line,
+        })
+        .collect();
+    let comment = meta_comments(&p.meta).iter().map(|c| st.id(c)).collect();
+    let default_sample_type = st.id(SampleIndex::AllocSpace.name());
+    proto::Profile {
+        sample_type,
+        sample,
+        mapping,
+        location,
+        function,
+        string_table: st.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: p.meta.time_ns as i64,
+        duration_nanos: p.meta.time_ns.saturating_sub(p.meta.start_ns) as i64,
+        period_type,
+        period: p.meta.interval as i64,
+        comment,
+        default_sample_type,
+    }
+}
+
+fn meta_comments(m: &Meta) -> Vec<String> {
+    let mut c = vec![
+        format!("memlens.pid={}", m.pid),
+        format!("memlens.ppid={}", m.ppid),
+        format!("memlens.exe={}", m.exe),
+        format!("memlens.interval={}", m.interval),
+        format!("memlens.unwinder={}", m.unwinder),
+        format!("memlens.active={}", m.active as u8),
+        format!("memlens.reason={}", m.reason),
+        format!("memlens.start_ns={}", m.start_ns),
+        format!("memlens.samples={}", m.samples),
+        format!("memlens.truncated={}", m.truncated),
+        format!("memlens.dropped={}", m.dropped),
+        format!("memlens.max_depth={}", m.max_depth),
+    ];
+    c.retain(|s| !s.ends_with('='));
+    c
+}
+
+fn parse_comment(m: &mut Meta, c: &str) {
+    let Some((k, v)) = c.strip_prefix("memlens.").and_then(|r| r.split_once('=')) else {
+        return;
+    };
+    let n = || v.parse::<u64>().unwrap_or(0);
+    match k {
+        "pid" => m.pid = n() as u32,
+        "ppid" => m.ppid = n() as u32,
+        "exe" => m.exe = v.to_string(),
+        "interval" => m.interval = n(),
+        "unwinder" => m.unwinder = v.to_string(),
+        "active" => m.active = n() != 0,
+        "reason" => m.reason = v.to_string(),
+        "start_ns" => m.start_ns = n(),
+        "samples" => m.samples = n(),
+        "truncated" => m.truncated = n(),
+        "dropped" => m.dropped = n(),
+        "max_depth" => m.max_depth = n() as u32,
+        _ => {}
+    }
+}
+
+/// Write `p` as gzipped pprof to `path`.
+pub fn write(p: &Profile, path: &Path) -> Result<()> {
+    let bytes = encode_gz(p)?;
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The gzipped protobuf bytes of `p`.
+pub fn encode_gz(p: &Profile) -> Result<Vec<u8>> {
+    use prost::Message;
+    let raw = to_proto(p).encode_to_vec();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&raw)?;
+    Ok(gz.finish()?)
+}
+
+/// Decode pprof bytes (gzipped or not) into the model.
+pub fn decode(bytes: &[u8]) -> Result<Profile> {
+    use prost::Message;
+    let plain;
+    let data = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| anyhow!("corrupt gzip data ({e})"))?;
+        plain = out;
+        &plain[..]
+    } else {
+        bytes
+    };
+    let msg = proto::Profile::decode(data).map_err(|e| anyhow!("not a pprof profile ({e})"))?;
+    from_proto(&msg)
+}
+
+/// Translate profile.proto messages into the model, validating every reference.
+pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
+    let st = &m.string_table;
+    if st.first().is_none_or(|s| !s.is_empty()) {
+        bail!("not a pprof profile (string table does not start with \"\")");
+    }
+    let s = |i: i64| -> Result<String> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| st.get(i))
+            .cloned()
+            .ok_or_else(|| anyhow!("bad string index {i}"))
+    };
+    // Where each of our four values sits among the file's sample types (a Go heap profile matches).
+    let mut col = [None; 4];
+    for (k, t) in m.sample_type.iter().enumerate() {
+        let name = s(t.r#type)?;
+        if let Some(i) = SampleIndex::ALL.iter().position(|x| x.name() == name) {
+            col[i] = Some(k);
+        }
+    }
+    if col.iter().all(Option::is_none) {
+        let names: Vec<String> = m
+            .sample_type
+            .iter()
+            .filter_map(|t| s(t.r#type).ok())
+            .collect();
+        bail!(
+            "not a heap profile (sample types: {})",
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
+    let mut meta = Meta {
+        interval: m.period.max(0) as u64,
+        time_ns: m.time_nanos.max(0) as u64,
+        ..Meta::default()
+    };
+    meta.start_ns = meta.time_ns.saturating_sub(m.duration_nanos.max(0) as u64);
+    for &c in &m.comment {
+        parse_comment(&mut meta, &s(c)?);
+    }
+    let map_ids: HashMap<u64, u64> = m
+        .mapping
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x.id, i as u64 + 1))
+        .collect();
+    let fn_ids: HashMap<u64, u64> = m
+        .function
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x.id, i as u64 + 1))
+        .collect();
+    let loc_ids: HashMap<u64, u64> = m
+        .location
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x.id, i as u64 + 1))
+        .collect();
+    let mappings = m
+        .mapping
+        .iter()
+        .map(|x| {
+            Ok(Mapping {
+                start: x.memory_start,
+                limit: x.memory_limit,
+                offset: x.file_offset,
+                filename: s(x.filename)?,
+                build_id: s(x.build_id)?,
+                has_functions: x.has_functions,
+                has_filenames: x.has_filenames,
+                has_line_numbers: x.has_line_numbers,
+                has_inline_frames: x.has_inline_frames,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let functions = m
+        .function
+        .iter()
+        .map(|f| {
+            Ok(Function {
+                name: s(f.name)?,
+                system_name: s(f.system_name)?,
+                filename: s(f.filename)?,
+                start_line: f.start_line,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let locations = m
+        .location
+        .iter()
+        .map(|l| {
+            let mapping = if l.mapping_id == 0 {
+                0
+            } else {
+                *map_ids
+                    .get(&l.mapping_id)
+                    .ok_or_else(|| anyhow!("location refers to unknown mapping {}", l.mapping_id))?
+            };
+            let lines = l
+                .line
+                .iter()
+                .map(|x| {
+                    let function = *fn_ids.get(&x.function_id).ok_or_else(|| {
+                        anyhow!("line refers to unknown function {}", x.function_id)
+                    })?;
+                    Ok(Line {
+                        function,
+                        line: x.line,
+                    })
+                })
+                .collect::<Result<_>>()?;
+            Ok(Location {
+                mapping,
+                address: l.address,
+                lines,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let samples_key = st.iter().position(|x| x == SAMPLES_LABEL).map(|i| i as i64);
+    let samples = m
+        .sample
+        .iter()
+        .map(|x| {
+            if x.value.len() != m.sample_type.len() {
+                bail!(
+                    "sample has {} values for {} sample types",
+                    x.value.len(),
+                    m.sample_type.len()
+                );
+            }
+            let locations = x
+                .location_id
+                .iter()
+                .map(|id| {
+                    loc_ids
+                        .get(id)
+                        .copied()
+                        .ok_or_else(|| anyhow!("sample refers to unknown location {id}"))
+                })
+                .collect::<Result<_>>()?;
+            let mut out = Sample {
+                locations,
+                ..Sample::default()
+            };
+            out.set_values(col.map(|c| c.map_or(0.0, |k| x.value[k] as f64)));
+            out.samples = x
+                .label
+                .iter()
+                .find(|l| Some(l.key) == samples_key)
+                .map_or(0, |l| l.num.max(0) as u64);
+            Ok(out)
+        })
+        .collect::<Result<_>>()?;
+    Ok(Profile {
+        meta,
+        mappings,
+        functions,
+        locations,
+        samples,
+    })
+}

@@ -1,0 +1,355 @@
+//! Reader of the runtime's raw dump (format version 1, described in `runtime/README.md`).
+//!
+//! Strict: every malformed line is an error naming the line number, and a dump without its final
+//! `end` line is "truncated" (the process died while writing it). Unknown `key value` lines in the
+//! header are skipped so that the runtime can add facts without breaking older readers.
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::Path;
+
+/// One PT_LOAD program header of a module.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub memsz: u64,
+    pub offset: u64,
+    pub flags: String,
+}
+
+/// A module from `dl_iterate_phdr` (or one dlclose'd since start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Module {
+    /// Load bias: ELF virtual address + base = run-time address.
+    pub base: u64,
+    /// Lower-case hex, empty when the module has none.
+    pub build_id: String,
+    pub loaded: bool,
+    pub path: String,
+    pub segments: Vec<Segment>,
+}
+
+impl Module {
+    /// The segment containing run-time address `pc`, if any.
+    pub fn segment_of(&self, pc: u64) -> Option<&Segment> {
+        let v = pc.checked_sub(self.base)?;
+        self.segments
+            .iter()
+            .find(|s| v >= s.vaddr && v - s.vaddr < s.memsz)
+    }
+}
+
+/// One `stack` line: values are already unbiased by the runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawStack {
+    pub samples: u64,
+    pub alloc_objects_fx: i64,
+    pub alloc_bytes: i64,
+    pub inuse_objects_fx: i64,
+    pub inuse_bytes: i64,
+    pub flags: u64,
+    /// Return addresses, innermost first.
+    pub pcs: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawDump {
+    pub meta: crate::model::Meta,
+    pub modules: Vec<Module>,
+    /// Verbatim /proc/self/maps lines.
+    pub maps: Vec<String>,
+    pub stacks: Vec<RawStack>,
+}
+
+/// Read and parse a raw dump file.
+pub fn read(path: &Path) -> Result<RawDump> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        anyhow!(
+            "{}: not a memlens raw dump (invalid UTF-8 at byte {})",
+            path.display(),
+            e.valid_up_to()
+        )
+    })?;
+    parse(text).with_context(|| format!("{}", path.display()))
+}
+
+/// True when `bytes` start like a raw dump (used to pick the reader).
+pub fn looks_raw(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"memlens-raw ")
+}
+
+#[derive(PartialEq)]
+enum Part {
+    Header,
+    Maps,
+    Stacks,
+}
+
+/// Parse the text of a raw dump.
+pub fn parse(text: &str) -> Result<RawDump> {
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    match lines.next() {
+        Some((_, "memlens-raw 1")) => {}
+        Some((_, l)) if l.starts_with("memlens-raw ") => {
+            bail!(
+                "unsupported raw dump version '{}' (this memlens reads version 1)",
+                &l[12..]
+            )
+        }
+        _ => bail!("not a memlens raw dump (first line is not 'memlens-raw 1')"),
+    }
+    let mut d = RawDump::default();
+    let mut part = Part::Header;
+    let mut seen = Seen::default();
+    for (n, line) in lines {
+        let at = || format!("line {n}");
+        match part {
+            Part::Maps if line == "end maps" => part = Part::Stacks,
+            Part::Maps => d.maps.push(line.to_string()),
+            _ if line == "end" => {
+                seen.check().with_context(at)?;
+                return Ok(d);
+            }
+            _ if line == "maps" => {
+                if part == Part::Stacks {
+                    bail!("line {n}: second 'maps' section");
+                }
+                part = Part::Maps;
+            }
+            _ => {
+                let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+                match key {
+                    "stack" => d.stacks.push(parse_stack(rest).with_context(at)?),
+                    "module" => d.modules.push(parse_module(rest).with_context(at)?),
+                    "segment" => {
+                        let m = d
+                            .modules
+                            .last_mut()
+                            .ok_or_else(|| anyhow!("line {n}: 'segment' before any 'module'"))?;
+                        m.segments.push(parse_segment(rest).with_context(at)?);
+                    }
+                    _ if part == Part::Header => {
+                        header(&mut d.meta, &mut seen, key, rest).with_context(at)?
+                    }
+                    _ => bail!("line {n}: unexpected record '{key}' after the maps section"),
+                }
+            }
+        }
+    }
+    bail!("truncated raw dump (no final 'end' line: the process may have died while writing it)")
+}
+
+/// Which required header fields were present.
+#[derive(Default)]
+struct Seen {
+    pid: bool,
+    exe: bool,
+    interval: bool,
+}
+
+impl Seen {
+    fn check(&self) -> Result<()> {
+        for (ok, k) in [
+            (self.pid, "pid"),
+            (self.exe, "exe"),
+            (self.interval, "interval"),
+        ] {
+            if !ok {
+                bail!("raw dump lacks its '{k}' line");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Result<()> {
+    match key {
+        "pid" => (m.pid, seen.pid) = (num(v, key)?, true),
+        "ppid" => m.ppid = num(v, key)?,
+        "exe" => (m.exe, seen.exe) = (v.to_string(), true),
+        "interval" => (m.interval, seen.interval) = (num(v, key)?, true),
+        "unwinder" => m.unwinder = v.to_string(),
+        "active" => m.active = num::<u8>(v, key)? != 0,
+        "reason" => m.reason = v.to_string(),
+        "start_ns" => m.start_ns = num(v, key)?,
+        "time_ns" => m.time_ns = num(v, key)?,
+        "samples" => m.samples = num(v, key)?,
+        "truncated" => m.truncated = num(v, key)?,
+        "dropped" => m.dropped = num(v, key)?,
+        "max_depth" => m.max_depth = num(v, key)?,
+        // A newer runtime may add facts; they are not needed to build the profile.
+        _ if !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit()) => {}
+        _ => bail!("unrecognised record '{key}'"),
+    }
+    Ok(())
+}
+
+fn num<T: std::str::FromStr>(v: &str, what: &str) -> Result<T> {
+    v.trim()
+        .parse()
+        .map_err(|_| anyhow!("bad {what} value '{v}'"))
+}
+
+fn hex(v: &str, what: &str) -> Result<u64> {
+    let h = v
+        .strip_prefix("0x")
+        .ok_or_else(|| anyhow!("bad {what} '{v}' (expected 0x…)"))?;
+    u64::from_str_radix(h, 16).map_err(|_| anyhow!("bad {what} '{v}'"))
+}
+
+fn parse_module(rest: &str) -> Result<Module> {
+    let mut f = rest.splitn(4, ' ');
+    let (Some(base), Some(bid), Some(state), Some(path)) = (f.next(), f.next(), f.next(), f.next())
+    else {
+        bail!("module line needs: base build-id loaded|unloaded path");
+    };
+    let loaded = match state {
+        "loaded" => true,
+        "unloaded" => false,
+        _ => bail!("bad module state '{state}' (expected loaded or unloaded)"),
+    };
+    let build_id = match bid {
+        "-" => String::new(),
+        b if !b.is_empty() && b.bytes().all(|c| c.is_ascii_hexdigit()) => b.to_ascii_lowercase(),
+        b => bail!("bad build id '{b}'"),
+    };
+    Ok(Module {
+        base: hex(base, "module base")?,
+        build_id,
+        loaded,
+        path: path.to_string(),
+        segments: Vec::new(),
+    })
+}
+
+fn parse_segment(rest: &str) -> Result<Segment> {
+    let f: Vec<&str> = rest.split(' ').collect();
+    let [vaddr, memsz, offset, flags] = f[..] else {
+        bail!("segment line needs: p_vaddr p_memsz p_offset flags");
+    };
+    Ok(Segment {
+        vaddr: hex(vaddr, "p_vaddr")?,
+        memsz: hex(memsz, "p_memsz")?,
+        offset: hex(offset, "p_offset")?,
+        flags: flags.to_string(),
+    })
+}
+
+fn parse_stack(rest: &str) -> Result<RawStack> {
+    let f: Vec<&str> = rest.split(' ').filter(|s| !s.is_empty()).collect();
+    if f.len() < 6 {
+        bail!("stack line needs: samples alloc_objects_fx alloc_bytes inuse_objects_fx inuse_bytes flags pc…");
+    }
+    Ok(RawStack {
+        samples: num(f[0], "samples")?,
+        alloc_objects_fx: num(f[1], "alloc_objects_fx")?,
+        alloc_bytes: num(f[2], "alloc_bytes")?,
+        inuse_objects_fx: num(f[3], "inuse_objects_fx")?,
+        inuse_bytes: num(f[4], "inuse_bytes")?,
+        flags: num(f[5], "flags")?,
+        pcs: f[6..].iter().map(|p| hex(p, "pc")).collect::<Result<_>>()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const GOOD: &str = "memlens-raw 1
+pid 42
+ppid 1
+exe /bin/true
+interval 524288
+unwinder fp
+active 1
+reason exit
+start_ns 1000
+time_ns 2000
+samples 3
+truncated 1
+dropped 0
+max_depth 64
+module 0x555555554000 abcdef01 loaded /bin/true
+segment 0x0 0x1000 0x0 r--
+segment 0x1000 0x2000 0x1000 r-x
+module 0x7f0000000000 - unloaded /lib/with space.so
+segment 0x0 0x100 0x0 r-x
+maps
+555555554000-555555555000 r--p 00000000 08:01 1 /bin/true
+end maps
+stack 2 131072 1024 65536 512 0 0x555555555010 0x555555555020
+stack 1 65536 100 0 0 1 0x555555555030
+end
+";
+
+    #[test]
+    fn parses_a_complete_dump() {
+        let d = parse(GOOD).unwrap();
+        assert_eq!(d.meta.pid, 42);
+        assert_eq!(d.meta.exe, "/bin/true");
+        assert_eq!(d.meta.interval, 524288);
+        assert_eq!(d.meta.truncated, 1);
+        assert_eq!(d.modules.len(), 2);
+        assert_eq!(d.modules[0].segments.len(), 2);
+        assert_eq!(d.modules[0].build_id, "abcdef01");
+        assert_eq!(d.modules[1].path, "/lib/with space.so");
+        assert!(!d.modules[1].loaded);
+        assert_eq!(d.maps.len(), 1);
+        assert_eq!(d.stacks.len(), 2);
+        assert_eq!(d.stacks[0].pcs, vec![0x555555555010, 0x555555555020]);
+        assert_eq!(d.stacks[1].flags, 1);
+        assert_eq!(
+            d.modules[0].segment_of(0x555555555010).unwrap().offset,
+            0x1000
+        );
+        assert!(d.modules[0].segment_of(0x555555558000).is_none());
+    }
+
+    #[test]
+    fn missing_end_is_truncated() {
+        let cut = GOOD.trim_end().trim_end_matches("end");
+        let e = format!("{:#}", parse(cut).unwrap_err());
+        assert!(e.contains("truncated raw dump"), "{e}");
+        // Cut in the middle of the maps section too.
+        let e = format!(
+            "{:#}",
+            parse(&GOOD[..GOOD.find("end maps").unwrap()]).unwrap_err()
+        );
+        assert!(e.contains("truncated raw dump"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let bad = GOOD.replace("stack 1 65536", "stack x 65536");
+        let e = format!("{:#}", parse(&bad).unwrap_err());
+        assert!(e.contains("line 24") && e.contains("samples"), "{e}");
+        let bad = GOOD.replace("0x555555555030", "555555555030");
+        let e = format!("{:#}", parse(&bad).unwrap_err());
+        assert!(e.contains("line 24") && e.contains("pc"), "{e}");
+        let bad = GOOD.replace("segment 0x1000 0x2000 0x1000 r-x", "segment 0x1000 0x2000");
+        assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("line 17"));
+        let bad = GOOD.replace("abcdef01 loaded", "abcdef01 maybe");
+        assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("line 15"));
+        let bad = GOOD.replace("pid 42\n", "");
+        assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("'pid'"));
+    }
+
+    #[test]
+    fn wrong_magic_and_version() {
+        assert!(
+            format!("{:#}", parse("hello\nend\n").unwrap_err()).contains("not a memlens raw dump")
+        );
+        assert!(format!("{:#}", parse("memlens-raw 7\nend\n").unwrap_err()).contains("version '7'"));
+        assert!(format!("{:#}", parse("").unwrap_err()).contains("not a memlens raw dump"));
+    }
+
+    #[test]
+    fn unknown_header_keys_are_skipped_but_garbage_is_not() {
+        let extra = GOOD.replace("max_depth 64\n", "max_depth 64\nfuture_fact 7\n");
+        assert!(parse(&extra).is_ok());
+        let garbage = GOOD.replace("max_depth 64\n", "max_depth 64\n\u{1}\u{2}garbage\n");
+        assert!(parse(&garbage).is_err());
+    }
+}

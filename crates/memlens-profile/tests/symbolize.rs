@@ -1,0 +1,194 @@
+//! Raw dump with real addresses → symbolized pprof: PIE, shared library, inlined frames, C++ names,
+//! build-ID checks, and `go tool pprof` reading the result with no binaries at hand.
+mod common;
+use memlens_profile::model::{Frame, Profile};
+use memlens_profile::SampleIndex;
+use std::path::Path;
+use std::process::Command;
+
+fn convert(dir: &Path, raw: &str) -> (Profile, memlens_profile::ConvertSummary) {
+    let rp = dir.join("dump.raw");
+    std::fs::write(&rp, raw).unwrap();
+    let out = dir.join("out.pb.gz");
+    let sum = memlens_profile::convert_raw(&rp, &out).expect("convert_raw");
+    let p = memlens_profile::load(&out).expect("read back");
+    (p, sum)
+}
+
+/// Frames of the sample with `bytes` alloc bytes (each fixture site has a distinct size).
+fn frames_of(p: &Profile, bytes: f64) -> Vec<Frame> {
+    let s = p
+        .samples
+        .iter()
+        .find(|s| s.alloc_bytes == bytes)
+        .expect("sample");
+    p.frames(s)
+}
+
+fn has(frames: &[Frame], name: &str) -> bool {
+    frames.iter().any(|f| f.function == name)
+}
+
+#[test]
+fn symbolizes_pie_inline_shared_library_and_cxx() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = common::build_and_dump(dir.path());
+    let (p, sum) = convert(dir.path(), &raw);
+    assert_eq!(sum.stacks, 4);
+    assert_eq!(sum.unsymbolized_modules, 0, "{:?}", sum.warnings);
+    assert_eq!(p.total(SampleIndex::AllocSpace), 10000.0);
+    assert_eq!(p.total(SampleIndex::InuseSpace), 5000.0);
+    assert_eq!(p.total(SampleIndex::AllocObjects), 10.0);
+
+    let c = frames_of(&p, 1000.0);
+    assert_eq!(c[0].function, "c_site", "{c:?}");
+    assert!(c[0].file.ends_with("fakeprof.c"), "{c:?}");
+    assert_eq!(c[0].line, common::line_of("fakeprof.c", "SITE c_site"));
+    assert!(has(&c, "main"), "{c:?}");
+
+    let i = frames_of(&p, 2000.0);
+    assert_eq!(i[0].function, "inl_helper", "{i:?}");
+    assert!(i[0].inlined);
+    assert_eq!(i[0].line, common::line_of("fakeprof.c", "SITE inl_helper"));
+    assert_eq!(i[1].function, "inline_outer", "{i:?}");
+    assert_eq!(
+        i[1].line,
+        common::line_of("fakeprof.c", "SITE inline_outer")
+    );
+
+    let l = frames_of(&p, 3000.0);
+    assert_eq!(l[0].function, "lib_site", "{l:?}");
+    assert!(l[0].file.ends_with("libsite.c"));
+    assert_eq!(l[0].line, common::line_of("libsite.c", "SITE lib_site"));
+    assert_eq!(l[1].function, "main", "{l:?}");
+
+    let x = frames_of(&p, 4000.0);
+    assert_eq!(
+        x[0].function, "ns::Widget::make(void (*)(int), int)",
+        "{x:?}"
+    );
+    assert_eq!(
+        x[0].line,
+        common::line_of("cxxsite.cc", "SITE Widget::make")
+    );
+    assert!(has(&x, "cxx_site"), "{x:?}");
+
+    // Mappings carry build IDs and say what was symbolized.
+    let exe = p
+        .mappings
+        .iter()
+        .find(|m| m.filename.ends_with("/fakeprof"))
+        .expect("exe mapping");
+    assert!(
+        !exe.build_id.is_empty()
+            && exe.has_functions
+            && exe.has_line_numbers
+            && exe.has_inline_frames
+    );
+}
+
+#[test]
+fn absent_binary_or_other_build_keeps_addresses_and_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = common::build_and_dump(dir.path());
+    // The library is gone (a profile from another machine) …
+    std::fs::remove_file(dir.path().join("libsite.so")).unwrap();
+    // … and the main program on disk is not the one profiled.
+    let exe = dir.path().join("fakeprof").display().to_string();
+    let bid = memlens_profile::symbolize::file_build_id(&exe)
+        .unwrap()
+        .unwrap();
+    let raw = raw.replace(&bid, &"ab".repeat(bid.len() / 2));
+    let (p, sum) = convert(dir.path(), &raw);
+    assert_eq!(sum.unsymbolized_modules, 2, "{:?}", sum.warnings);
+    assert!(sum.warnings.iter().any(|w| w.contains("libsite.so")));
+    assert!(sum.warnings.iter().any(|w| w.contains("build id")));
+    let l = frames_of(&p, 3000.0);
+    assert!(l[0].function.starts_with("libsite.so+0x"), "{l:?}");
+    assert!(l[1].function.starts_with("fakeprof+0x"), "{l:?}");
+    let m = p
+        .mappings
+        .iter()
+        .find(|m| m.filename.ends_with("libsite.so"))
+        .unwrap();
+    assert!(!m.has_functions);
+}
+
+fn go_available() -> bool {
+    Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Run `go tool pprof ARGS` in an empty environment: no binaries, no symbolization server.
+pub fn go_pprof(args: &[&str], cwd: &Path) -> String {
+    let empty = tempfile::tempdir().unwrap();
+    // Keep go's build cache: `go tool pprof` is built on first use and cached there.
+    let cache = Command::new("go")
+        .args(["env", "GOCACHE"])
+        .output()
+        .expect("go env");
+    let cache = String::from_utf8_lossy(&cache.stdout).trim().to_string();
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", empty.path())
+        .env("PPROF_BINARY_PATH", empty.path())
+        .env("PPROF_TMPDIR", empty.path())
+        .env("GOCACHE", cache)
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
+    if !go_available() {
+        eprintln!(
+            "SKIPPED: `go` is not installed, cannot check that go tool pprof reads our files"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let raw = common::build_and_dump(dir.path());
+    let rp = dir.path().join("dump.raw");
+    std::fs::write(&rp, raw).unwrap();
+    let alone = tempfile::tempdir().unwrap();
+    let out = alone.path().join("p.pb.gz");
+    memlens_profile::convert_raw(&rp, &out).unwrap();
+    // Take the binaries away so pprof can only use what the file says.
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    let top = go_pprof(
+        &["-top", "-sample_index=alloc_space", "p.pb.gz"],
+        alone.path(),
+    );
+    for f in ["c_site", "inl_helper", "lib_site", "ns::Widget::make"] {
+        assert!(top.contains(f), "{f} missing in:\n{top}");
+    }
+    assert!(top.contains("Type: alloc_space"), "{top}");
+    let lines = go_pprof(
+        &["-top", "-lines", "-sample_index=alloc_space", "p.pb.gz"],
+        alone.path(),
+    );
+    let want = format!(
+        "fakeprof.c:{}",
+        common::line_of("fakeprof.c", "SITE c_site")
+    );
+    assert!(lines.contains(&want), "{want} missing in:\n{lines}");
+    let inuse = go_pprof(
+        &["-top", "-sample_index=inuse_space", "p.pb.gz"],
+        alone.path(),
+    );
+    assert!(
+        inuse.contains("5000B") || inuse.contains("4.88kB"),
+        "{inuse}"
+    );
+}
