@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rt.h"
 
 #define CTL_LINE_MAX 4200 /* a command word and a PATH_MAX path */
 #define CTL_STACK (256 * 1024)
@@ -417,6 +418,8 @@ static void ctl_lost(void)
 static void *ctl_main(void *arg)
 {
     int fd = (int)(intptr_t)arg;
+    /* Whatever this thread allocates (glibc internals, never us) is the runtime's, not the program's. */
+    ml_tls.busy++;
     if (fd < 0) {
         /* Forked child: most children exec or exit at once; binding only after a pause keeps them
          * from creating (and, with _exit, leaving) socket files nobody will use. */

@@ -63,6 +63,11 @@ static void write_maps(struct ml_out *o)
     ml_out_str(o, "end maps\n");
 }
 
+/* The header's `samples` must equal the sum of the stacks below even while other threads keep
+ * sampling during the dump: write_stack adds up what it writes (under the dump lock) and write_dump
+ * patches a fixed-width placeholder with that sum at the end. */
+static uint64_t dump_samples;
+
 static void write_stack(struct ml_stack *r, void *arg)
 {
     struct ml_out *o = arg;
@@ -71,6 +76,7 @@ static void write_stack(struct ml_stack *r, void *arg)
     int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
     if (!samples && !inuse_fx && !inuse_b)
         return; /* nothing since the last reset */
+    dump_samples += samples;
     ml_out_str(o, "stack ");
     ml_out_u64(o, samples);
     ml_out_str(o, " ");
@@ -105,13 +111,23 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_s(o, "reason", reason);
     line_u(o, "start_ns", atomic_load(&ml_cfg.start_ns));
     line_u(o, "time_ns", ml_now_ns());
-    line_u(o, "samples", atomic_load(&ml_cfg.samples));
+    ml_out_str(o, "samples ");
+    off_t samples_at = lseek(o->fd, 0, SEEK_CUR) + (off_t)o->n;
+    ml_out_str(o, "00000000000000000000\n");
     line_u(o, "truncated", atomic_load(&ml_cfg.truncated));
     line_u(o, "dropped", atomic_load(&ml_cfg.dropped));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
     ml_modules_write(o);
     write_maps(o);
+    dump_samples = 0;
     ml_stacks_each(write_stack, o);
+    ml_out_flush(o); /* patch before `end`: a file with `end` is complete */
+    char digits[20];
+    uint64_t v = dump_samples;
+    for (int i = 19; i >= 0; i--, v /= 10)
+        digits[i] = (char)('0' + v % 10);
+    if (samples_at >= 0 && pwrite(o->fd, digits, sizeof digits, samples_at) != (ssize_t)sizeof digits)
+        o->err = errno;
     ml_out_str(o, "end\n");
 }
 

@@ -261,7 +261,12 @@ fn verdicts(plan: &Plan, rows: &[Row]) -> Vec<String> {
                             .map(|r| r.allocator.as_str())
                             .collect();
                         let margin = next.time_ms.min - w.time_ms.max;
-                        if tied.is_empty() {
+                        if w.time_ms.n < 2 || next.time_ms.n < 2 {
+                            out.push(format!(
+                                "{head}: {} fastest, {:.2} ms vs {} {:.2} ms (one repeat: no spread to judge the margin by)",
+                                w.allocator, w.time_ms.median, next.allocator, next.time_ms.median
+                            ));
+                        } else if tied.is_empty() {
                             out.push(format!(
                                 "{head}: {} fastest, {:.2} ms vs {} {:.2} ms ({:.0}% faster; ranges {:.2}–{:.2} vs {:.2}–{:.2} ms do not overlap, margin {:.2} ms beyond the spread)",
                                 w.allocator, w.time_ms.median, next.allocator, next.time_ms.median,
@@ -300,6 +305,9 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
     };
     if lo == hi {
         return Vec::new();
+    }
+    if plan.repeats < 2 {
+        return vec!["scaling: one repeat gives no spread, so no 1→N-thread verdict (use --repeats 2 or more)".into()];
     }
     let mut out = Vec::new();
     for &pattern in &plan.patterns {
@@ -662,4 +670,57 @@ pub fn html(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -
         title: "memlens bench alloc".into(),
         sections,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, times: &[f64]) -> Row {
+        Row {
+            pattern: "split",
+            size: 128,
+            threads: 1,
+            allocator: name.into(),
+            repeats: times.len(),
+            time_ms: Summary::of(times).unwrap(),
+            mops: 1.0,
+            rel_pct: None,
+            ideal_pct: None,
+            speedup: None,
+            malloc_ns: Latency::default(),
+            free_ns: Latency::default(),
+            rss_mib: 1.0,
+            cpu_ms: 1.0,
+            sys_ms: 0.0,
+            minor_faults: 0.0,
+            major_faults: 0.0,
+            rank: 0,
+            vs_best_pct: 0.0,
+            tie_with_best: false,
+        }
+    }
+
+    #[test]
+    fn ranking_marks_overlapping_ranges_as_ties() {
+        let mut g = vec![
+            row("slow", &[30.0, 31.0, 32.0]),
+            row("fast", &[10.0, 11.0, 12.0]),
+            row("near", &[11.5, 13.0, 14.0]),
+        ];
+        rank(&mut g);
+        let by = |n: &str| g.iter().find(|r| r.allocator == n).unwrap().clone();
+        assert_eq!(by("fast").rank, 1);
+        assert_eq!(by("near").rank, 2);
+        assert!(by("near").tie_with_best, "11.5–14 overlaps 10–12");
+        assert!(!by("slow").tie_with_best);
+        assert!((by("slow").vs_best_pct - 181.818).abs() < 0.01);
+    }
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(128), "128 B");
+        assert_eq!(size_label(1024), "1KiB");
+        assert_eq!(size_label(1 << 20), "1MiB");
+    }
 }

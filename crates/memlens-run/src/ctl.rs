@@ -377,12 +377,9 @@ impl Target {
     }
 }
 
-/// Raw dump → gzipped pprof (the profile crate's reader and writer).
+/// Raw dump → gzipped pprof (the profile crate's reader, symbolizer and writer).
 fn convert(raw: &Path, out: &Path) -> Result<()> {
-    // memlens_profile::convert_raw is being written on the profile branch; until it lands, say so
-    // rather than write a file that is not pprof (`dump --raw` works meanwhile).
-    let _ = (raw, out);
-    bail!("pprof conversion is not in this build yet; use `dump --raw`")
+    memlens_profile::convert_raw(raw, out).map(|_| ())
 }
 
 /// The socket directory of process `pid`: ours if MEMLENS_CTL_DIR is set here, else the one in the

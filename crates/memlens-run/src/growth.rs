@@ -241,16 +241,21 @@ impl Watch {
         self.plan.profile_for = None; // once
         let Some(t) = self.target() else { return };
         let out = PathBuf::from(format!("{}.growth.pb.gz", self.stem.display()));
-        match t.dump_pprof(&out).and_then(|_| t.stop()) {
-            Ok(_) => eprintln!(
+        // Stop even when the dump fails: the window the user asked for is over.
+        let dumped = t.dump_pprof(&out);
+        let stopped = t.stop();
+        match (dumped, stopped) {
+            (Ok(()), Ok(_)) => eprintln!(
                 "memlens: wrote {} after {:.1}s of sampling; sampling stopped",
                 out.display(),
                 d.as_secs_f64()
             ),
-            Err(e) => eprintln!(
-                "memlens: warning: growth profile of process {}: {e:#}",
-                self.pid
-            ),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!(
+                    "memlens: warning: growth profile of process {}: {e:#}",
+                    self.pid
+                )
+            }
         }
     }
 
