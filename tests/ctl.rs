@@ -208,9 +208,36 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
         }
     }
 
-    // Inactive: threads notice the stop within ~1 MiB of their own allocation; after that, dumps
-    // taken while they keep allocating add no samples.
-    std::thread::sleep(Duration::from_millis(400));
+    // Inactive: threads notice the stop within ~1 MiB of their own allocation (about 250 ms here,
+    // longer on a loaded machine); once the count has settled, dumps taken while they keep
+    // allocating add no samples. A runtime that kept sampling would never settle.
+    let samples = || {
+        let s = ctl_ok(pid, &["status"]);
+        let line = s
+            .lines()
+            .find(|l| l.trim_start().starts_with("samples"))
+            .unwrap()
+            .to_string();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let t0 = Instant::now();
+    let mut last = samples();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = samples();
+        if now == last {
+            break;
+        }
+        last = now;
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "samples keep growing while inactive"
+        );
+    }
     let (a, b) = (dir.join("idle-a.raw"), dir.join("idle-b.raw"));
     ctl_ok(pid, &["dump", "--raw", "-o", a.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(400));
