@@ -192,6 +192,9 @@ fn assert_sensible(r: &Raw) {
         r.file.display()
     );
     assert!(r.num("samples") > 0 || r.stacks.iter().any(|s| s.inuse_bytes > 0));
+    // Every recorded sample belongs to exactly one stack.
+    let per_stack: u64 = r.stacks.iter().map(|s| s.samples).sum();
+    assert_eq!(per_stack, r.num("samples"), "{}", r.file.display());
 }
 
 /// The last dump of every pid (a pid that exec'd has several).
@@ -291,7 +294,8 @@ fn truth(out: &str) -> Truth {
 }
 
 /// Run the accuracy program under `opts` and compare each big site's estimate with the truth.
-fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool) {
+/// Sites in `unreachable` are not checked (see the fp-unwinder test for why).
+fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool, unreachable: &[&str]) {
     let dir = tmp();
     let (out, raws) = profile(dir.path(), opts, &[exe.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -323,7 +327,7 @@ fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool) {
         let (eb, ec) = est.get(site).copied().unwrap_or_default();
         let err = eb / bytes as f64 - 1.0;
         report += &format!("{site}: true {bytes} est {eb:.0} ({:+.2}%)\n", err * 100.0);
-        if bytes as f64 >= 0.05 * total as f64 {
+        if bytes as f64 >= 0.05 * total as f64 && !unreachable.contains(&site.as_str()) {
             if err.abs() > tolerance {
                 bad.push(site.clone());
             }
@@ -357,12 +361,21 @@ fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool) {
 
 #[test]
 fn accuracy_frame_pointers_fp_unwinder() {
-    check_accuracy(&accuracy_programs().fp, &["--unwinder", "fp"], 0.10, false);
+    // libstdc++'s operator new keeps no frame pointer, so a frame-pointer walk goes from operator new
+    // straight to site_new's caller: site_new cannot be named by this unwinder (it is, by the default
+    // one, in the next test). Every other site calls malloc directly and must be found.
+    check_accuracy(
+        &accuracy_programs().fp,
+        &["--unwinder", "fp"],
+        0.10,
+        false,
+        &["site_new"],
+    );
 }
 
 #[test]
 fn accuracy_no_frame_pointers_default_unwinder() {
-    check_accuracy(&accuracy_programs().nofp, &[], 0.10, false);
+    check_accuracy(&accuracy_programs().nofp, &[], 0.10, false, &[]);
 }
 
 #[test]
@@ -372,12 +385,13 @@ fn accuracy_no_frame_pointers_libgcc() {
         &["--unwinder", "libgcc"],
         0.10,
         false,
+        &[],
     );
 }
 
 #[test]
 fn accuracy_exact_mode() {
-    check_accuracy(&accuracy_programs().fp, &["--exact"], 0.01, true);
+    check_accuracy(&accuracy_programs().fp, &["--exact"], 0.01, true, &[]);
 }
 
 // ---------- real programs ----------
@@ -404,7 +418,7 @@ fn python_unchanged_and_profiled() {
 #[test]
 fn sqlite_unchanged_and_profiled() {
     let dir = tmp();
-    let sql = "create table t(a integer primary key, b text);\
+    let sql = "drop table if exists t;create table t(a integer primary key, b text);\
                with recursive c(x) as (select 1 union all select x+1 from c where x<50000) \
                insert into t select x, printf('%0100d', x) from c;\
                create index tb on t(b);\

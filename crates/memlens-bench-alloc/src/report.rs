@@ -671,3 +671,56 @@ pub fn html(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -
         sections,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, times: &[f64]) -> Row {
+        Row {
+            pattern: "split",
+            size: 128,
+            threads: 1,
+            allocator: name.into(),
+            repeats: times.len(),
+            time_ms: Summary::of(times).unwrap(),
+            mops: 1.0,
+            rel_pct: None,
+            ideal_pct: None,
+            speedup: None,
+            malloc_ns: Latency::default(),
+            free_ns: Latency::default(),
+            rss_mib: 1.0,
+            cpu_ms: 1.0,
+            sys_ms: 0.0,
+            minor_faults: 0.0,
+            major_faults: 0.0,
+            rank: 0,
+            vs_best_pct: 0.0,
+            tie_with_best: false,
+        }
+    }
+
+    #[test]
+    fn ranking_marks_overlapping_ranges_as_ties() {
+        let mut g = vec![
+            row("slow", &[30.0, 31.0, 32.0]),
+            row("fast", &[10.0, 11.0, 12.0]),
+            row("near", &[11.5, 13.0, 14.0]),
+        ];
+        rank(&mut g);
+        let by = |n: &str| g.iter().find(|r| r.allocator == n).unwrap().clone();
+        assert_eq!(by("fast").rank, 1);
+        assert_eq!(by("near").rank, 2);
+        assert!(by("near").tie_with_best, "11.5–14 overlaps 10–12");
+        assert!(!by("slow").tie_with_best);
+        assert!((by("slow").vs_best_pct - 181.818).abs() < 0.01);
+    }
+
+    #[test]
+    fn size_labels() {
+        assert_eq!(size_label(128), "128 B");
+        assert_eq!(size_label(1024), "1KiB");
+        assert_eq!(size_label(1 << 20), "1MiB");
+    }
+}

@@ -121,34 +121,6 @@ fn go_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Run `go tool pprof ARGS` in an empty environment: no binaries, no symbolization server.
-pub fn go_pprof(args: &[&str], cwd: &Path) -> String {
-    let empty = tempfile::tempdir().unwrap();
-    // Keep go's build cache: `go tool pprof` is built on first use and cached there.
-    let cache = Command::new("go")
-        .args(["env", "GOCACHE"])
-        .output()
-        .expect("go env");
-    let cache = String::from_utf8_lossy(&cache.stdout).trim().to_string();
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .current_dir(cwd)
-        .env("HOME", empty.path())
-        .env("PPROF_BINARY_PATH", empty.path())
-        .env("PPROF_TMPDIR", empty.path())
-        .env("GOCACHE", cache)
-        .output()
-        .expect("go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
 #[test]
 fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
     if !go_available() {
@@ -166,7 +138,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
     memlens_profile::convert_raw(&rp, &out).unwrap();
     // Take the binaries away so pprof can only use what the file says.
     std::fs::remove_dir_all(dir.path()).unwrap();
-    let top = go_pprof(
+    let top = common::go_pprof(
         &["-top", "-sample_index=alloc_space", "p.pb.gz"],
         alone.path(),
     );
@@ -174,7 +146,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         assert!(top.contains(f), "{f} missing in:\n{top}");
     }
     assert!(top.contains("Type: alloc_space"), "{top}");
-    let lines = go_pprof(
+    let lines = common::go_pprof(
         &["-top", "-lines", "-sample_index=alloc_space", "p.pb.gz"],
         alone.path(),
     );
@@ -183,7 +155,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         common::line_of("fakeprof.c", "SITE c_site")
     );
     assert!(lines.contains(&want), "{want} missing in:\n{lines}");
-    let inuse = go_pprof(
+    let inuse = common::go_pprof(
         &["-top", "-sample_index=inuse_space", "p.pb.gz"],
         alone.path(),
     );
