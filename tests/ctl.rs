@@ -475,7 +475,7 @@ fn another_user_cannot_control_the_process() {
     let e = stderr(&o);
     // 2. The socket file itself (0600) refuses the connection.
     let py = format!(
-        "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect({:?})\n  s.sendall(b'status\\n')\n  print(s.recv(4096).decode())\nexcept OSError as e:\n  print('refused', e.errno)\n",
+        "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n  s.connect({:?})\nexcept OSError as e:\n  print('refused', e.errno)\n  raise SystemExit\ntry:\n  s.sendall(b'status\\n')\nexcept OSError:\n  pass\nprint(s.recv(4096).decode())\n",
         sock.to_str().unwrap()
     );
     let o2 = as_nobody(&["/usr/bin/python3", "-c", &py]);

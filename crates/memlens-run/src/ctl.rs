@@ -268,12 +268,18 @@ impl Target {
         let mut s = self.connect()?;
         s.set_read_timeout(Some(Duration::from_secs(120))).ok();
         s.set_write_timeout(Some(Duration::from_secs(10))).ok();
-        s.write_all(format!("{line}\n").as_bytes())
-            .with_context(|| {
-                format!("cannot send to the control socket {}", self.sock.display())
-            })?;
+        // The runtime may refuse us and close before reading (peer check): its reply is still
+        // there to read, and says more than the broken pipe would.
+        let sent = s.write_all(format!("{line}\n").as_bytes());
         let mut text = String::new();
-        s.read_to_string(&mut text).with_context(|| {
+        let got = s.read_to_string(&mut text);
+        if let (Err(e), true) = (sent, text.trim().is_empty()) {
+            return Err(anyhow!(e).context(format!(
+                "cannot send to the control socket {}",
+                self.sock.display()
+            )));
+        }
+        got.with_context(|| {
             format!(
                 "no reply from process {} on {}",
                 self.pid,
