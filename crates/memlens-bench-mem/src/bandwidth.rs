@@ -62,6 +62,9 @@ struct Row {
     /// GB/s (10^9 bytes) over the timed repeats.
     gbps: Summary,
     best_gbps: f64,
+    /// Share of the timed wall time thread 0 was on a CPU (median over repeats): below ~0.9 the
+    /// machine was busy and GB/s understates what the memory can do.
+    on_cpu: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -96,21 +99,33 @@ fn split(n: usize, parts: usize, i: usize) -> (usize, usize) {
     (start, if i == parts - 1 { n - start } else { base })
 }
 
-/// Run every kernel `repeats` times on `t` threads, interleaved; returns seconds per kernel.
+/// CPU time of the calling thread in seconds.
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Run every kernel `repeats` times on `t` threads, interleaved; returns, per kernel, the wall
+/// seconds of each timed run and the share of it thread 0 spent on a CPU.
 fn run_threads(
     t: usize,
     n: usize,
     repeats: usize,
     kernels: &[Kernel],
     pool: Option<&Pool>,
-) -> Result<Vec<Vec<f64>>> {
+) -> Result<Vec<Vec<(f64, f64)>>> {
     let region = Region::new(3 * n * 8, false)?;
     // An address, not a pointer, so the worker closure can be shared by the threads.
     let base_addr = region.base() as usize;
     stream::register_pool(base_addr);
     let barrier = Barrier::new(t);
     let clock = Clock::get();
-    let worker = |i: usize, times: Option<&mut Vec<Vec<f64>>>| {
+    let worker = |i: usize, times: Option<&mut Vec<Vec<(f64, f64)>>>| {
         let (start, len) = split(n, t, i);
         let base = base_addr as *mut f64;
         // SAFETY: the three arrays are consecutive in the region; [start, start+len) is this thread's.
@@ -135,6 +150,7 @@ fn run_threads(
         for rep in 0..=repeats {
             for (k, &kernel) in kernels.iter().enumerate() {
                 barrier.wait();
+                let cpu0 = thread_cpu_secs();
                 let t0 = now_ordered();
                 match (kernel, &ps) {
                     (Kernel::PmemDirect, Some(p)) => p.triad_direct(),
@@ -144,12 +160,13 @@ fn run_threads(
                 barrier.wait();
                 // Repeat 0 is the untimed warm-up pass, as in STREAM.
                 if let (Some(tm), true) = (times.as_deref_mut(), rep > 0) {
-                    tm[k].push(clock.ticks_to_secs((now_ordered() - t0) as f64));
+                    let wall = clock.ticks_to_secs((now_ordered() - t0) as f64);
+                    tm[k].push((wall, ((thread_cpu_secs() - cpu0) / wall).min(1.0)));
                 }
             }
         }
     };
-    let mut times = vec![Vec::new(); kernels.len()];
+    let mut times: Vec<Vec<(f64, f64)>> = vec![Vec::new(); kernels.len()];
     std::thread::scope(|sc| {
         for i in 1..t {
             let w = &worker;
@@ -250,8 +267,12 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
         let times = run_threads(t, n, a.repeats, &kernels, pool.as_ref())?;
         for (&k, secs) in kernels.iter().zip(times) {
             let moved = k.words() * 8 * n as u64;
-            let gbps: Vec<f64> = secs.iter().map(|s| moved as f64 / s / 1e9).collect();
+            let gbps: Vec<f64> = secs.iter().map(|s| moved as f64 / s.0 / 1e9).collect();
             let s = Summary::of(&gbps).context("no timed repeats")?;
+            let on_cpu = memlens_measure::stats::quantile(
+                &secs.iter().map(|s| s.1).collect::<Vec<_>>(),
+                0.5,
+            );
             rows.push(Row {
                 kernel: k,
                 name: k.name(),
@@ -259,6 +280,7 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
                 bytes_per_run: moved,
                 best_gbps: s.max,
                 gbps: s,
+                on_cpu,
             });
         }
         progress.inc();
@@ -335,6 +357,23 @@ fn emit(
             row
         })
         .collect();
+    let busy = threads
+        .iter()
+        .map(|&t| {
+            let v: Vec<f64> = o
+                .rows
+                .iter()
+                .filter(|r| r.threads == t)
+                .map(|r| r.on_cpu)
+                .collect();
+            format!(
+                "{t} thread(s) {:.0}%",
+                100.0 * memlens_measure::stats::quantile(&v, 0.5)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let busy = format!("Thread 0 was on a CPU for this share of the timed wall time (median): {busy}; well below 100% the machine was busy and the GB/s understate the memory.");
     println!("{}", intro.join("\n"));
     println!(
         "{}",
@@ -343,6 +382,7 @@ fn emit(
             &rows
         )
     );
+    println!("{busy}");
     let ih = [
         "indirection case",
         "threads",
@@ -411,6 +451,7 @@ fn emit(
             "min_gbps",
             "max_gbps",
             "repeats",
+            "on_cpu",
         ];
         let rows: Vec<Vec<String>> = o
             .rows
@@ -426,6 +467,7 @@ fn emit(
                     format!("{:.4}", r.gbps.min),
                     format!("{:.4}", r.gbps.max),
                     r.gbps.n.to_string(),
+                    format!("{:.3}", r.on_cpu),
                 ]
             })
             .collect();
@@ -433,6 +475,7 @@ fn emit(
     }
     if let Some(p) = &a.html {
         let mut paras = intro.clone();
+        paras.push(busy.clone());
         paras.push(ipara.into());
         if let Some(why) = &o.pmem {
             paras.push(format!("libpmemobj variants: not run: {why}"));
