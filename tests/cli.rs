@@ -66,3 +66,48 @@ fn sysinfo_reports_machine_and_json() {
     assert!(v["logical_cpus"].as_u64().unwrap() >= 1);
     assert!(v["tsc_hz"].as_f64().unwrap() > 1e8);
 }
+
+#[test]
+fn report_and_diff_on_bad_files_are_one_line_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let junk = d.path().join("junk.pb.gz");
+    std::fs::write(&junk, [0x1fu8, 0x8b, 8, 0, 1, 2, 3]).unwrap();
+    let text = d.path().join("notes.txt");
+    std::fs::write(&text, "just some text\n").unwrap();
+    let cut = d.path().join("cut.raw");
+    std::fs::write(&cut, "memlens-raw 1\npid 1\nexe /x\ninterval 0\n").unwrap();
+    for f in [d.path().join("absent.pb.gz"), junk, text, cut] {
+        let f = f.to_str().unwrap();
+        let o = run(&["report", f]);
+        assert_one_line_error(&o);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let o = run(&["diff", f, f]);
+        assert_one_line_error(&o);
+    }
+    let o = run(&["report", "x.pb.gz", "--sample-index", "cpu"]);
+    assert_one_line_error(&o);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn report_of_a_profile_whose_binaries_are_absent_shows_addresses() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = d.path().join("x.raw");
+    std::fs::write(
+        &raw,
+        "memlens-raw 1\npid 9\nexe /gone/app\ninterval 524288\nsamples 1\n\
+         module 0x400000 0123abcd loaded /gone/app\nsegment 0x1000 0x1000 0x1000 r-x\n\
+         maps\nend maps\nstack 1 65536 600000 65536 600000 0 0x401234 0x401500\nend\n",
+    )
+    .unwrap();
+    let o = run(&["report", raw.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("app+0x1233"), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("memlens: warning: cannot symbolize /gone/app"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["report", raw.to_str().unwrap(), "--format", "folded"]);
+    assert_eq!(stdout(&o).trim(), "app+0x14ff;app+0x1233 600000");
+}

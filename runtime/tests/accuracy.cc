@@ -24,17 +24,22 @@ struct Totals {
 // Sizes cycle through a small set so blocks below and above the interval both occur.
 static size_t size_at(unsigned i, size_t base) { return base + (i % 7) * (base / 8); }
 
-SITE void *site_malloc(size_t n) { return malloc(n); }
-SITE void *site_calloc(size_t n) { return calloc(n / 16, 16); }
-SITE void *site_realloc(void *p, size_t n) { return realloc(p, n); }
+// Each site stores its block before returning, so the call is not a tail call and the site's own
+// frame is on the stack when malloc runs.
+SITE void *site_malloc(size_t n) { void *p = malloc(n); sink = p; return p; }
+SITE void *site_calloc(size_t n) { void *p = calloc(n / 16, 16); sink = p; return p; }
+SITE void *site_realloc(void *q, size_t n) { void *p = realloc(q, n); sink = p; return p; }
 SITE void *site_memalign(size_t n) {
     void *p = nullptr;
-    return posix_memalign(&p, 64, n) == 0 ? p : nullptr;
+    if (posix_memalign(&p, 64, n) != 0)
+        return nullptr;
+    sink = p;
+    return p;
 }
-SITE void *site_aligned(size_t n) { return aligned_alloc(4096, (n + 4095) & ~size_t(4095)); }
-SITE char *site_new(size_t n) { return new char[n]; }
-SITE void *site_small(size_t n) { return malloc(n); }
-SITE void *site_held(size_t n) { return malloc(n); }
+SITE void *site_aligned(size_t n) { void *p = aligned_alloc(4096, (n + 4095) & ~size_t(4095)); sink = p; return p; }
+SITE char *site_new(size_t n) { char *p = new char[n]; sink = p; return p; }
+SITE void *site_small(size_t n) { void *p = malloc(n); sink = p; return p; }
+SITE void *site_held(size_t n) { void *p = malloc(n); sink = p; return p; }
 
 static Totals t_malloc, t_calloc, t_realloc, t_memalign, t_aligned, t_new, t_small, t_held;
 

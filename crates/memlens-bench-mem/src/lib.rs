@@ -1,15 +1,15 @@
-//! memlens bench latency / bandwidth (work in progress).
-/// Memory access latency by order, element size and working set
-#[derive(Debug, clap::Args)]
-pub struct LatencyArgs {}
+//! `memlens bench latency` and `memlens bench bandwidth`: how access order, working-set size and
+//! indirection shape the time of data processing, and which counter metrics predict it.
+mod bandwidth;
+mod chase;
+mod counters;
+mod latency;
+mod latency_report;
+mod levels;
+mod measure;
+mod pmem;
+mod region;
+mod stream;
 
-pub fn run_latency(_args: LatencyArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
-/// STREAM bandwidth and the indirection case
-#[derive(Debug, clap::Args)]
-pub struct BandwidthArgs {}
-
-pub fn run_bandwidth(_args: BandwidthArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
+pub use bandwidth::{run_bandwidth, BandwidthArgs};
+pub use latency::{run_latency, LatencyArgs};

@@ -6,26 +6,19 @@
 //! * [`model`]: the profile every input becomes and every output is made from.
 //! * [`pprof`]: profile.proto writer and reader (gzip).
 //! * [`convert`]: raw dump → symbolized profile ([`convert_raw`] is what `memlens run` calls).
+//! * [`agg`]: stacks merged by function names, flat/cum per function.
+//! * [`report`] and [`diff`]: the two commands.
+pub mod agg;
 pub mod convert;
+pub mod diff;
 pub mod model;
 pub mod pprof;
 pub mod raw;
+pub mod report;
 pub mod symbolize;
 
 pub use convert::{convert_raw, load, ConvertSummary};
 pub use model::{Profile, SampleIndex};
 
-/// Show the top stacks and functions of a heap profile
-#[derive(Debug, clap::Args)]
-pub struct ReportArgs {}
-
-pub fn run_report(_args: ReportArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
-/// What grew between two heap profiles
-#[derive(Debug, clap::Args)]
-pub struct DiffArgs {}
-
-pub fn run_diff(_args: DiffArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
-}
+pub use diff::{run_diff, DiffArgs};
+pub use report::{run_report, ReportArgs};

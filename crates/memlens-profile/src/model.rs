@@ -8,6 +8,7 @@ use serde::Serialize;
 /// Which of the four values a report ranks by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum SampleIndex {
     AllocObjects,
     AllocSpace,

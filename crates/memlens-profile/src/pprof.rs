@@ -265,44 +265,52 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     }
 }
 
+/// The process facts on one comment line (pprof prints comments in its header); `exe` goes last
+/// because a path may contain spaces.
 fn meta_comments(m: &Meta) -> Vec<String> {
-    let mut c = vec![
-        format!("memlens.pid={}", m.pid),
-        format!("memlens.ppid={}", m.ppid),
-        format!("memlens.exe={}", m.exe),
-        format!("memlens.interval={}", m.interval),
-        format!("memlens.unwinder={}", m.unwinder),
-        format!("memlens.active={}", m.active as u8),
-        format!("memlens.reason={}", m.reason),
-        format!("memlens.start_ns={}", m.start_ns),
-        format!("memlens.samples={}", m.samples),
-        format!("memlens.truncated={}", m.truncated),
-        format!("memlens.dropped={}", m.dropped),
-        format!("memlens.max_depth={}", m.max_depth),
-    ];
-    c.retain(|s| !s.ends_with('='));
-    c
+    vec![format!(
+        "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
+         truncated={} dropped={} max_depth={} exe={}",
+        m.pid,
+        m.ppid,
+        m.interval,
+        m.unwinder,
+        m.active as u8,
+        m.reason,
+        m.start_ns,
+        m.samples,
+        m.truncated,
+        m.dropped,
+        m.max_depth,
+        m.exe
+    )]
 }
 
 fn parse_comment(m: &mut Meta, c: &str) {
-    let Some((k, v)) = c.strip_prefix("memlens.").and_then(|r| r.split_once('=')) else {
+    let Some(rest) = c.strip_prefix("memlens: ") else {
         return;
     };
-    let n = || v.parse::<u64>().unwrap_or(0);
-    match k {
-        "pid" => m.pid = n() as u32,
-        "ppid" => m.ppid = n() as u32,
-        "exe" => m.exe = v.to_string(),
-        "interval" => m.interval = n(),
-        "unwinder" => m.unwinder = v.to_string(),
-        "active" => m.active = n() != 0,
-        "reason" => m.reason = v.to_string(),
-        "start_ns" => m.start_ns = n(),
-        "samples" => m.samples = n(),
-        "truncated" => m.truncated = n(),
-        "dropped" => m.dropped = n(),
-        "max_depth" => m.max_depth = n() as u32,
-        _ => {}
+    let (fields, exe) = rest.split_once(" exe=").unwrap_or((rest, ""));
+    m.exe = exe.to_string();
+    for kv in fields.split(' ') {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        let n = || v.parse::<u64>().unwrap_or(0);
+        match k {
+            "pid" => m.pid = n() as u32,
+            "ppid" => m.ppid = n() as u32,
+            "interval" => m.interval = n(),
+            "unwinder" => m.unwinder = v.to_string(),
+            "active" => m.active = n() != 0,
+            "reason" => m.reason = v.to_string(),
+            "start_ns" => m.start_ns = n(),
+            "samples" => m.samples = n(),
+            "truncated" => m.truncated = n(),
+            "dropped" => m.dropped = n(),
+            "max_depth" => m.max_depth = n() as u32,
+            _ => {}
+        }
     }
 }
 
@@ -504,4 +512,180 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         locations,
         samples,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Function, Line, Location, Mapping, Meta, Profile, Sample};
+
+    pub(crate) fn sample_profile() -> Profile {
+        Profile {
+            meta: Meta {
+                pid: 7,
+                ppid: 1,
+                exe: "/opt/my app/server".into(),
+                interval: 524288,
+                unwinder: "fp".into(),
+                active: true,
+                reason: "ctl".into(),
+                start_ns: 1_000,
+                time_ns: 5_000,
+                samples: 9,
+                truncated: 2,
+                dropped: 1,
+                max_depth: 64,
+            },
+            mappings: vec![Mapping {
+                start: 0x1000,
+                limit: 0x9000,
+                offset: 0x1000,
+                filename: "/opt/my app/server".into(),
+                build_id: "abcd".into(),
+                has_functions: true,
+                has_filenames: true,
+                has_line_numbers: true,
+                has_inline_frames: true,
+            }],
+            functions: vec![
+                Function {
+                    name: "leaf".into(),
+                    system_name: "leaf".into(),
+                    filename: "a.c".into(),
+                    start_line: 0,
+                },
+                Function {
+                    name: "ns::f(int)".into(),
+                    system_name: "_ZN2ns1fEi".into(),
+                    filename: "b.cc".into(),
+                    start_line: 3,
+                },
+            ],
+            locations: vec![
+                Location {
+                    mapping: 1,
+                    address: 0x1234,
+                    lines: vec![
+                        Line {
+                            function: 1,
+                            line: 10,
+                        },
+                        Line {
+                            function: 2,
+                            line: 20,
+                        },
+                    ],
+                },
+                Location {
+                    mapping: 0,
+                    address: 0x7fff0000,
+                    lines: vec![],
+                },
+            ],
+            samples: vec![
+                Sample {
+                    locations: vec![1, 2],
+                    alloc_objects: 3.0,
+                    alloc_bytes: 3000.0,
+                    inuse_objects: 1.0,
+                    inuse_bytes: 1000.0,
+                    samples: 3,
+                },
+                Sample {
+                    locations: vec![2],
+                    alloc_objects: 1.0,
+                    alloc_bytes: 64.0,
+                    inuse_objects: 0.0,
+                    inuse_bytes: 0.0,
+                    samples: 1,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn write_then_read_back_is_equal() {
+        let p = sample_profile();
+        let bytes = encode_gz(&p).unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
+        assert_eq!(decode(&bytes).unwrap(), p);
+        // Plain (not gzipped) protobuf reads too.
+        use prost::Message;
+        assert_eq!(decode(&to_proto(&p).encode_to_vec()).unwrap(), p);
+    }
+
+    #[test]
+    fn sample_types_period_and_rounding() {
+        let mut p = sample_profile();
+        p.samples[0].alloc_bytes = 2999.6;
+        let m = to_proto(&p);
+        let names: Vec<&str> = m
+            .sample_type
+            .iter()
+            .map(|t| m.string_table[t.r#type as usize].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "alloc_objects",
+                "alloc_space",
+                "inuse_objects",
+                "inuse_space"
+            ]
+        );
+        let units: Vec<&str> = m
+            .sample_type
+            .iter()
+            .map(|t| m.string_table[t.unit as usize].as_str())
+            .collect();
+        assert_eq!(units, ["count", "bytes", "count", "bytes"]);
+        assert_eq!(m.period, 524288);
+        let pt = m.period_type.as_ref().unwrap();
+        assert_eq!(
+            (
+                m.string_table[pt.r#type as usize].as_str(),
+                m.string_table[pt.unit as usize].as_str()
+            ),
+            ("space", "bytes")
+        );
+        assert_eq!(m.sample[0].value[1], 3000);
+        assert_eq!(m.string_table[m.mapping[0].build_id as usize], "abcd");
+    }
+
+    #[test]
+    fn corrupt_input_is_an_error_not_a_panic() {
+        let good = encode_gz(&sample_profile()).unwrap();
+        let e = format!("{:#}", decode(&good[..good.len() / 2]).unwrap_err());
+        assert!(e.contains("corrupt gzip"), "{e}");
+        // Deterministic pseudo-random bytes.
+        let mut x = 0x2545F4914F6CDD1Du64;
+        let junk: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(decode(&junk).is_err());
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&junk).unwrap();
+        assert!(decode(&gz.finish().unwrap()).is_err());
+        // A valid protobuf that is not a heap profile.
+        use prost::Message;
+        let cpu = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+            string_table: vec!["".into(), "cpu".into(), "nanoseconds".into()],
+            ..Default::default()
+        };
+        let e = format!("{:#}", decode(&cpu.encode_to_vec()).unwrap_err());
+        assert!(e.contains("not a heap profile (sample types: cpu)"), "{e}");
+        // Dangling references.
+        let mut bad = to_proto(&sample_profile());
+        bad.sample[0].location_id.push(99);
+        assert!(from_proto(&bad).is_err());
+        let mut bad = to_proto(&sample_profile());
+        bad.function[0].name = 10_000;
+        assert!(from_proto(&bad).is_err());
+    }
 }

@@ -83,3 +83,31 @@ pub fn line_of(file: &str, marker: &str) -> i64 {
         .expect("marker") as i64
         + 1
 }
+
+/// Run `go tool pprof ARGS` in an empty environment: no binaries, no symbolization server.
+pub fn go_pprof(args: &[&str], cwd: &Path) -> String {
+    let empty = tempfile::tempdir().unwrap();
+    // Keep go's build cache: `go tool pprof` is built on first use and cached there.
+    let cache = Command::new("go")
+        .args(["env", "GOCACHE"])
+        .output()
+        .expect("go env");
+    let cache = String::from_utf8_lossy(&cache.stdout).trim().to_string();
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", empty.path())
+        .env("PPROF_BINARY_PATH", empty.path())
+        .env("PPROF_TMPDIR", empty.path())
+        .env("GOCACHE", cache)
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}

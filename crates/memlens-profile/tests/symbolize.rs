@@ -121,34 +121,6 @@ fn go_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Run `go tool pprof ARGS` in an empty environment: no binaries, no symbolization server.
-pub fn go_pprof(args: &[&str], cwd: &Path) -> String {
-    let empty = tempfile::tempdir().unwrap();
-    // Keep go's build cache: `go tool pprof` is built on first use and cached there.
-    let cache = Command::new("go")
-        .args(["env", "GOCACHE"])
-        .output()
-        .expect("go env");
-    let cache = String::from_utf8_lossy(&cache.stdout).trim().to_string();
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .current_dir(cwd)
-        .env("HOME", empty.path())
-        .env("PPROF_BINARY_PATH", empty.path())
-        .env("PPROF_TMPDIR", empty.path())
-        .env("GOCACHE", cache)
-        .output()
-        .expect("go tool pprof");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
 #[test]
 fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
     if !go_available() {
@@ -166,7 +138,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
     memlens_profile::convert_raw(&rp, &out).unwrap();
     // Take the binaries away so pprof can only use what the file says.
     std::fs::remove_dir_all(dir.path()).unwrap();
-    let top = go_pprof(
+    let top = common::go_pprof(
         &["-top", "-sample_index=alloc_space", "p.pb.gz"],
         alone.path(),
     );
@@ -174,7 +146,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         assert!(top.contains(f), "{f} missing in:\n{top}");
     }
     assert!(top.contains("Type: alloc_space"), "{top}");
-    let lines = go_pprof(
+    let lines = common::go_pprof(
         &["-top", "-lines", "-sample_index=alloc_space", "p.pb.gz"],
         alone.path(),
     );
@@ -183,7 +155,7 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         common::line_of("fakeprof.c", "SITE c_site")
     );
     assert!(lines.contains(&want), "{want} missing in:\n{lines}");
-    let inuse = go_pprof(
+    let inuse = common::go_pprof(
         &["-top", "-sample_index=inuse_space", "p.pb.gz"],
         alone.path(),
     );
@@ -191,4 +163,63 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         inuse.contains("5000B") || inuse.contains("4.88kB"),
         "{inuse}"
     );
+}
+
+#[test]
+fn separate_debug_files_are_found_by_debuglink_and_build_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = common::build_and_dump(dir.path());
+    // Move the main program's DWARF into a .debug file next to it (debuglink), as distributions do.
+    let exe = dir.path().join("fakeprof");
+    let dbg = dir.path().join("fakeprof.debug");
+    let run = |args: &[&std::ffi::OsStr]| {
+        assert!(
+            Command::new(args[0])
+                .args(&args[1..])
+                .current_dir(dir.path())
+                .status()
+                .unwrap()
+                .success(),
+            "{args:?}"
+        );
+    };
+    run(&[
+        "objcopy".as_ref(),
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        dbg.as_os_str(),
+    ]);
+    run(&["strip".as_ref(), "-g".as_ref(), exe.as_os_str()]);
+    run(&[
+        "objcopy".as_ref(),
+        "--add-gnu-debuglink=fakeprof.debug".as_ref(),
+        exe.as_os_str(),
+    ]);
+    let (p, sum) = convert(dir.path(), &raw);
+    assert_eq!(sum.unsymbolized_modules, 0, "{:?}", sum.warnings);
+    let i = frames_of(&p, 2000.0);
+    assert_eq!(
+        i[0].function, "inl_helper",
+        "inline frames need the DWARF from the .debug file: {i:?}"
+    );
+    assert_eq!(i[0].line, common::line_of("fakeprof.c", "SITE inl_helper"));
+    // glibc's DWARF comes from /usr/lib/debug/.build-id (package libc6-dbg).
+    let dbg_installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "libc6-dbg"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+    if !dbg_installed {
+        eprintln!("SKIPPED: libc6-dbg is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let c = frames_of(&p, 1000.0);
+    let libc = c
+        .iter()
+        .find(|f| f.function == "__libc_start_call_main")
+        .expect("libc frame");
+    assert!(
+        libc.file.ends_with(".h") || libc.file.ends_with(".c"),
+        "no file for libc: {libc:?}"
+    );
+    assert!(libc.line > 0, "{libc:?}");
 }

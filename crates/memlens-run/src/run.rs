@@ -38,12 +38,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub live: crate::growth::LiveArgs,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -281,14 +276,24 @@ pub fn plan(dumps: &[Dump], main_pid: u32, main_out: &Path) -> Vec<(Dump, PathBu
     out
 }
 
-/// Convert one raw dump to gzipped pprof (the profile crate does the work).
+/// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
 fn convert(raw: &Path, out: &Path) -> Result<String> {
-    // memlens_profile::convert_raw is being written on the profile branch; until it lands there is
-    // no pprof writer in this build, and saying so beats writing a file that is not pprof.
-    let _ = (raw, out);
-    anyhow::bail!(
-        "pprof conversion is not in this build yet; keep the raw dumps with --keep-raw DIR"
-    )
+    use memlens_measure::units::format_size;
+    let s = memlens_profile::convert_raw(raw, out)?;
+    Ok(format!(
+        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use",
+        s.samples,
+        s.stacks,
+        s.truncated_share * 100.0,
+        format_size(s.alloc_bytes.max(0.0) as u64),
+        format_size(s.inuse_bytes.max(0.0) as u64),
+    ))
+}
+
+fn has_stacks(raw: &Path) -> bool {
+    std::fs::read_to_string(raw)
+        .map(|t| t.contains("\nstack "))
+        .unwrap_or(true)
 }
 
 /// Convert every dump of `launch`; returns how many profiles were written. A dump that cannot be
@@ -311,6 +316,11 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
     }
     let mut written = 0;
     for (d, out) in plan(&dumps, launch.pid, main_out) {
+        // An image that allocated nothing worth a sample (typically a forked child that exec'd at
+        // once) leaves an empty dump; only the main program's profile is written even when empty.
+        if out != main_out && !has_stacks(&d.path) {
+            continue;
+        }
         match convert(&d.path, &out) {
             Ok(summary) => {
                 eprintln!(

@@ -1,0 +1,380 @@
+//! `memlens bench latency`: dependent-load latency by access order, element size and working set,
+//! with counter metrics where the CPU exposes them.
+use crate::chase::{self, Order};
+use crate::counters::{self, CounterSet, Mode};
+use crate::measure::{self, Chaser};
+use anyhow::{Context, Result};
+use memlens_measure::progress::Progress;
+use memlens_measure::stats::Summary;
+use memlens_measure::tsc::Clock;
+use memlens_measure::units::{format_size, parse_duration, parse_size, parse_size_list};
+use memlens_measure::usage;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Memory access latency by order, element size and working set
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example:\n  memlens bench latency --max-ws 256M --json lat.json --svg lat.svg --html lat.html\n  \
+memlens bench latency --orders random --sizes 64 --threads 2 --hugepages"
+)]
+pub struct LatencyArgs {
+    /// Element sizes in bytes: multiples of 8 from 8 to 4096 (only the first 8 bytes are read)
+    #[arg(long, default_value = "8,64,256", value_name = "LIST")]
+    pub sizes: String,
+    /// Access orders: seq (address order), random (one random cycle), page (one element per page)
+    #[arg(long, default_value = "seq,random,page", value_name = "LIST")]
+    pub orders: String,
+    /// Smallest working set (swept over powers of two)
+    #[arg(long, default_value = "1K", value_name = "SIZE")]
+    pub min_ws: String,
+    /// Largest working set
+    #[arg(long, default_value = "1G", value_name = "SIZE")]
+    pub max_ws: String,
+    /// Chaser threads, each on its own list (loaded latency); counters follow chaser 0
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
+    /// Back the lists with transparent huge pages (madvise MADV_HUGEPAGE) to show the TLB's share
+    #[arg(long)]
+    pub hugepages: bool,
+    /// Repeats per point, interleaved across orders
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub repeats: usize,
+    /// Target time of one timed chase
+    #[arg(long, default_value = "20ms", value_name = "DURATION")]
+    pub min_time: String,
+    /// Counters: all (hardware where usable, plus software), software, off
+    #[arg(long, default_value = "all", value_name = "MODE")]
+    pub counters: String,
+    /// Open this event with an invalid number so the kernel refuses it (tests of the n/a path)
+    #[arg(long, hide = true, value_name = "EVENT")]
+    pub test_break_event: Vec<String>,
+    /// Write results (with the machine facts) as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one row per point as CSV
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write the latency-vs-working-set plot as SVG
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Write a self-contained HTML report
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub sizes: Vec<u64>,
+    pub orders: Vec<Order>,
+    pub working_sets: Vec<u64>,
+    pub threads: usize,
+    pub hugepages: bool,
+    pub repeats: usize,
+    pub target_seconds: f64,
+}
+
+/// One counter over a point: median over repeats of the count per element.
+#[derive(Debug, Clone, Serialize)]
+pub struct CounterStat {
+    pub name: String,
+    pub per_element: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_fraction: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub order: Order,
+    pub element_bytes: u64,
+    pub working_set: u64,
+    pub elements: u64,
+    pub loads_per_measurement: u64,
+    /// Nanoseconds per element (per dependent load), over repeats.
+    pub ns: Summary,
+    /// TSC cycles per element.
+    pub tsc_cycles: Summary,
+    pub counters: Vec<CounterStat>,
+}
+
+impl Point {
+    pub fn counter(&self, name: &str) -> std::result::Result<f64, String> {
+        match self.counters.iter().find(|c| c.name == name) {
+            Some(CounterStat {
+                per_element: Some(v),
+                ..
+            }) => Ok(*v),
+            Some(c) => Err(format!(
+                "{}: {}",
+                name,
+                c.unavailable
+                    .clone()
+                    .unwrap_or_else(|| "not measured".into())
+            )),
+            None => Err(format!("{name}: not collected")),
+        }
+    }
+}
+
+fn parse_orders(s: &str) -> Result<Vec<Order>> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let o = Order::parse(part).ok_or_else(|| {
+            usage(format!(
+                "unknown order '{part}' in --orders (use seq, random, page)"
+            ))
+        })?;
+        if !v.contains(&o) {
+            v.push(o);
+        }
+    }
+    if v.is_empty() {
+        return Err(usage("--orders is empty (use seq, random, page)"));
+    }
+    Ok(v)
+}
+
+fn mem_available() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|k| k * 1024)
+        .unwrap_or(u64::MAX)
+}
+
+pub fn config(a: &LatencyArgs) -> Result<Config> {
+    let sizes = parse_size_list(&a.sizes).context("bad --sizes")?;
+    for &s in &sizes {
+        if s < 8 || s % 8 != 0 || s > 4096 {
+            return Err(usage(format!(
+                "element size {s} B is not a multiple of 8 between 8 and 4096 (--sizes)"
+            )));
+        }
+    }
+    let orders = parse_orders(&a.orders)?;
+    let (min_ws, max_ws) = (
+        parse_size(&a.min_ws).context("bad --min-ws")?,
+        parse_size(&a.max_ws).context("bad --max-ws")?,
+    );
+    if min_ws < 64 || min_ws > max_ws {
+        return Err(usage(format!(
+            "--min-ws {} must be at least 64 bytes and not above --max-ws {}",
+            a.min_ws, a.max_ws
+        )));
+    }
+    if a.threads == 0 || a.threads > 256 {
+        return Err(usage("--threads must be between 1 and 256"));
+    }
+    if a.repeats == 0 {
+        return Err(usage("--repeats must be at least 1"));
+    }
+    let target = parse_duration(&a.min_time)
+        .context("bad --min-time")?
+        .as_secs_f64();
+    if !(0.0001..=10.0).contains(&target) {
+        return Err(usage("--min-time must be between 100us and 10s"));
+    }
+    let mut working_sets = Vec::new();
+    let mut ws = min_ws.next_power_of_two();
+    while ws <= max_ws {
+        working_sets.push(ws);
+        ws *= 2;
+    }
+    if working_sets.is_empty() {
+        return Err(usage(format!(
+            "no power of two between --min-ws {} and --max-ws {}",
+            a.min_ws, a.max_ws
+        )));
+    }
+    // All orders of one element size are alive at once (to interleave them), once per thread, plus
+    // the shuffle's index array.
+    let need =
+        working_sets.last().copied().unwrap_or(0) * (orders.len() as u64 + 1) * a.threads as u64;
+    let avail = mem_available();
+    if need > avail / 10 * 8 {
+        return Err(usage(format!(
+            "--max-ws {} needs about {} of memory with {} orders and {} threads, but only {} is available; lower --max-ws",
+            a.max_ws,
+            format_size(need),
+            orders.len(),
+            a.threads,
+            format_size(avail)
+        )));
+    }
+    Ok(Config {
+        sizes,
+        orders,
+        working_sets,
+        threads: a.threads,
+        hugepages: a.hugepages,
+        repeats: a.repeats,
+        target_seconds: target,
+    })
+}
+
+fn counter_mode(s: &str) -> Result<Mode> {
+    match s {
+        "all" | "hardware" => Ok(Mode::All),
+        "software" => Ok(Mode::Software),
+        "off" | "none" => Ok(Mode::Off),
+        _ => Err(usage(format!(
+            "unknown --counters mode '{s}' (use all, software, off)"
+        ))),
+    }
+}
+
+/// Everything a latency run produced.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub config: Config,
+    pub timer_overhead_ticks: f64,
+    /// What the counter validation probe saw, per hardware event.
+    pub counter_probe: Vec<(String, String)>,
+    /// Points that were not measured and why (e.g. page order below two pages).
+    pub skipped: Vec<String>,
+    pub points: Vec<Point>,
+}
+
+pub fn run_latency(a: LatencyArgs) -> Result<i32> {
+    let cfg = config(&a)?;
+    let mode = counter_mode(&a.counters)?;
+    let results = sweep(&cfg, mode, &a.test_break_event)?;
+    crate::latency_report::emit(&results, &a)?;
+    Ok(0)
+}
+
+fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
+    let clock = Clock::get();
+    let mut set = CounterSet::open(mode, broken);
+    let counter_probe = set.validate(cfg.hugepages);
+    let mut overhead_list = Chaser::new(chase::build(Order::Seq, 64, 4096, false, 1)?);
+    let overhead = measure::timer_overhead(&mut overhead_list);
+    let progress = Progress::new((cfg.working_sets.len() * cfg.sizes.len()) as u64, "latency");
+    let mut points = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seed = 1u64;
+    for &ws in &cfg.working_sets {
+        for &elem in &cfg.sizes {
+            progress.step(format!(
+                "{} working set, {elem} B elements",
+                format_size(ws)
+            ));
+            // Build every order's lists for this (ws, elem) first, so repeats can interleave orders.
+            let mut cases: Vec<(Order, Vec<Chaser>, u64)> = Vec::new();
+            for &order in &cfg.orders {
+                if chase::element_count(order, elem, ws) < 2 {
+                    skipped.push(format!(
+                        "{} / {elem} B at {}: fewer than two elements fit",
+                        order.name(),
+                        format_size(ws)
+                    ));
+                    continue;
+                }
+                let mut chasers = Vec::new();
+                for _ in 0..cfg.threads {
+                    seed += 1;
+                    chasers.push(Chaser::new(chase::build(
+                        order,
+                        elem,
+                        ws,
+                        cfg.hugepages,
+                        seed,
+                    )?));
+                }
+                let loads = measure::calibrate(&mut chasers[0], cfg.target_seconds);
+                cases.push((order, chasers, loads));
+            }
+            let mut reps: Vec<Vec<(f64, Option<counters::Reading>)>> =
+                vec![Vec::new(); cases.len()];
+            for _ in 0..cfg.repeats {
+                for (i, (_, chasers, loads)) in cases.iter_mut().enumerate() {
+                    let warm = chase::round16(chasers[0].list.elements.min(*loads));
+                    let c = if set.is_off() { None } else { Some(&mut set) };
+                    reps[i].push(measure::measure(chasers, warm, *loads, overhead, c));
+                }
+            }
+            for ((order, chasers, loads), r) in cases.iter().zip(reps) {
+                points.push(point(
+                    *order,
+                    elem,
+                    ws,
+                    chasers[0].list.elements,
+                    *loads,
+                    &r,
+                    clock,
+                ));
+            }
+            progress.inc();
+        }
+    }
+    progress.finish();
+    Ok(Results {
+        config: cfg.clone(),
+        timer_overhead_ticks: overhead,
+        counter_probe,
+        skipped,
+        points,
+    })
+}
+
+fn point(
+    order: Order,
+    elem: u64,
+    ws: u64,
+    elements: u64,
+    loads: u64,
+    reps: &[(f64, Option<counters::Reading>)],
+    clock: &Clock,
+) -> Point {
+    let ticks: Vec<f64> = reps.iter().map(|r| r.0).collect();
+    let ns: Vec<f64> = ticks.iter().map(|&t| clock.ticks_to_ns(t)).collect();
+    let mut stats = Vec::new();
+    if let Some(Some(first)) = reps.first().map(|r| r.1.as_ref()) {
+        for v in first {
+            let per: Vec<f64> = reps
+                .iter()
+                .filter_map(|r| counters::get(r.1.as_ref()?, &v.name))
+                .map(|x| x / loads as f64)
+                .collect();
+            let fr: Vec<f64> = reps
+                .iter()
+                .filter_map(|r| {
+                    r.1.as_ref()?
+                        .iter()
+                        .find(|x| x.name == v.name)?
+                        .running_fraction
+                })
+                .collect();
+            let unavailable = if per.is_empty() {
+                reps.iter()
+                    .find_map(|r| counters::why(r.1.as_ref()?, &v.name))
+                    .or(Some("not measured".into()))
+            } else {
+                None
+            };
+            stats.push(CounterStat {
+                name: v.name.clone(),
+                per_element: (!per.is_empty()).then(|| memlens_measure::stats::quantile(&per, 0.5)),
+                unavailable,
+                running_fraction: fr.iter().cloned().reduce(f64::min),
+            });
+        }
+    }
+    Point {
+        order,
+        element_bytes: elem,
+        working_set: ws,
+        elements,
+        loads_per_measurement: loads,
+        ns: Summary::of(&ns).expect("at least one repeat"),
+        tsc_cycles: Summary::of(&ticks).expect("at least one repeat"),
+        counters: stats,
+    }
+}

@@ -1,0 +1,601 @@
+//! Tables, files and plots of a latency run: the latency table, the detected levels beside the
+//! declared caches, counter metrics, the representativeness table next to the published study, and
+//! the correlation of each metric with time.
+use crate::chase::Order;
+use crate::latency::{LatencyArgs, Point, Results};
+use crate::levels::{self, Level};
+use anyhow::Result;
+use memlens_measure::html::{self, Section};
+use memlens_measure::output::{table, write_csv, write_json, write_text};
+use memlens_measure::plot::{line_chart, LineChart, Series};
+use memlens_measure::stats::pearson;
+use memlens_measure::sysinfo::{caches, Cache};
+use memlens_measure::units::format_size;
+use serde::Serialize;
+
+type MetricFn = fn(&Point) -> Result<f64, String>;
+
+fn ratio(p: &Point, a: &str, b: &str) -> Result<f64, String> {
+    let (x, y) = (p.counter(a)?, p.counter(b)?);
+    if y == 0.0 {
+        return Err(format!("{b} is 0"));
+    }
+    Ok(x / y)
+}
+
+/// The derived metrics, by name. SCPI needs both stall events (it is their sum per instruction);
+/// the frontend and backend parts are shown on their own too, since VMs often expose only one.
+pub const METRICS: [(&str, MetricFn); 10] = [
+    ("core cycles/elem", |p| p.counter("cycles")),
+    ("CPI", |p| ratio(p, "cycles", "instructions")),
+    ("SCPI", |p| {
+        Ok(ratio(p, "stalled-cycles-frontend", "instructions")?
+            + ratio(p, "stalled-cycles-backend", "instructions")?)
+    }),
+    ("SCPI frontend", |p| {
+        ratio(p, "stalled-cycles-frontend", "instructions")
+    }),
+    ("SCPI backend", |p| {
+        ratio(p, "stalled-cycles-backend", "instructions")
+    }),
+    ("miss rate", |p| {
+        ratio(p, "cache-misses", "cache-references")
+    }),
+    ("cache misses/elem", |p| p.counter("cache-misses")),
+    ("bus cycles/elem", |p| p.counter("bus-cycles")),
+    ("dTLB misses/elem", |p| p.counter("dTLB-load-misses")),
+    ("task-clock ns/elem", |p| p.counter("task-clock")),
+];
+
+fn metric(name: &str) -> MetricFn {
+    METRICS
+        .iter()
+        .find(|m| m.0 == name)
+        .map(|m| m.1)
+        .expect("known metric")
+}
+
+/// The published study (DESIGN.md item 3): normalised to sequential/8 B = 1 on a Sandy Bridge Xeon.
+const PUBLISHED: [(Order, u64, [f64; 5]); 5] = [
+    (Order::Seq, 8, [1.0, 1.0, 1.0, 1.0, 1.0]),
+    (Order::Seq, 64, [5.0, 6.25, 6.0, 12.0, 4.0]),
+    (Order::Seq, 256, [28.0, 25.0, 27.0, 67.0, 23.0]),
+    (Order::Page, 8, [84.0, 100.0, 92.0, 72.5, 71.0]),
+    (Order::Random, 8, [46.0, 20.0, 18.0, 21.0, 42.0]),
+];
+const REPR_METRICS: [&str; 5] = ["time", "CPI", "SCPI", "miss rate", "bus cycles/elem"];
+
+pub fn num(x: f64) -> String {
+    if !x.is_finite() {
+        "–".into()
+    } else if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn series_name(o: Order, e: u64) -> String {
+    format!("{}/{e}B", o.name())
+}
+
+fn series(r: &Results) -> Vec<(Order, u64)> {
+    let mut v = Vec::new();
+    for &o in &r.config.orders {
+        for &e in &r.config.sizes {
+            v.push((o, e));
+        }
+    }
+    v
+}
+
+fn find(r: &Results, o: Order, e: u64, ws: u64) -> Option<&Point> {
+    r.points
+        .iter()
+        .find(|p| p.order == o && p.element_bytes == e && p.working_set == ws)
+}
+
+/// Relative spread above which a cell is flagged as noisy.
+const NOISY: f64 = 0.10;
+
+fn latency_table(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+    let ser = series(r);
+    let mut header = vec!["working set".to_string()];
+    header.extend(
+        ser.iter()
+            .map(|&(o, e)| format!("{} ns (cyc)", series_name(o, e))),
+    );
+    let rows = r
+        .config
+        .working_sets
+        .iter()
+        .map(|&ws| {
+            let mut row = vec![format_size(ws)];
+            for &(o, e) in &ser {
+                row.push(match find(r, o, e, ws) {
+                    Some(p) => format!(
+                        "{} ({}){}",
+                        num(p.ns.median),
+                        num(p.tsc_cycles.median),
+                        if p.ns.rel_spread() > NOISY { "*" } else { "" }
+                    ),
+                    None => "–".into(),
+                });
+            }
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+/// The series levels are detected on: random order defeats the prefetchers, and 64 B elements put
+/// every element on its own line.
+fn level_series(r: &Results) -> Option<(Order, u64)> {
+    let s = series(r);
+    let pick = |o: Order| {
+        let mut v: Vec<_> = s.iter().filter(|x| x.0 == o).collect();
+        v.sort_by_key(|x| (x.1 != 64, std::cmp::Reverse(x.1)));
+        v.first().map(|x| **x)
+    };
+    pick(Order::Random)
+        .or_else(|| pick(Order::Page))
+        .or_else(|| s.first().copied())
+}
+
+fn detect_levels(r: &Results, cs: &[Cache]) -> Option<((Order, u64), Vec<Level>)> {
+    let (o, e) = level_series(r)?;
+    let pts: Vec<(u64, f64, f64)> = r
+        .config
+        .working_sets
+        .iter()
+        .filter_map(|&ws| find(r, o, e, ws).map(|p| (ws, p.ns.median, p.tsc_cycles.median)))
+        .collect();
+    Some(((o, e), levels::detect(&pts, cs)))
+}
+
+fn levels_table(lv: &[Level]) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "level",
+        "working sets",
+        "ns/elem",
+        "TSC cyc/elem",
+        "fits in (sysfs)",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = lv
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            vec![
+                format!("{}", i + 1),
+                format!("{}–{}", format_size(l.from_ws), format_size(l.to_ws)),
+                num(l.ns),
+                num(l.cycles),
+                l.fits_in.clone(),
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
+const COUNTER_COLS: [&str; 9] = [
+    "core cycles/elem",
+    "CPI",
+    "SCPI",
+    "SCPI frontend",
+    "SCPI backend",
+    "miss rate",
+    "bus cycles/elem",
+    "dTLB misses/elem",
+    "task-clock ns/elem",
+];
+
+/// The working set the counter and representativeness tables use: the largest measured.
+fn reference_ws(r: &Results) -> u64 {
+    r.config.working_sets.last().copied().unwrap_or(0)
+}
+
+/// Metrics that are n/a on every point, with the reason (shown once under the table).
+fn na_reasons(r: &Results, names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|&m| {
+            let f = metric(m);
+            let errs: Vec<String> = r.points.iter().filter_map(|p| f(p).err()).collect();
+            (errs.len() == r.points.len() && !r.points.is_empty())
+                .then(|| format!("{m}: n/a ({})", errs[0]))
+        })
+        .collect()
+}
+
+fn counters_table(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+    let ws = reference_ws(r);
+    let mut header = vec!["order/element".to_string(), "ns/elem".into()];
+    header.extend(COUNTER_COLS.iter().map(|s| s.to_string()));
+    header.push("page faults".into());
+    let rows = series(r)
+        .iter()
+        .filter_map(|&(o, e)| find(r, o, e, ws))
+        .map(|p| {
+            let mut row = vec![series_name(p.order, p.element_bytes), num(p.ns.median)];
+            row.extend(
+                COUNTER_COLS
+                    .iter()
+                    .map(|&m| metric(m)(p).map(num).unwrap_or_else(|_| "n/a".into())),
+            );
+            row.push(
+                p.counter("page-faults")
+                    .map(|f| num(f * p.loads_per_measurement as f64))
+                    .unwrap_or_else(|_| "n/a".into()),
+            );
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+#[derive(Debug, Serialize)]
+struct ReprRow {
+    order: Order,
+    element_bytes: u64,
+    /// Normalised to seq/8 B, in REPR_METRICS order; None = n/a.
+    measured: Vec<Option<f64>>,
+    published: Option<[f64; 5]>,
+}
+
+fn repr_value(p: &Point, m: &str) -> Option<f64> {
+    if m == "time" {
+        Some(p.ns.median)
+    } else {
+        metric(m)(p).ok()
+    }
+}
+
+fn representativeness(r: &Results) -> Vec<ReprRow> {
+    let ws = reference_ws(r);
+    let Some(base) = find(r, Order::Seq, 8, ws) else {
+        return Vec::new();
+    };
+    series(r)
+        .iter()
+        .filter_map(|&(o, e)| find(r, o, e, ws))
+        .map(|p| ReprRow {
+            order: p.order,
+            element_bytes: p.element_bytes,
+            measured: REPR_METRICS
+                .iter()
+                .map(|m| Some(repr_value(p, m)? / repr_value(base, m).filter(|&b| b != 0.0)?))
+                .collect(),
+            published: PUBLISHED
+                .iter()
+                .find(|x| x.0 == p.order && x.1 == p.element_bytes)
+                .map(|x| x.2),
+        })
+        .collect()
+}
+
+fn repr_table(rows: &[ReprRow]) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut header = vec!["order/element".to_string()];
+    header.extend(REPR_METRICS.iter().map(|m| format!("{m} here / study")));
+    let body = rows
+        .iter()
+        .map(|r| {
+            let mut row = vec![series_name(r.order, r.element_bytes)];
+            for (i, m) in r.measured.iter().enumerate() {
+                let here = m.map(num).unwrap_or_else(|| "n/a".into());
+                let study = r.published.map(|p| num(p[i])).unwrap_or_else(|| "–".into());
+                row.push(format!("{here} / {study}"));
+            }
+            row
+        })
+        .collect();
+    (header, body)
+}
+
+#[derive(Debug, Serialize)]
+struct Correlation {
+    metric: String,
+    /// Pearson r with ns/elem per order (None: n/a), then over all points.
+    by_order: Vec<(Order, Option<f64>)>,
+    all: Option<f64>,
+}
+
+const CORR_METRICS: [&str; 8] = [
+    "core cycles/elem",
+    "CPI",
+    "SCPI",
+    "SCPI frontend",
+    "SCPI backend",
+    "miss rate",
+    "bus cycles/elem",
+    "dTLB misses/elem",
+];
+
+fn correlations(r: &Results) -> Vec<Correlation> {
+    let r_of = |pts: &[&Point], m: &str| {
+        let f = metric(m);
+        let pairs: Vec<(f64, f64)> = pts
+            .iter()
+            .filter_map(|p| Some((f(p).ok()?, p.ns.median)))
+            .collect();
+        if pairs.len() < 3 || pairs.len() < pts.len() {
+            return None;
+        }
+        let (x, y): (Vec<f64>, Vec<f64>) = pairs.into_iter().unzip();
+        pearson(&x, &y)
+    };
+    CORR_METRICS
+        .iter()
+        .map(|&m| {
+            let by_order = r
+                .config
+                .orders
+                .iter()
+                .map(|&o| {
+                    (
+                        o,
+                        r_of(
+                            &r.points.iter().filter(|p| p.order == o).collect::<Vec<_>>(),
+                            m,
+                        ),
+                    )
+                })
+                .collect();
+            Correlation {
+                metric: m.into(),
+                by_order,
+                all: r_of(&r.points.iter().collect::<Vec<_>>(), m),
+            }
+        })
+        .collect()
+}
+
+fn corr_table(r: &Results, c: &[Correlation]) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut header = vec!["metric".to_string()];
+    header.extend(r.config.orders.iter().map(|o| format!("r ({})", o.name())));
+    header.push("r (all runs)".into());
+    let f = |x: Option<f64>| {
+        x.map(|v| format!("{v:+.2}"))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    let rows = c
+        .iter()
+        .map(|c| {
+            let mut row = vec![c.metric.clone()];
+            row.extend(c.by_order.iter().map(|x| f(x.1)));
+            row.push(f(c.all));
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+fn chart(r: &Results, cs: &[Cache]) -> LineChart {
+    LineChart {
+        title: "Dependent-load latency by working set".into(),
+        x_label: "working set (bytes)".into(),
+        y_label: "ns per element".into(),
+        log_x: true,
+        log_y: true,
+        series: series(r)
+            .iter()
+            .map(|&(o, e)| Series {
+                name: series_name(o, e),
+                points: r
+                    .points
+                    .iter()
+                    .filter(|p| p.order == o && p.element_bytes == e)
+                    .map(|p| (p.working_set as f64, p.ns.median))
+                    .collect(),
+                dashed: false,
+            })
+            .collect(),
+        markers: cs
+            .iter()
+            .map(|c| {
+                (
+                    c.size_bytes as f64,
+                    format!("L{} {}", c.level, format_size(c.size_bytes)),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn csv_rows(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+    let names: Vec<String> = r
+        .points
+        .first()
+        .map(|p| p.counters.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = [
+        "order",
+        "element_bytes",
+        "working_set",
+        "elements",
+        "threads",
+        "hugepages",
+        "ns_median",
+        "ns_min",
+        "ns_max",
+        "tsc_cycles_median",
+        "tsc_cycles_min",
+        "tsc_cycles_max",
+    ]
+    .map(String::from)
+    .to_vec();
+    header.extend(names.iter().map(|n| format!("{n}_per_elem")));
+    let rows = r
+        .points
+        .iter()
+        .map(|p| {
+            let mut row = vec![
+                p.order.name().to_string(),
+                p.element_bytes.to_string(),
+                p.working_set.to_string(),
+                p.elements.to_string(),
+                r.config.threads.to_string(),
+                r.config.hugepages.to_string(),
+                format!("{:.4}", p.ns.median),
+                format!("{:.4}", p.ns.min),
+                format!("{:.4}", p.ns.max),
+                format!("{:.3}", p.tsc_cycles.median),
+                format!("{:.3}", p.tsc_cycles.min),
+                format!("{:.3}", p.tsc_cycles.max),
+            ];
+            // Empty cell = not measured (n/a); the JSON carries the reason.
+            row.extend(
+                names
+                    .iter()
+                    .map(|n| p.counter(n).map(|v| format!("{v:.6}")).unwrap_or_default()),
+            );
+            row
+        })
+        .collect();
+    (header, rows)
+}
+
+fn refs(h: &[String]) -> Vec<&str> {
+    h.iter().map(|s| s.as_str()).collect()
+}
+
+pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
+    let cs = caches();
+    let cfg = &r.config;
+    let mut intro = vec![format!(
+        "Linked-list chase, reading only the 8-byte next pointer (dependent loads). {} thread(s), {} pages, {} repeats interleaved across orders, ~{:.0} ms per timed chase. \
+         Each timed chase runs in 16 chunks; time per element = TSC ticks of the median chunk minus the measured cost of timing an empty chase ({:.0} ticks), divided by its loads (a preempted chunk does not skew the point); \
+         TSC cycles at {:.3} GHz. Cells: median ns (TSC cycles); * = min–max spread above {:.0}% of the median.",
+        cfg.threads,
+        if cfg.hugepages { "transparent huge (madvise)" } else { "4 KiB (MADV_NOHUGEPAGE)" },
+        cfg.repeats,
+        cfg.target_seconds * 1e3,
+        r.timer_overhead_ticks,
+        memlens_measure::tsc::Clock::get().hz / 1e9,
+        NOISY * 100.0
+    )];
+    if cfg.orders.contains(&Order::Page) {
+        intro.push("page order: one element per 4 KiB page at a random offset, pages in a random cycle; its working set is the memory the pages span.".into());
+    }
+    let mut sections = Vec::new();
+    let (h, rows) = latency_table(r);
+    println!("{}", intro.join("\n"));
+    println!("{}", table(&refs(&h), &rows));
+    for s in &r.skipped {
+        println!("not measured: {s}");
+    }
+    sections.push(Section {
+        heading: "Latency per element".into(),
+        paragraphs: intro.clone(),
+        tables: vec![(h, rows)],
+        ..Default::default()
+    });
+
+    let declared = cs
+        .iter()
+        .map(|c| {
+            format!(
+                "L{} {} {}",
+                c.level,
+                c.kind.to_lowercase(),
+                format_size(c.size_bytes)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let levels = detect_levels(r, &cs);
+    if let Some(((o, e), lv)) = &levels {
+        let (h, rows) = levels_table(lv);
+        let p = format!(
+            "Levels (plateaus within ±15%) of the {} series; caches declared by sysfs: {declared}.",
+            series_name(*o, *e)
+        );
+        println!("\n{p}\n{}", table(&refs(&h), &rows));
+        sections.push(Section {
+            heading: "Detected levels".into(),
+            paragraphs: vec![p],
+            tables: vec![(h, rows)],
+            ..Default::default()
+        });
+    }
+
+    let corr = correlations(r);
+    let repr = representativeness(r);
+    if !r.points.first().is_none_or(|p| p.counters.is_empty()) {
+        let (h, rows) = counters_table(r);
+        let mut paras = vec![format!("Counters per element at the {} working set (chaser 0; grouped, scaled by time enabled/running when multiplexed).", format_size(reference_ws(r)))];
+        for (ev, note) in &r.counter_probe {
+            paras.push(format!("probe {ev}: {note}"));
+        }
+        let na = na_reasons(r, &COUNTER_COLS);
+        println!("\n{}\n{}", paras[0], table(&refs(&h), &rows));
+        for l in na.iter() {
+            println!("  {l}");
+        }
+        paras.extend(na);
+        let mut tables = vec![(h, rows)];
+        let mut svgs = Vec::new();
+        if !repr.is_empty() {
+            let (h, rows) = repr_table(&repr);
+            let p = "Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; DESIGN.md study 3). SCPI = (stalled frontend + backend) / instructions.";
+            println!("\n{p}\n{}", table(&refs(&h), &rows));
+            paras.push(p.into());
+            tables.push((h, rows));
+        }
+        let (h, rows) = corr_table(r, &corr);
+        let p = "Pearson r of each metric with ns/elem across all measured points (n/a: the metric is missing on some point, or fewer than 3 points).";
+        println!("\n{p}\n{}", table(&refs(&h), &rows));
+        paras.push(p.into());
+        tables.push((h, rows));
+        if let Ok(svg) = line_chart(&chart(r, &cs)) {
+            svgs.push(svg);
+        }
+        sections.push(Section {
+            heading: "Counter metrics".into(),
+            paragraphs: paras,
+            tables,
+            svgs,
+        });
+    }
+
+    #[derive(Serialize)]
+    struct Out<'a> {
+        results: &'a Results,
+        levels: Option<(String, &'a Vec<Level>)>,
+        representativeness: &'a [ReprRow],
+        representativeness_metrics: [&'static str; 5],
+        correlations: &'a [Correlation],
+    }
+    if let Some(p) = &a.json {
+        let out = Out {
+            results: r,
+            levels: levels.as_ref().map(|((o, e), l)| (series_name(*o, *e), l)),
+            representativeness: &repr,
+            representativeness_metrics: REPR_METRICS,
+            correlations: &corr,
+        };
+        write_json(p, &out)?;
+    }
+    if let Some(p) = &a.csv {
+        let (h, rows) = csv_rows(r);
+        write_csv(p, &refs(&h), &rows)?;
+    }
+    let svg = line_chart(&chart(r, &cs))?;
+    if let Some(p) = &a.svg {
+        write_text(p, &svg)?;
+    }
+    if let Some(p) = &a.html {
+        if sections.iter().all(|s| s.svgs.is_empty()) {
+            sections[0].svgs.push(svg);
+        }
+        let rep = html::Report {
+            title: "memlens bench latency".into(),
+            sections,
+        };
+        write_text(p, &html::render(&rep))?;
+    }
+    Ok(())
+}

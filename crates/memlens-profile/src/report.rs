@@ -1,0 +1,334 @@
+//! `memlens report`: top functions (flat and cumulative) and top stacks of a profile, as a table,
+//! JSON or folded stacks, plus an optional flamegraph.
+//!
+//! JSON shape (`--format json`, on stdout; every function and every stack, not only the top N):
+//!
+//! ```text
+//! { "file": "p.pb.gz", "sample_index": "alloc_space", "unit": "bytes",
+//!   "meta": { "pid", "ppid", "exe", "interval", "unwinder", "active", "reason", "start_ns", "time_ns",
+//!             "samples", "truncated", "dropped", "max_depth" },
+//!   "totals": { "alloc_objects", "alloc_space", "inuse_objects", "inuse_space" },
+//!   "functions": [ { "function", "file", "flat", "flat_share", "cum", "cum_share" } … ],  // by flat, desc
+//!   "stacks": [ { "value", "share", "samples",
+//!                 "values": { "alloc_objects", "alloc_space", "inuse_objects", "inuse_space" },
+//!                 "frames": [ { "function", "file", "line", "inlined" } … ] } … ] }        // by value, desc
+//! ```
+//! Frames are innermost first (frames[0] called the allocator); `inlined` marks a frame inlined into
+//! the next one. `file`/`line` are omitted when unknown; unsymbolized frames are named `module+0xOFF`.
+//! Shares are fractions (0..1) of the total of the chosen sample index.
+use crate::agg::{self, fmt_value, pct, share, Func, Stack};
+use crate::model::{Frame, Meta, Profile, SampleIndex};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Folded,
+}
+
+/// Show the top allocating functions and stacks of a heap profile (pprof or raw dump)
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example:\n  memlens report memlens.server.1234.pb.gz --sample-index inuse_space --top 20\n  \
+    memlens report p.pb.gz --format folded > p.folded\n  memlens report p.pb.gz --flamegraph p.svg"
+)]
+pub struct ReportArgs {
+    /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Value to rank by
+    #[arg(long, value_enum, default_value = "alloc_space")]
+    pub sample_index: SampleIndex,
+    /// Number of functions and stacks shown in the table
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Output: a table, JSON (every function and stack; shape in the docs), or folded stacks
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Also write a flamegraph SVG of the chosen value to this file
+    #[arg(long, value_name = "OUT.svg")]
+    pub flamegraph: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct JsonFunc<'a> {
+    function: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    file: &'a str,
+    flat: f64,
+    flat_share: f64,
+    cum: f64,
+    cum_share: f64,
+}
+
+#[derive(Serialize)]
+struct Values {
+    alloc_objects: f64,
+    alloc_space: f64,
+    inuse_objects: f64,
+    inuse_space: f64,
+}
+
+impl From<[f64; 4]> for Values {
+    fn from(v: [f64; 4]) -> Self {
+        Values {
+            alloc_objects: v[0],
+            alloc_space: v[1],
+            inuse_objects: v[2],
+            inuse_space: v[3],
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonStack<'a> {
+    value: f64,
+    share: f64,
+    samples: u64,
+    values: Values,
+    frames: &'a [Frame],
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    file: String,
+    sample_index: SampleIndex,
+    unit: &'static str,
+    meta: &'a Meta,
+    totals: Values,
+    functions: Vec<JsonFunc<'a>>,
+    stacks: Vec<JsonStack<'a>>,
+}
+
+pub fn run_report(a: ReportArgs) -> Result<i32> {
+    let p = crate::convert::load(&a.file)?;
+    print!("{}", render(&p, &a)?);
+    Ok(0)
+}
+
+/// The report of `p` as `a` asks (stdout text), writing the flamegraph when asked.
+pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
+    let idx = a.sample_index;
+    let mut stacks = agg::stacks(p);
+    stacks.sort_by(|x, y| y.get(idx).total_cmp(&x.get(idx)));
+    let mut funcs = agg::functions(&stacks);
+    let i = idx as usize;
+    funcs.sort_by(|x, y| {
+        y.flat[i]
+            .total_cmp(&x.flat[i])
+            .then(y.cum[i].total_cmp(&x.cum[i]))
+    });
+    if let Some(out) = &a.flamegraph {
+        flamegraph(p, &stacks, idx, out)?;
+    }
+    Ok(match a.format {
+        Format::Table => table(p, &a.file, &stacks, &funcs, idx, a.top),
+        Format::Folded => folded(&stacks, idx),
+        Format::Json => json(p, &a.file, &stacks, &funcs, idx)? + "\n",
+    })
+}
+
+fn totals(p: &Profile) -> [f64; 4] {
+    SampleIndex::ALL.map(|i| p.total(i))
+}
+
+fn json(
+    p: &Profile,
+    file: &Path,
+    stacks: &[Stack],
+    funcs: &[Func],
+    idx: SampleIndex,
+) -> Result<String> {
+    let total = p.total(idx);
+    let i = idx as usize;
+    let r = JsonReport {
+        file: file.display().to_string(),
+        sample_index: idx,
+        unit: idx.unit(),
+        meta: &p.meta,
+        totals: totals(p).into(),
+        functions: funcs
+            .iter()
+            .map(|f| JsonFunc {
+                function: &f.name,
+                file: &f.file,
+                flat: f.flat[i],
+                flat_share: share(f.flat[i], total),
+                cum: f.cum[i],
+                cum_share: share(f.cum[i], total),
+            })
+            .collect(),
+        stacks: stacks
+            .iter()
+            .map(|s| JsonStack {
+                value: s.get(idx),
+                share: share(s.get(idx), total),
+                samples: s.samples,
+                values: s.values.into(),
+                frames: &s.frames,
+            })
+            .collect(),
+    };
+    Ok(serde_json::to_string_pretty(&r)?)
+}
+
+/// `root;…;leaf value` lines, values rounded to integers (what flamegraph tools expect).
+pub fn folded(stacks: &[Stack], idx: SampleIndex) -> String {
+    let mut out = String::new();
+    for s in stacks {
+        let v = s.get(idx).round() as i64;
+        if v == 0 {
+            continue;
+        }
+        let names: Vec<&str> = s.frames.iter().rev().map(|f| f.function.as_str()).collect();
+        // `;` separates frames in the folded format; keep it out of C++ names.
+        let line = names
+            .iter()
+            .map(|n| n.replace(';', ":"))
+            .collect::<Vec<_>>()
+            .join(";");
+        out.push_str(&format!("{line} {v}\n"));
+    }
+    out
+}
+
+fn flamegraph(p: &Profile, stacks: &[Stack], idx: SampleIndex, out: &Path) -> Result<()> {
+    let text = folded(stacks, idx);
+    let mut opt = inferno::flamegraph::Options::default();
+    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
+    opt.title = format!("memlens: {} {}", idx.name(), exe)
+        .trim_end()
+        .to_string();
+    opt.count_name = idx.unit().to_string();
+    let mut svg = Vec::new();
+    if text.is_empty() {
+        anyhow::bail!(
+            "cannot draw a flamegraph: the profile has no {} values",
+            idx.name()
+        );
+    }
+    inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
+        .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
+    std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("memlens: flamegraph written to {}", out.display());
+    Ok(())
+}
+
+fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
+    let m = &p.meta;
+    let mut s = format!("profile: {}\n", file.display());
+    if !m.exe.is_empty() {
+        s += &format!("program: {} (pid {})\n", m.exe, m.pid);
+    }
+    let interval = if m.interval == 0 {
+        "exact (every allocation)".to_string()
+    } else {
+        fmt_value(m.interval as f64, SampleIndex::AllocSpace, false)
+    };
+    s += &format!("sampling: interval {interval}");
+    if !m.unwinder.is_empty() {
+        s += &format!(", unwinder {}", m.unwinder);
+    }
+    if m.samples > 0 {
+        s += &format!(
+            ", {} samples, {} truncated stacks, {} dropped",
+            m.samples,
+            pct(m.truncated_share()),
+            m.dropped
+        );
+    }
+    s += "\n";
+    let t = totals(p);
+    s += &format!(
+        "totals: alloc {} in {} objects, in use {} in {} objects\n",
+        fmt_value(t[1], SampleIndex::AllocSpace, false),
+        fmt_value(t[0], SampleIndex::AllocObjects, false),
+        fmt_value(t[3], SampleIndex::InuseSpace, false),
+        fmt_value(t[2], SampleIndex::InuseObjects, false),
+    );
+    if m.interval == 0 && m.samples > 0 && t[3] == 0.0 && idx.name().starts_with("inuse") {
+        s += "note: exact mode does not track live blocks; inuse values are 0\n";
+    }
+    s
+}
+
+/// Stack frames one per line, innermost first, at most `max` of them.
+pub fn stack_cell(frames: &[Frame], max: usize) -> String {
+    let mut lines: Vec<String> = frames
+        .iter()
+        .take(max)
+        .map(|f| {
+            let file = f.file.rsplit('/').next().unwrap_or("");
+            let at = if file.is_empty() {
+                String::new()
+            } else {
+                format!(" {file}:{}", f.line)
+            };
+            format!(
+                "{}{}{at}",
+                if f.inlined { "(inline) " } else { "" },
+                f.function
+            )
+        })
+        .collect();
+    if frames.len() > max {
+        lines.push(format!("… {} more", frames.len() - max));
+    }
+    lines.join("\n")
+}
+
+fn table(
+    p: &Profile,
+    file: &Path,
+    stacks: &[Stack],
+    funcs: &[Func],
+    idx: SampleIndex,
+    top: usize,
+) -> String {
+    let total = p.total(idx);
+    let i = idx as usize;
+    let mut s = header(p, file, idx);
+    if p.samples.is_empty() || total == 0.0 {
+        s += &format!("no {} recorded in this profile\n", idx.name());
+        return s;
+    }
+    s += &format!(
+        "\ntop functions by {} (flat: allocated here; cum: here or in callees)\n",
+        idx.name()
+    );
+    let rows: Vec<Vec<String>> = funcs
+        .iter()
+        .filter(|f| f.flat[i] != 0.0)
+        .take(top)
+        .map(|f| {
+            vec![
+                fmt_value(f.flat[i], idx, false),
+                pct(share(f.flat[i], total)),
+                fmt_value(f.cum[i], idx, false),
+                pct(share(f.cum[i], total)),
+                f.name.clone(),
+            ]
+        })
+        .collect();
+    s += &memlens_measure::output::table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
+    s += &format!("\n\ntop stacks by {} (innermost frame first)\n", idx.name());
+    let rows: Vec<Vec<String>> = stacks
+        .iter()
+        .filter(|st| st.get(idx) != 0.0)
+        .take(top)
+        .map(|st| {
+            vec![
+                fmt_value(st.get(idx), idx, false),
+                pct(share(st.get(idx), total)),
+                st.samples.to_string(),
+                stack_cell(&st.frames, 8),
+            ]
+        })
+        .collect();
+    s += &memlens_measure::output::table(&[idx.name(), "share", "samples", "stack"], &rows);
+    s += "\n";
+    s
+}
