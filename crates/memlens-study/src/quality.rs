@@ -60,9 +60,11 @@ impl Truth {
             p.stacks.iter().map(|(k, v)| (k.clone(), *v)).collect();
         top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         top.truncate(TOP);
+        let total = p.total();
+        top.retain(|(_, v)| *v >= MIN_SHARE * total);
         Truth {
             stacks: p.stacks.clone(),
-            total: p.total(),
+            total,
             top,
         }
     }
