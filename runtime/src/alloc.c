@@ -37,8 +37,9 @@ ML_NOINLINE void *ml_malloc_slow(size_t size, uintptr_t ra)
 
 ML_EXPORT FAST void *malloc(size_t size)
 {
-    if (likely((ml_tls.countdown -= (int64_t)size) > 0))
-        return ml_real.malloc(size);
+    ML_COUNTDOWN_OR(size, slow);
+    return ml_real.malloc(size);
+slow:
     return ml_malloc_slow(size, RA());
 }
 
@@ -79,8 +80,9 @@ ML_EXPORT FAST void *calloc(size_t n, size_t s)
         errno = ENOMEM;
         return NULL;
     }
-    if (likely((ml_tls.countdown -= (int64_t)total) > 0))
-        return ml_real.calloc(n, s);
+    ML_COUNTDOWN_OR(total, slow);
+    return ml_real.calloc(n, s);
+slow:
     return calloc_slow(n, s, total, RA());
 }
 

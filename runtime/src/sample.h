@@ -17,8 +17,9 @@ void ml_exact_record(size_t size, uintptr_t ra);
 void *ml_malloc_slow(size_t size, uintptr_t ra);
 static inline void *ml_malloc_from(size_t size, uintptr_t ra)
 {
-    if (likely((ml_tls.countdown -= (int64_t)size) > 0))
-        return ml_real.malloc(size);
+    ML_COUNTDOWN_OR(size, slow);
+    return ml_real.malloc(size);
+slow:
     return ml_malloc_slow(size, ra);
 }
 enum { AL_POSIX, AL_ALIGNED, AL_MEMALIGN };
