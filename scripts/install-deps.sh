@@ -15,6 +15,8 @@ PKGS=(
   libpmemobj1 libpmemobj-dev
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
+  # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
+  libc6-dbg
 )
 
 missing=()

@@ -105,7 +105,10 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     // With one element per page, the page order's data is ws/4096 elements (a few lines at small
     // working sets), so it is compared where its pages outrun the caches and TLB: the largest one.
     for e in [8, 64, 256] {
-        assert!(ns(&v, "page", e, max_ws) >= ns(&v, "seq", e, max_ws), "page < seq at {max_ws}/{e}: {out}");
+        assert!(
+            ns(&v, "page", e, max_ws) >= ns(&v, "seq", e, max_ws),
+            "page < seq at {max_ws}/{e}: {out}"
+        );
     }
     let csv = std::fs::read_to_string(&c).unwrap();
     assert!(

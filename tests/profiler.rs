@@ -124,6 +124,15 @@ fn tmp() -> tempfile::TempDir {
 
 /// `memlens run OPTS -- CMD` in `dir`, keeping raw dumps in a fresh subdirectory.
 fn profile(dir: &Path, opts: &[&str], cmd: &[&str]) -> (Output, Vec<Raw>) {
+    profile_env(dir, opts, cmd, &[])
+}
+
+fn profile_env(
+    dir: &Path,
+    opts: &[&str],
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Vec<Raw>) {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let raw = dir.join(format!(
         "raw{}",
@@ -139,6 +148,7 @@ fn profile(dir: &Path, opts: &[&str], cmd: &[&str]) -> (Output, Vec<Raw>) {
         .args(opts)
         .arg("--")
         .args(cmd)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
@@ -296,8 +306,19 @@ fn truth(out: &str) -> Truth {
 /// Run the accuracy program under `opts` and compare each big site's estimate with the truth.
 /// Sites in `unreachable` are not checked (see the fp-unwinder test for why).
 fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool, unreachable: &[&str]) {
+    check_accuracy_env(exe, opts, tolerance, exact, unreachable, &[])
+}
+
+fn check_accuracy_env(
+    exe: &Path,
+    opts: &[&str],
+    tolerance: f64,
+    exact: bool,
+    unreachable: &[&str],
+    env: &[(&str, &str)],
+) {
     let dir = tmp();
-    let (out, raws) = profile(dir.path(), opts, &[exe.to_str().unwrap()]);
+    let (out, raws) = profile_env(dir.path(), opts, &[exe.to_str().unwrap()], env);
     assert!(out.status.success(), "{}", stderr(&out));
     let t = truth(&stdout(&out));
     assert_eq!(raws.len(), 1, "one process, one dump");
@@ -361,15 +382,14 @@ fn check_accuracy(exe: &Path, opts: &[&str], tolerance: f64, exact: bool, unreac
 
 #[test]
 fn accuracy_frame_pointers_fp_unwinder() {
-    // libstdc++'s operator new keeps no frame pointer, so a frame-pointer walk goes from operator new
-    // straight to site_new's caller: site_new cannot be named by this unwinder (it is, by the default
-    // one, in the next test). Every other site calls malloc directly and must be found.
+    // site_new is found too: the runtime defines operator new itself, so the caller of `new` is the
+    // first frame even though libstdc++ keeps no frame pointers.
     check_accuracy(
         &accuracy_programs().fp,
         &["--unwinder", "fp"],
         0.10,
         false,
-        &["site_new"],
+        &[],
     );
 }
 
@@ -392,6 +412,24 @@ fn accuracy_no_frame_pointers_libgcc() {
 #[test]
 fn accuracy_exact_mode() {
     check_accuracy(&accuracy_programs().fp, &["--exact"], 0.01, true, &[]);
+}
+
+#[test]
+fn accuracy_over_jemalloc() {
+    // LD_PRELOAD given to memlens run is kept after the runtime, so memlens forwards to jemalloc.
+    let je = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    assert!(
+        Path::new(je).exists(),
+        "{je} missing: install libjemalloc2 (scripts/install-deps.sh)"
+    );
+    check_accuracy_env(
+        &accuracy_programs().nofp,
+        &[],
+        0.10,
+        false,
+        &[],
+        &[("LD_PRELOAD", je)],
+    );
 }
 
 // ---------- real programs ----------

@@ -14,7 +14,7 @@
 #define FAST __attribute__((optimize("omit-frame-pointer")))
 #define RA() ((uintptr_t)__builtin_return_address(0))
 
-static ML_NOINLINE void *malloc_slow(size_t size, uintptr_t ra)
+ML_NOINLINE void *ml_malloc_slow(size_t size, uintptr_t ra)
 {
     switch (ml_slow_decide(size)) {
     case ML_BOOT:
@@ -35,18 +35,12 @@ static ML_NOINLINE void *malloc_slow(size_t size, uintptr_t ra)
     return ml_real.malloc(size);
 }
 
-static inline void *malloc_from(size_t size, uintptr_t ra)
-{
-    if (likely((ml_tls.countdown -= (int64_t)size) > 0))
-        return ml_real.malloc(size);
-    return malloc_slow(size, ra);
-}
-
 ML_EXPORT FAST void *malloc(size_t size)
 {
-    if (likely((ml_tls.countdown -= (int64_t)size) > 0))
-        return ml_real.malloc(size);
-    return malloc_slow(size, RA());
+    ML_COUNTDOWN_OR(size, slow);
+    return ml_real.malloc(size);
+slow:
+    return ml_malloc_slow(size, RA());
 }
 
 ML_EXPORT FAST void free(void *p)
@@ -86,8 +80,9 @@ ML_EXPORT FAST void *calloc(size_t n, size_t s)
         errno = ENOMEM;
         return NULL;
     }
-    if (likely((ml_tls.countdown -= (int64_t)total) > 0))
-        return ml_real.calloc(n, s);
+    ML_COUNTDOWN_OR(total, slow);
+    return ml_real.calloc(n, s);
+slow:
     return calloc_slow(n, s, total, RA());
 }
 
@@ -99,7 +94,7 @@ static void *realloc_ours(void *p, size_t n, uintptr_t ra)
         return NULL;
     }
     size_t old = ml_block_of(p)->size;
-    void *q = malloc_from(n, ra);
+    void *q = ml_malloc_from(n, ra);
     if (q) {
         memcpy(q, p, old < n ? old : n);
         ml_sampled_free(p);
@@ -113,7 +108,7 @@ static ML_NOINLINE void *realloc_slow(void *p, size_t n, uintptr_t ra)
     if (ml_in_range(p))
         return realloc_ours(p, n, ra);
     if (!p)
-        return malloc_slow(n, ra);
+        return ml_malloc_slow(n, ra);
     int d = ml_slow_decide(n);
     if (d == ML_BOOT)
         return NULL;
@@ -151,8 +146,6 @@ ML_EXPORT void *reallocarray(void *p, size_t n, size_t s)
     return realloc_from(p, total, RA());
 }
 
-enum { AL_POSIX, AL_ALIGNED, AL_MEMALIGN };
-
 static void *forward_aligned(int how, size_t align, size_t size, int *err)
 {
     void *p = NULL;
@@ -165,7 +158,7 @@ static void *forward_aligned(int how, size_t align, size_t size, int *err)
     return p;
 }
 
-static ML_NOINLINE void *aligned_slow(int how, size_t align, size_t size, int *err, uintptr_t ra)
+ML_NOINLINE void *ml_aligned_slow(int how, size_t align, size_t size, int *err, uintptr_t ra)
 {
     int d = ml_slow_decide(size);
     if (d == ML_BOOT) {
@@ -186,11 +179,11 @@ static ML_NOINLINE void *aligned_slow(int how, size_t align, size_t size, int *e
     return p;
 }
 
-static inline void *aligned_from(int how, size_t align, size_t size, int *err, uintptr_t ra)
+void *ml_aligned_from(int how, size_t align, size_t size, int *err, uintptr_t ra)
 {
     if (likely((ml_tls.countdown -= (int64_t)size) > 0))
         return forward_aligned(how, align, size, err);
-    return aligned_slow(how, align, size, err, ra);
+    return ml_aligned_slow(how, align, size, err, ra);
 }
 
 ML_EXPORT int posix_memalign(void **out, size_t align, size_t size)
@@ -198,7 +191,7 @@ ML_EXPORT int posix_memalign(void **out, size_t align, size_t size)
     if (align < sizeof(void *) || (align & (align - 1)))
         return EINVAL;
     int err = 0;
-    void *p = aligned_from(AL_POSIX, align, size, &err, RA());
+    void *p = ml_aligned_from(AL_POSIX, align, size, &err, RA());
     if (!p)
         return err ? err : ENOMEM;
     *out = p;
@@ -212,13 +205,13 @@ ML_EXPORT void *aligned_alloc(size_t align, size_t size)
         return NULL;
     }
     int err = 0;
-    return aligned_from(AL_ALIGNED, align, size, &err, RA());
+    return ml_aligned_from(AL_ALIGNED, align, size, &err, RA());
 }
 
 ML_EXPORT void *memalign(size_t align, size_t size)
 {
     int err = 0;
-    return aligned_from(AL_MEMALIGN, align, size, &err, RA());
+    return ml_aligned_from(AL_MEMALIGN, align, size, &err, RA());
 }
 
 /* valloc/pvalloc forward to memalign: an allocator preloaded after us may not define them, and
@@ -226,7 +219,7 @@ ML_EXPORT void *memalign(size_t align, size_t size)
 ML_EXPORT void *valloc(size_t size)
 {
     int err = 0;
-    return aligned_from(AL_MEMALIGN, (size_t)sysconf(_SC_PAGESIZE), size, &err, RA());
+    return ml_aligned_from(AL_MEMALIGN, (size_t)sysconf(_SC_PAGESIZE), size, &err, RA());
 }
 
 ML_EXPORT void *pvalloc(size_t size)
@@ -238,7 +231,7 @@ ML_EXPORT void *pvalloc(size_t size)
         return NULL;
     }
     int err = 0;
-    return aligned_from(AL_MEMALIGN, page, rounded ? rounded : page, &err, RA());
+    return ml_aligned_from(AL_MEMALIGN, page, rounded ? rounded : page, &err, RA());
 }
 
 ML_EXPORT size_t malloc_usable_size(void *p)

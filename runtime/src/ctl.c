@@ -387,9 +387,12 @@ static void serve(int c)
     char line[CTL_LINE_MAX], reply[CTL_LINE_MAX + 256];
     struct buf r = {reply, 0, sizeof reply - 1};
     reply[0] = 0;
+    /* Read the request even from a refused peer: closing with unread data would reset the
+     * connection and lose the reply that tells them why. */
+    ssize_t len = read_line(c, line, sizeof line);
     if (!peer_allowed(c))
         put_str(&r, "error permission denied: only the owner of this process (or root) may control it");
-    else if (read_line(c, line, sizeof line) < 0)
+    else if (len < 0)
         put_str(&r, "error empty request");
     else
         handle(line, &r);

@@ -8,6 +8,10 @@
 
 #include "internal.h"
 
+/* Everything declared below is defined inside libmemlens.so: saying so lets the compiler address it
+ * directly (rip-relative) instead of through the GOT, which keeps the fast paths short. */
+#pragma GCC visibility push(hidden)
+
 struct ml_out;
 
 #define ML_EXPORT __attribute__((visibility("default")))
@@ -28,6 +32,19 @@ struct ml_thread {
     uint64_t armed;      /* interval R the countdown was drawn for; 0 = poll budget, ~0 = exact */
 };
 extern __thread struct ml_thread ml_tls;
+
+/* The fast-path test: subtract `size` from this thread's countdown and jump to `slow` if it is no
+ * longer positive. One read-modify-write on %fs-relative memory whose flags feed the branch; the
+ * compiler's version of the same C needs a load, a store and a test more. `countdown` must stay the
+ * first member of struct ml_thread. */
+#define ML_COUNTDOWN_OR(size, slow)                                                                    \
+    __asm__ goto("movq ml_tls@gottpoff(%%rip), %%rax\n\t"                                              \
+                 "subq %0, %%fs:(%%rax)\n\t"                                                           \
+                 "jle %l[" #slow "]"                                                                   \
+                 :                                                                                     \
+                 : "r"((int64_t)(size))                                                                \
+                 : "rax", "cc", "memory"                                                               \
+                 : slow)
 
 /* ---- the allocator we forward to (resolved with dlsym(RTLD_NEXT)) ---- */
 struct ml_real {
@@ -142,5 +159,7 @@ static inline void ml_spin_lock(_Atomic int *l)
         __builtin_ia32_pause();
 }
 static inline void ml_spin_unlock(_Atomic int *l) { atomic_store_explicit(l, 0, memory_order_release); }
+
+#pragma GCC visibility pop
 
 #endif

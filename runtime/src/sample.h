@@ -12,4 +12,17 @@ int ml_slow_decide(size_t size);
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra);
 /* Exact mode: record an allocation served by the real allocator (cumulative counts only). */
 void ml_exact_record(size_t size, uintptr_t ra);
+
+/* alloc.c: the allocation paths with an explicit return address (shared with newdel.c). */
+void *ml_malloc_slow(size_t size, uintptr_t ra);
+static inline void *ml_malloc_from(size_t size, uintptr_t ra)
+{
+    ML_COUNTDOWN_OR(size, slow);
+    return ml_real.malloc(size);
+slow:
+    return ml_malloc_slow(size, ra);
+}
+enum { AL_POSIX, AL_ALIGNED, AL_MEMALIGN };
+void *ml_aligned_slow(int how, size_t align, size_t size, int *err, uintptr_t ra);
+void *ml_aligned_from(int how, size_t align, size_t size, int *err, uintptr_t ra);
 #endif

@@ -58,6 +58,8 @@ pub struct Row {
     pub rss_mib: f64,
     /// Median CPU time (user + system) of the child, and its system part.
     pub cpu_ms: f64,
+    /// The same over repeats, for judging CPU-time changes against their spread.
+    pub cpu_range_ms: Summary,
     pub sys_ms: f64,
     pub minor_faults: f64,
     pub major_faults: f64,
@@ -190,6 +192,12 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
                         ),
                         rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
                         cpu_ms: median(rs.iter().map(|r| r.m.user_ms + r.m.sys_ms)),
+                        cpu_range_ms: Summary::of(
+                            &rs.iter()
+                                .map(|r| r.m.user_ms + r.m.sys_ms)
+                                .collect::<Vec<_>>(),
+                        )
+                        .expect("non-empty"),
                         sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
                         minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
                         major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
@@ -313,6 +321,7 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
             let (mut up, mut down, mut same) = (Vec::new(), Vec::new(), Vec::new());
+            let mut cpu = Vec::new();
             for r in rows
                 .iter()
                 .filter(|r| r.pattern == pattern && r.size == size && r.threads == hi)
@@ -330,6 +339,19 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
                     r.allocator,
                     base.time_ms.median / r.time_ms.median
                 );
+                // CPU time of the same work: flat for an allocator that scales, up when threads
+                // fight over a lock or cache lines. Unlike wall time it hardly moves when other
+                // programs load the machine.
+                cpu.push(format!(
+                    "{} {:+.0}%{}",
+                    r.allocator,
+                    (r.cpu_ms / base.cpu_ms - 1.0) * 100.0,
+                    if is_tie(&base.cpu_range_ms, &r.cpu_range_ms) {
+                        ""
+                    } else {
+                        " (beyond the spread)"
+                    }
+                ));
                 if is_tie(&base.time_ms, &r.time_ms) {
                     same.push(item);
                 } else if r.time_ms.median < base.time_ms.median {
@@ -352,6 +374,11 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
                 list(&up),
                 list(&down),
                 list(&same)
+            ));
+            out.push(format!(
+                "{pattern} {}, {lo} → {hi} threads, change of CPU time for the same work: {}",
+                size_label(size),
+                list(&cpu)
             ));
         }
     }
@@ -692,6 +719,7 @@ mod tests {
             free_ns: Latency::default(),
             rss_mib: 1.0,
             cpu_ms: 1.0,
+            cpu_range_ms: Summary::of(&[1.0]).unwrap(),
             sys_ms: 0.0,
             minor_faults: 0.0,
             major_faults: 0.0,

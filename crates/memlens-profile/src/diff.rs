@@ -29,8 +29,8 @@ pub enum DiffFormat {
 /// What grew between two heap profiles (pprof files or raw dumps), per stack and per function
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  memlens diff before.pb.gz after.pb.gz --sample-index inuse_space -o growth.pb.gz\n  \
-    go tool pprof -top growth.pb.gz        # or: go tool pprof -top -diff_base before.pb.gz after.pb.gz"
+    after_help = "Example:\n  memlens diff before.pb.gz after.pb.gz -o growth.pb.gz\n  \
+    go tool pprof -top growth.pb.gz\n  go tool pprof -top -diff_base before.pb.gz after.pb.gz"
 )]
 pub struct DiffArgs {
     /// The earlier profile

@@ -105,8 +105,14 @@ struct JsonReport<'a> {
 
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
+    print!("{}", render(&p, &a)?);
+    Ok(0)
+}
+
+/// The report of `p` as `a` asks (stdout text), writing the flamegraph when asked.
+pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
     let idx = a.sample_index;
-    let mut stacks = agg::stacks(&p);
+    let mut stacks = agg::stacks(p);
     stacks.sort_by(|x, y| y.get(idx).total_cmp(&x.get(idx)));
     let mut funcs = agg::functions(&stacks);
     let i = idx as usize;
@@ -116,14 +122,13 @@ pub fn run_report(a: ReportArgs) -> Result<i32> {
             .then(y.cum[i].total_cmp(&x.cum[i]))
     });
     if let Some(out) = &a.flamegraph {
-        flamegraph(&p, &stacks, idx, out)?;
+        flamegraph(p, &stacks, idx, out)?;
     }
-    match a.format {
-        Format::Table => print!("{}", table(&p, &a.file, &stacks, &funcs, idx, a.top)),
-        Format::Folded => print!("{}", folded(&stacks, idx)),
-        Format::Json => println!("{}", json(&p, &a.file, &stacks, &funcs, idx)?),
-    }
-    Ok(0)
+    Ok(match a.format {
+        Format::Table => table(p, &a.file, &stacks, &funcs, idx, a.top),
+        Format::Folded => folded(&stacks, idx),
+        Format::Json => json(p, &a.file, &stacks, &funcs, idx)? + "\n",
+    })
 }
 
 fn totals(p: &Profile) -> [f64; 4] {

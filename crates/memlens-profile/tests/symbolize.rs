@@ -164,3 +164,62 @@ fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
         "{inuse}"
     );
 }
+
+#[test]
+fn separate_debug_files_are_found_by_debuglink_and_build_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = common::build_and_dump(dir.path());
+    // Move the main program's DWARF into a .debug file next to it (debuglink), as distributions do.
+    let exe = dir.path().join("fakeprof");
+    let dbg = dir.path().join("fakeprof.debug");
+    let run = |args: &[&std::ffi::OsStr]| {
+        assert!(
+            Command::new(args[0])
+                .args(&args[1..])
+                .current_dir(dir.path())
+                .status()
+                .unwrap()
+                .success(),
+            "{args:?}"
+        );
+    };
+    run(&[
+        "objcopy".as_ref(),
+        "--only-keep-debug".as_ref(),
+        exe.as_os_str(),
+        dbg.as_os_str(),
+    ]);
+    run(&["strip".as_ref(), "-g".as_ref(), exe.as_os_str()]);
+    run(&[
+        "objcopy".as_ref(),
+        "--add-gnu-debuglink=fakeprof.debug".as_ref(),
+        exe.as_os_str(),
+    ]);
+    let (p, sum) = convert(dir.path(), &raw);
+    assert_eq!(sum.unsymbolized_modules, 0, "{:?}", sum.warnings);
+    let i = frames_of(&p, 2000.0);
+    assert_eq!(
+        i[0].function, "inl_helper",
+        "inline frames need the DWARF from the .debug file: {i:?}"
+    );
+    assert_eq!(i[0].line, common::line_of("fakeprof.c", "SITE inl_helper"));
+    // glibc's DWARF comes from /usr/lib/debug/.build-id (package libc6-dbg).
+    let dbg_installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "libc6-dbg"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+    if !dbg_installed {
+        eprintln!("SKIPPED: libc6-dbg is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let c = frames_of(&p, 1000.0);
+    let libc = c
+        .iter()
+        .find(|f| f.function == "__libc_start_call_main")
+        .expect("libc frame");
+    assert!(
+        libc.file.ends_with(".h") || libc.file.ends_with(".c"),
+        "no file for libc: {libc:?}"
+    );
+    assert!(libc.line > 0, "{libc:?}");
+}

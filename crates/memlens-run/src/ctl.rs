@@ -96,10 +96,25 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
             };
             if raw {
                 t.dump_raw(&absolute(&out)?)?;
+                println!(
+                    "process {} ({}): raw dump written to {}",
+                    t.pid,
+                    t.comm,
+                    out.display()
+                );
             } else {
-                t.dump_pprof(&out)?;
+                let s = t.dump_pprof(&out)?;
+                println!(
+                    "process {} ({}): profile written to {} ({} samples, {} stacks, {} allocated, {} live)",
+                    t.pid,
+                    t.comm,
+                    out.display(),
+                    s.samples,
+                    s.stacks,
+                    format_size(s.alloc_bytes as u64),
+                    format_size(s.inuse_bytes as u64)
+                );
             }
-            println!("{}", out.display());
         }
         CtlAction::Reset => {
             t.request("reset")?;
@@ -253,12 +268,18 @@ impl Target {
         let mut s = self.connect()?;
         s.set_read_timeout(Some(Duration::from_secs(120))).ok();
         s.set_write_timeout(Some(Duration::from_secs(10))).ok();
-        s.write_all(format!("{line}\n").as_bytes())
-            .with_context(|| {
-                format!("cannot send to the control socket {}", self.sock.display())
-            })?;
+        // The runtime may refuse us and close before reading (peer check): its reply is still
+        // there to read, and says more than the broken pipe would.
+        let sent = s.write_all(format!("{line}\n").as_bytes());
         let mut text = String::new();
-        s.read_to_string(&mut text).with_context(|| {
+        let got = s.read_to_string(&mut text);
+        if let (Err(e), true) = (sent, text.trim().is_empty()) {
+            return Err(anyhow!(e).context(format!(
+                "cannot send to the control socket {}",
+                self.sock.display()
+            )));
+        }
+        got.with_context(|| {
             format!(
                 "no reply from process {} on {}",
                 self.pid,
@@ -340,7 +361,7 @@ impl Target {
 
     /// Dump to a raw file in the socket directory (the process may write there), convert it to pprof
     /// at `out`, and remove the raw file.
-    pub fn dump_pprof(&self, out: &Path) -> Result<()> {
+    pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -378,8 +399,8 @@ impl Target {
 }
 
 /// Raw dump → gzipped pprof (the profile crate's reader, symbolizer and writer).
-fn convert(raw: &Path, out: &Path) -> Result<()> {
-    memlens_profile::convert_raw(raw, out).map(|_| ())
+fn convert(raw: &Path, out: &Path) -> Result<memlens_profile::ConvertSummary> {
+    memlens_profile::convert_raw(raw, out)
 }
 
 /// The socket directory of process `pid`: ours if MEMLENS_CTL_DIR is set here, else the one in the

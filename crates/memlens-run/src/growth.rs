@@ -245,10 +245,11 @@ impl Watch {
         let dumped = t.dump_pprof(&out);
         let stopped = t.stop();
         match (dumped, stopped) {
-            (Ok(()), Ok(_)) => eprintln!(
-                "memlens: wrote {} after {:.1}s of sampling; sampling stopped",
+            (Ok(s), Ok(_)) => eprintln!(
+                "memlens: wrote {} after {:.1}s of sampling ({} samples); sampling stopped",
                 out.display(),
-                d.as_secs_f64()
+                d.as_secs_f64(),
+                s.samples
             ),
             (Err(e), _) | (_, Err(e)) => {
                 eprintln!(
@@ -266,7 +267,7 @@ impl Watch {
         self.dumps += 1;
         let out = PathBuf::from(format!("{}.{}.pb.gz", self.stem.display(), self.dumps));
         match t.dump_pprof(&out) {
-            Ok(()) => eprintln!("memlens: wrote {}", out.display()),
+            Ok(s) => eprintln!("memlens: wrote {} ({} samples)", out.display(), s.samples),
             // The program may have exited between our check and the dump: not worth a warning then.
             Err(e) if self.alive() => {
                 eprintln!("memlens: warning: periodic dump {}: {e:#}", out.display())
