@@ -21,19 +21,20 @@ static int (*unw_backtrace_fn)(void **, int);
 
 static int is_self(uintptr_t pc) { return pc - self_lo < self_hi - self_lo; }
 
+extern void *__libc_stack_end;
+
+/* Upper bound of the current thread's stack, without pthread_getattr_np: that function takes the
+ * thread's lock and then mallocs, so sampling its malloc and asking it again from here deadlocks
+ * (Rust's std calls it at every thread start). glibc places a thread's descriptor (pthread_self())
+ * at the top of the thread's stack, above every frame; the main thread's frames lie below
+ * __libc_stack_end. */
 static uintptr_t stack_top(void)
 {
     struct ml_thread *t = &ml_tls;
     if (!t->stack_hi) {
-        pthread_attr_t a;
-        void *addr;
-        size_t size;
-        t->stack_hi = 1; /* unknown: frames will be rejected */
-        if (pthread_getattr_np(pthread_self(), &a) == 0) {
-            if (pthread_attr_getstack(&a, &addr, &size) == 0)
-                t->stack_hi = (uintptr_t)addr + size;
-            pthread_attr_destroy(&a);
-        }
+        uintptr_t self = (uintptr_t)pthread_self(), here = (uintptr_t)__builtin_frame_address(0);
+        uintptr_t main_hi = (uintptr_t)__libc_stack_end;
+        t->stack_hi = (self > here && self - here < (1ul << 30)) ? self : main_hi;
     }
     return t->stack_hi;
 }
