@@ -284,3 +284,41 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
     assert!(std::fs::read_to_string(&c).unwrap().lines().count() > 12);
     assert!(std::fs::read_to_string(&s).unwrap().contains("<svg"));
 }
+
+#[test]
+fn latency_hugepages_and_loaded_threads_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("l.json");
+    let o = run(&[
+        "bench",
+        "latency",
+        "--orders",
+        "random",
+        "--sizes",
+        "64",
+        "--min-ws",
+        "4M",
+        "--max-ws",
+        "4M",
+        "--threads",
+        "2",
+        "--hugepages",
+        "--repeats",
+        "2",
+        "--min-time",
+        "2ms",
+        "--counters",
+        "off",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&j);
+    assert_eq!(v["results"]["config"]["threads"], 2);
+    assert_eq!(v["results"]["config"]["hugepages"], true);
+    // Two chasers of 4 MiB each were mapped; the AnonHugePages check is reported (its value is
+    // whatever the kernel granted: THP may be disabled on the machine running the test).
+    assert_eq!(v["results"]["huge_pages_check"][0], 8u64 << 20);
+    assert!(stdout(&o).contains("Huge pages:"));
+    assert!(ns(&v, "random", 64, 4 << 20) > 0.0);
+}

@@ -111,3 +111,31 @@ fn report_of_a_profile_whose_binaries_are_absent_shows_addresses() {
     let o = run(&["report", raw.to_str().unwrap(), "--format", "folded"]);
     assert_eq!(stdout(&o).trim(), "app+0x14ff;app+0x1233 600000");
 }
+
+#[test]
+fn diff_names_the_stack_that_grew() {
+    let d = tempfile::tempdir().unwrap();
+    let dump = |leak: u64| {
+        format!(
+            "memlens-raw 1\npid 9\nexe /gone/app\ninterval 524288\nsamples 2\n\
+             module 0x400000 - loaded /gone/app\nsegment 0x1000 0x1000 0x1000 r-x\nmaps\nend maps\n\
+             stack 1 65536 4096 65536 4096 0 0x401100 0x401500\n\
+             stack 1 65536 {leak} 65536 {leak} 0 0x401200 0x401500\nend\n"
+        )
+    };
+    let (a, b) = (d.path().join("a.raw"), d.path().join("b.raw"));
+    std::fs::write(&a, dump(1000)).unwrap();
+    std::fs::write(&b, dump(901000)).unwrap();
+    let out = d.path().join("d.pb.gz");
+    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--format", "json", "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["sample_index"], "inuse_space");
+    assert_eq!(j["delta"], 900000.0);
+    assert_eq!(j["stacks"][0]["frames"][0]["function"], "app+0x11ff");
+    assert_eq!(j["functions"][0]["flat_delta"], 900000.0);
+    let o = run(&["report", out.to_str().unwrap(), "--sample-index", "inuse_space", "--format", "folded"]);
+    assert!(stdout(&o).contains("app+0x14ff;app+0x11ff 900000"), "{}", stdout(&o));
+    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(stdout(&o).contains("stacks that grew most") && stdout(&o).contains("+879 KiB"), "{}", stdout(&o));
+}

@@ -275,6 +275,34 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
             Some("leak_site"),
             "diff by {index}:\n{d}"
         );
+        // Dominates: the leaking function holds most of the growth.
+        let o = run(&[
+            "diff",
+            base.to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--sample-index",
+            index,
+            "--format",
+            "json",
+        ]);
+        assert!(
+            o.status.success(),
+            "memlens diff --format json: {}",
+            stderr(&o)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let total = j["delta"].as_f64().unwrap();
+        let leak = j["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == "leak_site")
+            .and_then(|f| f["flat_delta"].as_f64())
+            .unwrap_or(0.0);
+        assert!(
+            total > 0.0 && leak / total > 0.6,
+            "leak_site has {leak} of {total} ({index})"
+        );
     }
 
     let (code, err) = r.finish();

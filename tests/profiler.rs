@@ -179,6 +179,10 @@ fn same_behaviour(dir: &Path, cmd: &[&str]) -> Vec<Raw> {
         "exit status differs for {cmd:?}: {}",
         stderr(&got)
     );
+    // The main process's pprof profile is there and memlens report reads it.
+    let main = dir.join("main.pb.gz");
+    assert!(main.exists(), "no profile written: {}", stderr(&got));
+    report_json(&main, "alloc_space");
     raws
 }
 
@@ -373,11 +377,81 @@ fn check_accuracy_env(
             err * 100.0
         );
     }
+    check_report(
+        &dir.path().join("main.pb.gz"),
+        &t,
+        tolerance,
+        exact,
+        unreachable,
+    );
     let truncated = r.num("truncated") as f64 / r.num("samples").max(1) as f64;
     eprintln!(
         "{name} {opts:?}: truncated {:.1}%\n{report}",
         truncated * 100.0
     );
+}
+
+/// `memlens report FILE --format json --sample-index INDEX`.
+fn report_json(file: &Path, index: &str) -> serde_json::Value {
+    let out = run(&[
+        "report",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+        "--sample-index",
+        index,
+    ]);
+    assert!(
+        out.status.success(),
+        "memlens report failed: {}",
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("report --format json is JSON")
+}
+
+/// The same checks through the whole pipeline: pprof written by `memlens run`, symbolized offline,
+/// read back by `memlens report`: each big site is named and its cumulative value is right.
+fn check_report(file: &Path, t: &Truth, tolerance: f64, exact: bool, unreachable: &[&str]) {
+    let total: u64 = t.sites.values().map(|v| v.0).sum();
+    let space = report_json(file, "alloc_space");
+    let objects = report_json(file, "alloc_objects");
+    let cum = |j: &serde_json::Value, site: &str| -> f64 {
+        j["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == site)
+            .map(|f| f["cum"].as_f64().unwrap())
+            .unwrap_or(0.0)
+    };
+    for (site, &(bytes, count)) in &t.sites {
+        if (bytes as f64) < 0.05 * total as f64 || unreachable.contains(&site.as_str()) {
+            continue;
+        }
+        let err = cum(&space, site) / bytes as f64 - 1.0;
+        assert!(
+            err.abs() <= tolerance,
+            "report: {site} alloc_space off by {:+.2}%",
+            err * 100.0
+        );
+        if exact {
+            let err = cum(&objects, site) / count as f64 - 1.0;
+            assert!(
+                err.abs() <= tolerance,
+                "report: {site} alloc_objects off by {:+.2}%",
+                err * 100.0
+            );
+        }
+    }
+    if !exact {
+        let inuse = space["totals"]["inuse_space"].as_f64().unwrap();
+        let err = inuse / t.held as f64 - 1.0;
+        assert!(
+            err.abs() <= 0.10,
+            "report: inuse_space {inuse} vs held {}",
+            t.held
+        );
+    }
 }
 
 #[test]
@@ -535,6 +609,14 @@ fn gcc_unchanged_and_profiled_one_per_process() {
 
 // ---------- torture programs ----------
 
+fn pprof_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pb.gz"))
+        .count()
+}
+
 fn torture(name: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let dir = tmp();
     let exe = compile(
@@ -552,6 +634,7 @@ fn fork_exec_chain_one_profile_per_process() {
     let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "chain", "4"]);
     let last = last_per_pid(&raws);
     assert_eq!(last.len(), 5, "5 processes in the chain: {:?}", last.keys());
+    assert_eq!(pprof_files(dir.path()), 5, "one pprof profile per process");
     for r in last.values() {
         assert_eq!(r.head["reason"], "exit");
         assert_sensible(r);
@@ -564,6 +647,7 @@ fn fork_without_exec_children_profile_themselves() {
     let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "spawn", "4"]);
     let last = last_per_pid(&raws);
     assert_eq!(last.len(), 5, "parent + 4 children: {:?}", last.keys());
+    assert_eq!(pprof_files(dir.path()), 5, "one pprof profile per process");
     let children: Vec<_> = last
         .values()
         .filter(|r| r.head["reason"] == "fork-child-exit")

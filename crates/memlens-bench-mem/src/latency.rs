@@ -240,6 +240,16 @@ pub struct Results {
     /// Points that were not measured and why (e.g. page order below two pages).
     pub skipped: Vec<String>,
     pub points: Vec<Point>,
+    /// At the largest working set: bytes of list memory mapped, and how much of the process's
+    /// anonymous memory the kernel backed with huge pages (AnonHugePages) — what `--hugepages` got.
+    pub huge_pages_check: Option<(u64, u64)>,
+}
+
+/// AnonHugePages of this process, from /proc/self/smaps_rollup.
+fn anon_huge_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    let line = s.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
 pub fn run_latency(a: LatencyArgs) -> Result<i32> {
@@ -259,6 +269,7 @@ fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
     let progress = Progress::new((cfg.working_sets.len() * cfg.sizes.len()) as u64, "latency");
     let mut points = Vec::new();
     let mut skipped = Vec::new();
+    let mut huge_pages_check = None;
     let mut seed = 1u64;
     for &ws in &cfg.working_sets {
         for &elem in &cfg.sizes {
@@ -300,6 +311,10 @@ fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
                     reps[i].push(measure::measure(chasers, warm, *loads, overhead, c));
                 }
             }
+            if Some(&ws) == cfg.working_sets.last() && Some(&elem) == cfg.sizes.first() {
+                let mapped = ws * cases.len() as u64 * cfg.threads as u64;
+                huge_pages_check = anon_huge_bytes().map(|h| (mapped, h));
+            }
             for ((order, chasers, loads), r) in cases.iter().zip(reps) {
                 points.push(point(
                     *order,
@@ -321,6 +336,7 @@ fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
         counter_probe,
         skipped,
         points,
+        huge_pages_check,
     })
 }
 

@@ -487,6 +487,16 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     for s in &r.skipped {
         println!("not measured: {s}");
     }
+    if let Some((mapped, huge)) = r.huge_pages_check {
+        let l = format!(
+            "Huge pages: {} of the process's memory was backed by transparent huge pages (AnonHugePages) while {} of lists were mapped at the largest working set{}.",
+            format_size(huge),
+            format_size(mapped),
+            if cfg.hugepages { " (--hugepages: MADV_HUGEPAGE)" } else { " (MADV_NOHUGEPAGE)" }
+        );
+        println!("{l}");
+        intro.push(l);
+    }
     sections.push(Section {
         heading: "Latency per element".into(),
         paragraphs: intro.clone(),

@@ -167,6 +167,7 @@ pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
             inuse_objects: s.inuse_objects_fx as f64 / 65536.0,
             inuse_bytes: s.inuse_bytes as f64,
             samples: s.samples,
+            diff_base: false,
         });
     }
     (b.p, warnings)

@@ -184,6 +184,7 @@ pub fn difference_profile(base: &Profile, new: &Profile) -> Profile {
         let mut n = Sample {
             locations: s.locations.iter().map(|id| id + lo).collect(),
             samples: 0,
+            diff_base: true,
             ..Sample::default()
         };
         n.set_values(s.values().map(|v| -v));

@@ -132,6 +132,9 @@ pub struct Sample {
     pub inuse_bytes: f64,
     /// Samples taken for this stack (0 when the source does not say).
     pub samples: u64,
+    /// A negated sample of the base profile in a difference profile (pprof label
+    /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
+    pub diff_base: bool,
 }
 
 impl Sample {

@@ -163,6 +163,8 @@ impl Strings {
 }
 
 const SAMPLES_LABEL: &str = "samples";
+/// pprof's own label for samples of a diff base.
+const BASE_LABEL: &str = "pprof::base";
 
 /// Translate the model into profile.proto messages.
 pub fn to_proto(p: &Profile) -> proto::Profile {
@@ -178,22 +180,18 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     let period_type = Some(vt(&mut st, "space", "bytes"));
     let samples_key = st.id(SAMPLES_LABEL);
     let count = st.id("count");
+    let (base_key, yes) = if p.samples.iter().any(|s| s.diff_base) {
+        (st.id(BASE_LABEL), st.id("true"))
+    } else {
+        (0, 0)
+    };
     let sample = p
         .samples
         .iter()
         .map(|s| proto::Sample {
             location_id: s.locations.clone(),
             value: s.values().iter().map(|v| v.round() as i64).collect(),
-            label: if s.samples > 0 {
-                vec![proto::Label {
-                    key: samples_key,
-                    str: 0,
-                    num: s.samples as i64,
-                    num_unit: count,
-                }]
-            } else {
-                Vec::new()
-            },
+            label: labels(s, samples_key, count, base_key, yes),
         })
         .collect();
     let mapping = p
@@ -267,6 +265,27 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
 
 /// The process facts on one comment line (pprof prints comments in its header); `exe` goes last
 /// because a path may contain spaces.
+fn labels(s: &Sample, samples_key: i64, count: i64, base_key: i64, yes: i64) -> Vec<proto::Label> {
+    let mut l = Vec::new();
+    if s.samples > 0 {
+        l.push(proto::Label {
+            key: samples_key,
+            str: 0,
+            num: s.samples as i64,
+            num_unit: count,
+        });
+    }
+    if s.diff_base {
+        l.push(proto::Label {
+            key: base_key,
+            str: yes,
+            num: 0,
+            num_unit: 0,
+        });
+    }
+    l
+}
+
 fn meta_comments(m: &Meta) -> Vec<String> {
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
@@ -470,7 +489,8 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
             })
         })
         .collect::<Result<_>>()?;
-    let samples_key = st.iter().position(|x| x == SAMPLES_LABEL).map(|i| i as i64);
+    let key_of = |name: &str| st.iter().position(|x| x == name).map(|i| i as i64);
+    let (samples_key, base_key) = (key_of(SAMPLES_LABEL), key_of(BASE_LABEL));
     let samples = m
         .sample
         .iter()
@@ -502,6 +522,7 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
                 .iter()
                 .find(|l| Some(l.key) == samples_key)
                 .map_or(0, |l| l.num.max(0) as u64);
+            out.diff_base = x.label.iter().any(|l| Some(l.key) == base_key);
             Ok(out)
         })
         .collect::<Result<_>>()?;
@@ -590,6 +611,7 @@ mod tests {
                     inuse_objects: 1.0,
                     inuse_bytes: 1000.0,
                     samples: 3,
+                    diff_base: false,
                 },
                 Sample {
                     locations: vec![2],
@@ -598,6 +620,7 @@ mod tests {
                     inuse_objects: 0.0,
                     inuse_bytes: 0.0,
                     samples: 1,
+                    diff_base: true,
                 },
             ],
         }

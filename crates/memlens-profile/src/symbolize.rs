@@ -20,6 +20,8 @@ pub struct SymFrame {
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     demangled: HashMap<String, String>,
+    /// Build ID on disk per path: a library dlopen'ed in a loop appears once per load.
+    build_ids: HashMap<String, Result<Option<String>, String>>,
 }
 
 impl Default for Symbolizer {
@@ -38,6 +40,7 @@ impl Symbolizer {
         Symbolizer {
             inner,
             demangled: HashMap::new(),
+            build_ids: HashMap::new(),
         }
     }
 
@@ -50,7 +53,12 @@ impl Symbolizer {
         build_id: &str,
         addrs: &[u64],
     ) -> Result<Vec<Vec<SymFrame>>, String> {
-        check_build_id(path, build_id)?;
+        let have = self
+            .build_ids
+            .entry(path.to_string())
+            .or_insert_with(|| file_build_id(path))
+            .clone()?;
+        check_build_id(path, have, build_id)?;
         let src = Source::Elf(Elf::new(path));
         let syms = self
             .inner
@@ -133,8 +141,7 @@ pub fn file_build_id(path: &str) -> Result<Option<String>, String> {
     Ok(id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()))
 }
 
-fn check_build_id(path: &str, want: &str) -> Result<(), String> {
-    let have = file_build_id(path)?;
+fn check_build_id(path: &str, have: Option<String>, want: &str) -> Result<(), String> {
     match have {
         _ if want.is_empty() => Ok(()),
         Some(h) if h == want => Ok(()),
