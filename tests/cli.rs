@@ -127,15 +127,38 @@ fn diff_names_the_stack_that_grew() {
     std::fs::write(&a, dump(1000)).unwrap();
     std::fs::write(&b, dump(901000)).unwrap();
     let out = d.path().join("d.pb.gz");
-    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap(), "--format", "json", "-o", out.to_str().unwrap()]);
+    let o = run(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--format",
+        "json",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(j["sample_index"], "inuse_space");
     assert_eq!(j["delta"], 900000.0);
     assert_eq!(j["stacks"][0]["frames"][0]["function"], "app+0x11ff");
     assert_eq!(j["functions"][0]["flat_delta"], 900000.0);
-    let o = run(&["report", out.to_str().unwrap(), "--sample-index", "inuse_space", "--format", "folded"]);
-    assert!(stdout(&o).contains("app+0x14ff;app+0x11ff 900000"), "{}", stdout(&o));
+    let o = run(&[
+        "report",
+        out.to_str().unwrap(),
+        "--sample-index",
+        "inuse_space",
+        "--format",
+        "folded",
+    ]);
+    assert!(
+        stdout(&o).contains("app+0x14ff;app+0x11ff 900000"),
+        "{}",
+        stdout(&o)
+    );
     let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
-    assert!(stdout(&o).contains("stacks that grew most") && stdout(&o).contains("+879 KiB"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("stacks that grew most") && stdout(&o).contains("+879 KiB"),
+        "{}",
+        stdout(&o)
+    );
 }

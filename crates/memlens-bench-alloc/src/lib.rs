@@ -92,18 +92,11 @@ pub struct AllocOptions {
     /// Give up on a run after this long, e.g. 120s
     #[arg(long, default_value = "300s")]
     pub timeout: String,
-    /// Write every run and the summary as JSON
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write the summary table as CSV
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: memlens_measure::output::OutputArgs,
     /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
-    /// Write a self-contained HTML report (tables and plots)
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
     /// List the allocators found (and the missing ones) and exit
     #[arg(long)]
     pub list: bool,
@@ -354,10 +347,10 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     }
     let summary = report::summarize(&plan, &allocs, &runs);
     print!("{}", report::text(&plan, &summary, &missing, &failed));
-    if let Some(p) = &args.json {
+    if let Some(p) = &args.out.json {
         report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
     }
-    if let Some(p) = &args.csv {
+    if let Some(p) = &args.out.csv {
         report::write_csv(p, &summary)?;
     }
     if let Some(dir) = &args.svg {
@@ -366,7 +359,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
             memlens_measure::output::write_text(&dir.join(name), &svg)?;
         }
     }
-    if let Some(p) = &args.html {
+    if let Some(p) = &args.out.html {
         memlens_measure::output::write_text(p, &report::html(&plan, &summary, &missing, &failed)?)?;
     }
     Ok(0)

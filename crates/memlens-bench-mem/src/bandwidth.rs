@@ -39,18 +39,11 @@ pub struct BandwidthArgs {
     /// Skip the libpmemobj variants
     #[arg(long)]
     pub no_pmem: bool,
-    /// Write results (with the machine facts) as JSON
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write one row per kernel and thread count as CSV
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: memlens_measure::output::OutputArgs,
     /// Write the bandwidth bar chart as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Write a self-contained HTML report
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -437,10 +430,10 @@ fn emit(
     if let Some(p) = &a.svg {
         write_text(p, &svg)?;
     }
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.out.json {
         write_json(p, o)?;
     }
-    if let Some(p) = &a.csv {
+    if let Some(p) = &a.out.csv {
         let h = [
             "kernel",
             "threads",
@@ -473,7 +466,7 @@ fn emit(
             .collect();
         write_csv(p, &h, &rows)?;
     }
-    if let Some(p) = &a.html {
+    if let Some(p) = &a.out.html {
         let mut paras = intro.clone();
         paras.push(busy.clone());
         paras.push(ipara.into());

@@ -49,18 +49,11 @@ pub struct LatencyArgs {
     /// Open this event with an invalid number so the kernel refuses it (tests of the n/a path)
     #[arg(long, hide = true, value_name = "EVENT")]
     pub test_break_event: Vec<String>,
-    /// Write results (with the machine facts) as JSON
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write one row per point as CSV
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: memlens_measure::output::OutputArgs,
     /// Write the latency-vs-working-set plot as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Write a self-contained HTML report
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
 }
 
 /// Validated configuration.

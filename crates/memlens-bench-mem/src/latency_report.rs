@@ -579,7 +579,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         representativeness_metrics: [&'static str; 5],
         correlations: &'a [Correlation],
     }
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.out.json {
         let out = Out {
             results: r,
             levels: levels.as_ref().map(|((o, e), l)| (series_name(*o, *e), l)),
@@ -589,7 +589,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         };
         write_json(p, &out)?;
     }
-    if let Some(p) = &a.csv {
+    if let Some(p) = &a.out.csv {
         let (h, rows) = csv_rows(r);
         write_csv(p, &refs(&h), &rows)?;
     }
@@ -597,7 +597,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     if let Some(p) = &a.svg {
         write_text(p, &svg)?;
     }
-    if let Some(p) = &a.html {
+    if let Some(p) = &a.out.html {
         if sections.iter().all(|s| s.svgs.is_empty()) {
             sections[0].svgs.push(svg);
         }

@@ -2,7 +2,22 @@
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, ContentArrangement, Table};
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The result files every measuring command can write (`#[command(flatten)]` into its arguments), so
+/// `--json`, `--csv` and `--html` mean the same everywhere.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OutputArgs {
+    /// Write all results, with the machine facts, as JSON
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the result rows as CSV
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Write a self-contained HTML report (tables and plots; opens without a server)
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
 
 /// A table with a header row; numeric-looking cells are right-aligned.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
