@@ -102,15 +102,8 @@ pub struct StudyArgs {
     /// CMD only: the metric is the first capture group of REGEX in CMD's output (default: wall time)
     #[arg(long, value_name = "REGEX")]
     pub metric: Option<String>,
-    /// Write all results as JSON
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write the summary rows as CSV
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-    /// Write a self-contained HTML report with tables and plots
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: memlens_measure::output::OutputArgs,
     /// Write the SVG plots into DIR
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,

@@ -613,7 +613,7 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
     for m in &missing {
         println!("  baseline left out: {m}");
     }
-    if let Some(p) = &args.json {
+    if let Some(p) = &args.out.json {
         let j = JsonOut {
             published: Published {
                 label: PUBLISHED_LABEL,
@@ -630,7 +630,7 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
         };
         output::write_json(p, &j)?;
     }
-    if let Some(p) = &args.csv {
+    if let Some(p) = &args.out.csv {
         let h = [
             "workload",
             "configuration",
@@ -683,7 +683,7 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
         }
         output::write_csv(p, &h, &rows)?;
     }
-    if let Some(p) = &args.html {
+    if let Some(p) = &args.out.html {
         if !missing.is_empty() {
             page.sections.push(html::Section {
                 heading: "Baselines left out".into(),
