@@ -55,7 +55,27 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("cannot draw chart: {e:?}")
 }
 
-fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+/// Axis label: compact SI form (`10M`, `2.5k`, `0.5`) instead of `10000000.0`.
+fn compact(v: f64) -> String {
+    let trim = |x: f64| {
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{}G", trim(v / 1e9))
+    } else if a >= 1e6 {
+        format!("{}M", trim(v / 1e6))
+    } else if a >= 1e4 {
+        format!("{}k", trim(v / 1e3))
+    } else {
+        trim(v)
+    }
+}
+
+/// Axis range of `vals`; a linear axis starts at zero when `from_zero` (values compared to a baseline
+/// read better from zero), log axes get a margin on both sides.
+fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f64) {
     let v: Vec<f64> = vals
         .filter(|x| x.is_finite() && (!log || *x > 0.0))
         .collect();
@@ -68,7 +88,7 @@ fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     if log {
         return (lo / 1.5, hi * 1.5);
     }
-    if lo > 0.0 {
+    if from_zero && lo > 0.0 {
         lo = 0.0;
     }
     if hi <= lo {
@@ -89,8 +109,8 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
             .flat_map(|s| s.points.iter().map(|p| p.0))
             .chain(c.markers.iter().map(|m| m.0));
         let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-        let (x0, x1) = range(xs, c.log_x);
-        let (y0, y1) = range(ys, c.log_y);
+        let (x0, x1) = range(xs, c.log_x, false);
+        let (y0, y1) = range(ys, c.log_y, true);
         let mut b = ChartBuilder::on(&root);
         b.caption(&c.title, ("sans-serif", 20))
             .margin(12)
@@ -105,6 +125,8 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                     .configure_mesh()
                     .x_desc(&c.x_label)
                     .y_desc(&c.y_label)
+                    .x_label_formatter(&|v| compact(*v))
+                    .y_label_formatter(&|v| compact(*v))
                     .draw()
                     .map_err(err)?;
                 for (x, label) in &c.markers {
@@ -185,7 +207,11 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
         root.fill(&WHITE).map_err(err)?;
         let ncat = c.categories.len().max(1);
         let nser = c.series.len().max(1);
-        let (_, ymax) = range(c.series.iter().flat_map(|s| s.1.iter().copied()), false);
+        let (_, ymax) = range(
+            c.series.iter().flat_map(|s| s.1.iter().copied()),
+            false,
+            true,
+        );
         let mut chart = ChartBuilder::on(&root)
             .caption(&c.title, ("sans-serif", 20))
             .margin(12)
@@ -264,5 +290,9 @@ mod tests {
         };
         let s = bar_chart(&b).unwrap();
         assert!(s.contains("1 thread"));
+        assert_eq!(compact(10_000_000.0), "10M");
+        assert_eq!(compact(2500.0), "2500");
+        assert_eq!(compact(65536.0), "65.54k");
+        assert_eq!(compact(0.5), "0.5");
     }
 }
