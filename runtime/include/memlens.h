@@ -49,7 +49,7 @@ struct memlens_status {
     int active;             /* 1 while sampling, 0 when loaded but inactive */
     uint64_t interval;      /* mean sampling interval in bytes; 0 = exact mode (every allocation) */
     uint64_t samples;       /* samples recorded */
-    uint64_t sampled_bytes; /* bytes of the sampled allocations (not unbiased) */
+    uint64_t alloc_bytes;   /* estimated bytes allocated (unbiased: the sum of the samples' weights) */
     uint64_t stacks;        /* distinct stacks in the stack table */
     uint64_t truncated;     /* samples whose stack was cut at the depth limit or a broken frame chain */
     uint64_t dropped;       /* samples lost because a table was full */

@@ -34,7 +34,7 @@ int memlens_status(struct memlens_status *st)
     st->active = s.active;
     st->interval = s.interval;
     st->samples = s.samples;
-    st->sampled_bytes = s.sampled_bytes;
+    st->alloc_bytes = s.alloc_bytes;
     st->stacks = s.stacks;
     st->truncated = s.truncated;
     st->dropped = s.dropped;

@@ -20,8 +20,6 @@ void ml_reset(void)
 {
     ml_init();
     ml_stacks_zero_alloc();
-    atomic_store(&ml_cfg.samples, 0);
-    atomic_store(&ml_cfg.sampled_bytes, 0);
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
@@ -32,8 +30,7 @@ void ml_get_status(struct ml_status *st)
     ml_init();
     st->active = atomic_load(&ml_cfg.active);
     st->interval = atomic_load(&ml_cfg.interval);
-    st->samples = atomic_load(&ml_cfg.samples);
-    st->sampled_bytes = atomic_load(&ml_cfg.sampled_bytes);
+    ml_stacks_totals(&st->samples, &st->alloc_bytes);
     st->stacks = ml_stack_count();
     st->truncated = atomic_load(&ml_cfg.truncated);
     st->dropped = atomic_load(&ml_cfg.dropped);

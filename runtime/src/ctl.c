@@ -8,7 +8,7 @@
  *     stop               -> ok active=0 was=0|1
  *     dump PATH          -> ok dumped PATH            (a raw dump, written by this process)
  *     reset              -> ok reset
- *     status             -> ok pid=N active=0|1 interval=N samples=N sampled_bytes=N stacks=N truncated=N dropped=N
+ *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
  *     anything else      -> error …
  *
  * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
@@ -275,7 +275,7 @@ static void do_status(struct buf *r)
     put_kv(r, "active", (uint64_t)(s.active != 0));
     put_kv(r, "interval", s.interval);
     put_kv(r, "samples", s.samples);
-    put_kv(r, "sampled_bytes", s.sampled_bytes);
+    put_kv(r, "alloc_bytes", s.alloc_bytes);
     put_kv(r, "stacks", s.stacks);
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);

@@ -30,8 +30,6 @@ static void child(void)
     ml_cfg.is_fork_child = 1;
     atomic_store(&ml_cfg.exit_dumped, 0);
     ml_stacks_zero_alloc();
-    atomic_store(&ml_cfg.samples, 0);
-    atomic_store(&ml_cfg.sampled_bytes, 0);
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());

@@ -29,7 +29,7 @@ void ml_reset(void);
 struct ml_status {
     int active;
     uint64_t interval;
-    uint64_t samples, sampled_bytes, stacks, truncated, dropped;
+    uint64_t samples, alloc_bytes, stacks, truncated, dropped;
 };
 void ml_get_status(struct ml_status *st);
 

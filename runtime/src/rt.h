@@ -30,6 +30,9 @@ struct ml_thread {
     uint64_t rng;        /* xorshift state, 0 = thread not set up yet */
     uintptr_t stack_hi;  /* top of this thread's stack, for the frame-pointer unwinder */
     uint64_t armed;      /* interval R the countdown was drawn for; 0 = poll budget, ~0 = exact */
+    /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
+     * saves an expm1 on most samples. */
+    uint64_t w_size, w_R, w_fx, w_bytes;
 };
 extern __thread struct ml_thread ml_tls;
 
@@ -73,7 +76,13 @@ struct ml_config {
     int is_fork_child;
     _Atomic int exit_dumped;  /* the exit dump was written (destructor or _exit, whichever first) */
     _Atomic uint64_t start_ns;
-    _Atomic uint64_t samples, sampled_bytes, truncated, dropped;
+    /* Written by samplers, rarely (a truncated stack, a full table): a cache line of their own, so
+     * that the fields above, which every thread's slow path reads, are never invalidated. The sample
+     * count and bytes are not kept here but summed from the stack table when asked for (a shared
+     * counter would be one more cache line bouncing between threads on every sample). */
+    _Alignas(64) _Atomic uint64_t truncated;
+    _Atomic uint64_t dropped;
+    char pad_[48];
 };
 extern struct ml_config ml_cfg;
 
@@ -112,7 +121,8 @@ void ml_sampled_free(void *p);
 
 
 /* unwind.c */
-int ml_unwind(uintptr_t *pcs, int max, int *truncated, uintptr_t ra);
+#define ML_UNWIND_BUF (ML_MAX_DEPTH + 16 + 1)
+int ml_unwind(uintptr_t *buf, int max, int *truncated, uintptr_t ra, const uintptr_t **out);
 void ml_unwind_setup(void);
 void ml_self_text(uintptr_t lo, uintptr_t hi);
 
@@ -130,6 +140,8 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int truncated);
 struct ml_stack *ml_stack_get(uint32_t id);
 uint32_t ml_stack_count(void);
 void ml_stacks_zero_alloc(void);
+/* Sums over the table, for status: samples and estimated bytes allocated. */
+void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg);
 
 /* dump.c / modules.c */

@@ -37,15 +37,16 @@ struct ml_stack *ml_stack_get(uint32_t id) { return (struct ml_stack *)(arena + 
 
 uint32_t ml_stack_count(void) { return atomic_load_explicit(&nstacks, memory_order_relaxed); }
 
+/* The multiplies do not depend on each other (only the adds do), so the CPU overlaps them: a chain
+ * of multiply-then-mix per frame would cost its full latency per frame on every sample. */
 static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)depth ^ ((uint64_t)trunc << 40);
-    for (int i = 0; i < depth; i++) {
-        h ^= pcs[i];
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    return h;
+    for (int i = 0; i < depth; i++)
+        h += pcs[i] * (0xff51afd7ed558ccdull + 2 * (uint64_t)i);
+    h ^= h >> 32;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
 }
 
 static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int depth, int trunc)
@@ -108,6 +109,25 @@ void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg)
         if (s)
             fn(ml_stack_get(s - 1), arg);
     }
+}
+
+struct totals {
+    uint64_t samples, bytes;
+};
+
+static void add_totals(struct ml_stack *r, void *arg)
+{
+    struct totals *t = arg;
+    t->samples += atomic_load_explicit(&r->samples, memory_order_relaxed);
+    t->bytes += atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed);
+}
+
+void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes)
+{
+    struct totals t = {0, 0};
+    ml_stacks_each(add_totals, &t);
+    *samples = t.samples;
+    *alloc_bytes = t.bytes;
 }
 
 static void zero_alloc(struct ml_stack *r, void *arg)

@@ -15,6 +15,7 @@
 #include "rt.h"
 
 #define SELF_SLACK 16 /* room for our own frames, stripped afterwards */
+_Static_assert(ML_UNWIND_BUF >= ML_MAX_DEPTH + SELF_SLACK + 1, "unwind buffer holds max + slack + ra");
 
 static uintptr_t self_lo, self_hi;
 static int (*unw_backtrace_fn)(void **, int);
@@ -107,11 +108,13 @@ static ML_NOINLINE int unwind_libunwind(uintptr_t *pcs, int max, int *trunc)
     return n < 0 ? 0 : n;
 }
 
-/* Capture the stack of the current allocation into pcs[0..max), innermost first, starting with the
- * return address into the caller of malloc (`ra`). Our own frames are dropped. */
-int ml_unwind(uintptr_t *pcs, int max, int *trunc, uintptr_t ra)
+/* Capture the stack of the current allocation, innermost first, starting with the return address
+ * into the caller of malloc (`ra`): unwinds into buf (ML_UNWIND_BUF entries), drops our own frames
+ * and points *out at the first frame to keep; returns the number kept (at most max). */
+int ml_unwind(uintptr_t *buf, int max, int *trunc, uintptr_t ra, const uintptr_t **out)
 {
-    uintptr_t raw[ML_MAX_DEPTH + SELF_SLACK];
+    /* buf[0] stays free for `ra`, so putting the caller back never needs a copy. */
+    uintptr_t *raw = buf + 1;
     int lim = max + SELF_SLACK, n;
     int raw_trunc = 0;
     switch (ml_cfg.unwinder) {
@@ -127,20 +130,24 @@ int ml_unwind(uintptr_t *pcs, int max, int *trunc, uintptr_t ra)
     /* Skip everything up to and including the last frame inside libmemlens (libunwind also reports
      * a frame of its own before ours). */
     int first = 0;
-    for (int i = 0; i < n && i < SELF_SLACK + 2; i++)
+    for (int i = 0; i < n && i < SELF_SLACK + 2; i++) {
         if (is_self(raw[i]))
             first = i + 1;
-    int out = 0;
+        else if (first)
+            break; /* past our frames: the rest is the program's */
+    }
+    int rest = n - first;
     /* The exported functions keep no frame pointer, so the fp chain skips straight from our frames to
-     * the caller's caller: put the caller back from the return address malloc received. */
-    if (ra && (first >= n || raw[first] != ra))
-        pcs[out++] = ra;
-    int rest = n > first ? n - first : 0, room = max - out;
-    int take = rest < room ? rest : room;
-    for (int i = 0; i < take; i++)
-        pcs[out++] = raw[first + i];
+     * the caller's caller: put the caller back from the return address malloc received (into the
+     * slot of the last frame of ours, or buf[0]). */
+    if (ra && (rest == 0 || raw[first] != ra)) {
+        raw[--first] = ra;
+        rest++;
+    }
+    int take = rest < max ? rest : max;
     *trunc = raw_trunc || take < rest;
-    return out;
+    *out = raw + first;
+    return take;
 }
 
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg)

@@ -156,10 +156,10 @@ fn print_status(t: &Target, r: &Reply) {
     println!("  interval       {iv}");
     println!("  samples        {}", n("samples"));
     let bytes = r
-        .num("sampled_bytes")
+        .num("alloc_bytes")
         .map(format_size)
         .unwrap_or_else(|| "n/a".into());
-    println!("  bytes sampled  {bytes}");
+    println!("  allocated      {bytes} (estimated from the samples)");
     println!("  stacks         {}", n("stacks"));
     println!("  truncated      {} ({share})", n("truncated"));
     println!("  dropped        {}", n("dropped"));
