@@ -1,40 +1,90 @@
-/* malloc-test-style loop for checking the runtime's own cost (not a test, not the documented study):
- * each thread calls down ~10 frames, then times N pairs of malloc(512)/free with the TSC.
- * Prints the median over threads of TSC ticks per pair.
- *   fastpath THREADS PAIRS */
+/* The runtime's cost on a malloc-test loop, measured in pairs so that this machine's slow and fast
+ * phases (a KVM guest's timing drifts by up to 2x over seconds) cancel out.
+ *
+ * Each thread calls down 10 frames, then alternates blocks of PAIRS malloc(512)/free pairs made two
+ * ways: through glibc's own entry points (__libc_malloc/__libc_free, which no preloaded library
+ * interposes) and through malloc/free (which the preloaded library, if any, interposes). The blocks
+ * run back to back, in alternating order, so both see the same machine state; the difference of each
+ * adjacent pair of blocks is the preloaded library's cost. Without a preloaded library the two ways
+ * reach the same code, which makes that run the measurement's own noise floor.
+ *
+ * Cost is counted twice: in core cycles with a per-thread perf counter (user and kernel where the
+ * kernel allows, else user only; absent without hardware counters), and in TSC ticks of wall time,
+ * which also charge time spent blocked (a tracer waiting on its pipe).
+ *   fastpath THREADS BLOCKS PAIRS
+ * prints: unit=cycles|cycles:u|ticks direct=D interposed=I delta=X wall_direct=.. wall_interposed=..
+ * wall_delta=..  (medians over blocks, then over threads; without counters the first three are ticks) */
+#define _GNU_SOURCE
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
-static long pairs;
-static double ticks[64];
-static void *volatile sink;
+void *__libc_malloc(size_t);
+void __libc_free(void *);
 
-static __attribute__((noinline)) double loop(void)
+#define MAX_THREADS 64
+#define MAX_BLOCKS 4096
+
+static long blocks, pairs;
+/* Keeps a value alive without storing it: a shared variable written by every thread would bounce
+ * its cache line between cores and swamp what is measured. */
+#define KEEP(v) __asm__ volatile("" : : "r"(v) : "memory")
+enum { DIRECT, INTERPOSED, DELTA, WALL_DIRECT, WALL_INTERPOSED, WALL_DELTA, NRES };
+static double res[NRES][MAX_THREADS];
+static int use_cycles = 1, user_only;
+
+static int open_cycles(void)
 {
-    unsigned long long t0 = __rdtsc();
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = PERF_COUNT_HW_CPU_CYCLES;
+    a.exclude_kernel = user_only;
+    a.exclude_hv = 1;
+    return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+}
+
+static unsigned long long count(int fd)
+{
+    unsigned long long v;
+    if (fd >= 0 && read(fd, &v, sizeof v) == (ssize_t)sizeof v)
+        return v;
+    return __rdtsc();
+}
+
+struct cost {
+    double count, wall; /* per pair */
+};
+
+/* The two loops differ only in the functions they call. */
+static __attribute__((noinline)) struct cost run_direct(int fd)
+{
+    unsigned long long c0 = count(fd), t0 = __rdtsc();
+    for (long i = 0; i < pairs; i++) {
+        void *p = __libc_malloc(512);
+        KEEP(p);
+        __libc_free(p);
+    }
+    unsigned long long t1 = __rdtsc(), c1 = count(fd);
+    return (struct cost){(double)(c1 - c0) / (double)pairs, (double)(t1 - t0) / (double)pairs};
+}
+
+static __attribute__((noinline)) struct cost run_interposed(int fd)
+{
+    unsigned long long c0 = count(fd), t0 = __rdtsc();
     for (long i = 0; i < pairs; i++) {
         void *p = malloc(512);
-        sink = p;
+        KEEP(p);
         free(p);
     }
-    return (double)(__rdtsc() - t0) / (double)pairs;
-}
-
-static __attribute__((noinline)) double descend(int depth)
-{
-    if (depth == 0)
-        return loop();
-    double r = descend(depth - 1);
-    sink = &r; /* not a tail call: keep the frames */
-    return r;
-}
-
-static void *worker(void *arg)
-{
-    ticks[(long)arg] = descend(9);
-    return NULL;
+    unsigned long long t1 = __rdtsc(), c1 = count(fd);
+    return (struct cost){(double)(c1 - c0) / (double)pairs, (double)(t1 - t0) / (double)pairs};
 }
 
 static int cmp(const void *a, const void *b)
@@ -43,18 +93,84 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static double median(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static __attribute__((noinline)) void measure(long id)
+{
+    static __thread double v[NRES][MAX_BLOCKS];
+    int fd = use_cycles ? open_cycles() : -1;
+    run_direct(fd); /* warm both paths (and the runtime's first-sample setup) */
+    run_interposed(fd);
+    for (long b = 0; b < blocks; b++) {
+        struct cost d, x;
+        if (b % 2) {
+            x = run_interposed(fd);
+            d = run_direct(fd);
+        } else {
+            d = run_direct(fd);
+            x = run_interposed(fd);
+        }
+        v[DIRECT][b] = d.count;
+        v[INTERPOSED][b] = x.count;
+        v[DELTA][b] = x.count - d.count;
+        v[WALL_DIRECT][b] = d.wall;
+        v[WALL_INTERPOSED][b] = x.wall;
+        v[WALL_DELTA][b] = x.wall - d.wall;
+    }
+    if (fd >= 0)
+        close(fd);
+    for (int k = 0; k < NRES; k++)
+        res[k][id] = median(v[k], blocks);
+}
+
+static __attribute__((noinline)) void descend(int depth, long id)
+{
+    if (depth == 0) {
+        measure(id);
+        return;
+    }
+    descend(depth - 1, id);
+    KEEP(&depth); /* not a tail call: keep the frames */
+}
+
+static void *worker(void *arg)
+{
+    descend(9, (long)arg);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
-    pairs = argc > 2 ? atol(argv[2]) : 10000000;
-    if (threads < 1 || threads > 64)
+    blocks = argc > 2 ? atol(argv[2]) : 100;
+    pairs = argc > 3 ? atol(argv[3]) : 20000;
+    if (threads < 1 || threads > MAX_THREADS || blocks < 1 || blocks > MAX_BLOCKS || pairs < 1) {
+        fprintf(stderr, "usage: fastpath THREADS(1-%d) BLOCKS(1-%d) PAIRS\n", MAX_THREADS, MAX_BLOCKS);
         return 2;
-    pthread_t t[64];
+    }
+    int probe = open_cycles(); /* user and kernel cycles need perf_event_paranoid <= 1 (or root) */
+    if (probe < 0) {
+        user_only = 1;
+        probe = open_cycles();
+    }
+    if (probe < 0)
+        use_cycles = 0;
+    else
+        close(probe);
+    pthread_t t[MAX_THREADS];
     for (long i = 0; i < threads; i++)
         pthread_create(&t[i], NULL, worker, (void *)i);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
-    qsort(ticks, (size_t)threads, sizeof ticks[0], cmp);
-    printf("%.2f\n", ticks[threads / 2]);
+    printf("unit=%s", !use_cycles ? "ticks" : user_only ? "cycles:u" : "cycles");
+    static const char *names[NRES] = {"direct", "interposed", "delta", "wall_direct", "wall_interposed",
+                                      "wall_delta"};
+    for (int k = 0; k < NRES; k++)
+        printf(" %s=%.2f", names[k], median(res[k], threads));
+    printf("\n");
     return 0;
 }

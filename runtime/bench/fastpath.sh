@@ -1,35 +1,70 @@
 #!/bin/sh
-# Cost of the runtime on a malloc-test loop (512 B malloc/free pairs at depth ~10), TSC ticks per pair.
-# Configurations run interleaved (A B C A B C ...), REPS times; prints the median and min-max.
+# The runtime's cost on a malloc-test loop (512 B malloc/free pairs at call depth 10), in core cycles
+# per pair (TSC ticks where the kernel gives no hardware counters), for every configuration issue 2
+# names. Each run times glibc called directly and the interposed malloc/free in alternating blocks
+# of the same process (see fastpath.c), so "delta" is paired in time and immune to this VM's slow
+# and fast phases; "none" (nothing preloaded) is the method's own noise floor and "forward" (a
+# preloaded library that only forwards) the floor of any LD_PRELOAD interposer.
 #   runtime/bench/fastpath.sh LIBMEMLENS.so [THREADS] [REPS]
-# A quick check for the runtime's author; the documented benchmark is `memlens study`.
+# Prints one table; configurations run interleaved (A B C A B C ...), REPS times; median (min-max).
 set -eu
-LIB=$1; THREADS=${2:-1}; REPS=${3:-5}
+LIB=${1:?usage: fastpath.sh LIBMEMLENS.so [THREADS] [REPS]}
+THREADS=${2:-1}; REPS=${3:-5}
+[ -r "$LIB" ] || { echo "fastpath.sh: cannot read $LIB" >&2; exit 2; }
 DIR=$(mktemp -d); trap 'rm -rf "$DIR"' EXIT
 HERE=$(dirname "$0")
 gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp"
+gcc -O2 -fPIC -shared "$HERE/forward.c" -o "$DIR/forward.so" -ldl
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-N=2000000; NX=200000
-configs="none off 2M/fp 2M/libgcc 2M/libunwind 512K/fp 512K/libgcc 512K/libunwind 64K/fp 64K/libgcc 64K/libunwind exact je je-prof512K je-prof64K memlens512K+je heaptrack"
+BLOCKS=60; PAIRS=20000          # 1.2 M pairs each way
+XBLOCKS=3; XPAIRS=100000        # exact mode and heaptrack record every allocation; long blocks
+                                # so that heaptrack's pipe stays full (steady state, back-pressure counted)
+configs="none forward off 2M/fp 2M/libgcc 2M/libunwind 512K/fp 512K/libgcc 512K/libunwind 64K/fp 64K/libgcc 64K/libunwind exact heaptrack je je-prof512K je-prof64K memlens512K+je"
+[ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
+command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
 run() {
+    fp="$DIR/fp $THREADS $BLOCKS $PAIRS"
     case $1 in
-    none) "$DIR/fp" "$THREADS" $N ;;
-    off) LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 "$DIR/fp" "$THREADS" $N ;;
-    exact) LD_PRELOAD=$LIB MEMLENS_INTERVAL=0 "$DIR/fp" "$THREADS" $NX ;;
-    je) LD_PRELOAD=$JE "$DIR/fp" "$THREADS" $N ;;
-    je-prof512K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:19 "$DIR/fp" "$THREADS" $N ;;
-    je-prof64K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:16 "$DIR/fp" "$THREADS" $N ;;
-    memlens512K+je) LD_PRELOAD="$LIB $JE" "$DIR/fp" "$THREADS" $N ;;
-    heaptrack) (cd "$DIR" && heaptrack -o "$DIR/ht" "$DIR/fp" "$THREADS" $NX) ;;
-    */*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1%/*} MEMLENS_UNWINDER=${1#*/} "$DIR/fp" "$THREADS" $N ;;
+    none) $fp ;;
+    forward) LD_PRELOAD=$DIR/forward.so $fp ;;
+    off) LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 $fp ;;
+    exact) LD_PRELOAD=$LIB MEMLENS_INTERVAL=0 "$DIR/fp" "$THREADS" $XBLOCKS $XPAIRS ;;
+    heaptrack) (cd "$DIR" && heaptrack -o "$DIR/ht" "$DIR/fp" "$THREADS" $XBLOCKS $XPAIRS) ;;
+    je) LD_PRELOAD=$JE $fp ;;
+    je-prof512K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:19 $fp ;;
+    je-prof64K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:16 $fp ;;
+    memlens512K+je) LD_PRELOAD="$LIB $JE" $fp ;;
+    */*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1%/*} MEMLENS_UNWINDER=${1#*/} $fp ;;
     esac
 }
+i=0
 for r in $(seq "$REPS"); do
-    for c in $configs; do echo "$c $(run "$c" 2>/dev/null | grep -E "^[0-9.]+$" | tail -1)"; done
+    for c in $configs; do
+        i=$((i + 1))
+        printf '\r%s: run %d of %d (%s)   ' "fastpath" "$i" $((REPS * $(echo $configs | wc -w))) "$c" >&2
+        line=$(run "$c" 2>/dev/null | grep '^unit=' | tail -1) || true
+        [ -n "$line" ] && echo "$c $line"
+    done
 done >"$DIR/all"
-echo "threads=$THREADS reps=$REPS load: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-16s %10s %20s\n' config median min-max
+printf '\r%60s\r' '' >&2
+unit=$(sed -n 's/^[^ ]* unit=\([a-z:]*\) .*/\1/p' "$DIR/all" | head -1)
+# med CONFIG FIELD -> "median min max" of FIELD over the repeats
+med() {
+    grep "^$1 " "$DIR/all" | sed "s/.* $2=\([-0-9.]*\).*/\1/" | sort -g |
+        awk '{v[NR]=$1} END {if (NR) printf "%.1f %.1f %.1f", (v[int((NR+1)/2)]+v[int(NR/2)+1])/2, v[1], v[NR]; else print "nan nan nan"}'
+}
+je_delta=$(med je delta | cut -d' ' -f1)
+echo "threads=$THREADS repeats=$REPS unit=$unit per malloc/free pair; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "delta = interposed - glibc called directly, paired in time; wall = the same in TSC ticks"
+printf '%-16s %9s %26s %12s %9s\n' config "$unit" "delta (min..max)" "wall delta" "over je"
 for c in $configs; do
-    grep "^$c " "$DIR/all" | awk '{print $2}' | sort -g | awk -v c="$c" \
-        '{v[NR]=$1} END {printf "%-16s %10.1f %9.1f-%-10.1f\n", c, v[int((NR+1)/2)], v[1], v[NR]}'
+    set -- $(med "$c" interposed) $(med "$c" delta) $(med "$c" wall_delta)
+    over=""
+    case $c in je-prof*|memlens512K+je) over=$(awk -v a="$4" -v b="$je_delta" 'BEGIN{printf "%+.1f", a-b}') ;; esac
+    printf '%-16s %9s %+10.1f (%+.1f..%+.1f) %+12.1f %9s\n' "$c" "$1" "$4" "$5" "$6" "$7" "$over"
 done
+if grep -q '^heaptrack ' "$DIR/all" && grep -q '^exact ' "$DIR/all"; then
+    awk -v e="$(med exact wall_delta | cut -d' ' -f1)" -v h="$(med heaptrack wall_delta | cut -d' ' -f1)" \
+        -v ec="$(med exact delta | cut -d' ' -f1)" -v hc="$(med heaptrack delta | cut -d' ' -f1)" \
+        'BEGIN {printf "exact mode vs heaptrack: %.1fx less wall time, %.1fx fewer cycles\n", h/e, hc/ec}'
+fi
