@@ -484,6 +484,146 @@ fn accuracy_no_frame_pointers_libgcc() {
 }
 
 #[test]
+fn accuracy_no_frame_pointers_libunwind() {
+    check_accuracy(
+        &accuracy_programs().nofp,
+        &["--unwinder", "libunwind"],
+        0.10,
+        false,
+        &[],
+    );
+}
+
+/// Every stack (symbolized, with its exact count) of `cmd` in exact mode under `unwinder`, sorted.
+/// Also returns the share of samples the unwinder handed to its fallback.
+fn exact_stacks(dir: &Path, unwinder: &str, cmd: &[&str]) -> (Vec<String>, f64) {
+    let file = dir.join(format!("{unwinder}.pb.gz"));
+    let raw_dir = dir.join(format!("raw-{unwinder}"));
+    let mut args = vec!["run", "--exact", "--unwinder", unwinder, "-o"];
+    args.push(file.to_str().unwrap());
+    args.extend_from_slice(&["--keep-raw", raw_dir.to_str().unwrap()]);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    let o = memlens()
+        .args(&args)
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{unwinder}: {}", stderr(&o));
+    let r = run(&[
+        "report",
+        file.to_str().unwrap(),
+        "--format",
+        "folded",
+        "--sample-index",
+        "alloc_objects",
+    ]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    let mut lines: Vec<String> = stdout(&r).lines().map(str::to_string).collect();
+    lines.sort();
+    let raws = raws_in(&raw_dir);
+    let (fallbacks, samples) = raws.iter().fold((0, 0), |(f, s), r| {
+        (f + r.num("unwind_fallbacks"), s + r.num("samples"))
+    });
+    std::fs::remove_dir_all(&raw_dir).ok();
+    (lines, fallbacks as f64 / samples.max(1) as f64)
+}
+
+#[test]
+fn dwarf_unwinder_finds_the_same_stacks_as_libunwind() {
+    // Exact mode makes both runs record the same allocations, so the folded stacks (frames and
+    // counts) must agree line for line: on our C++ program without frame pointers (operator new,
+    // aligned allocations, two threads) and on python3, a large C program.
+    let dir = tmp();
+    let py = String::from_utf8(
+        Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let script = "d={str(i): [i]*5 for i in range(20000)}\nimport json\nprint(len(json.dumps(d)))";
+    let acc = accuracy_programs().nofp.to_str().unwrap().to_string();
+    for (cmd, min_stacks) in [
+        (vec![acc.as_str()], 8),
+        (vec![py.trim(), "-c", script], 200),
+    ] {
+        let (dwarf, fallback_share) = exact_stacks(dir.path(), "dwarf", &cmd);
+        let (libunwind, _) = exact_stacks(dir.path(), "libunwind", &cmd);
+        // The comparison means something only if the dwarf unwinder found the stacks itself.
+        assert!(
+            fallback_share < 0.01,
+            "{cmd:?}: {:.1}% of the stacks went to the fallback",
+            fallback_share * 100.0
+        );
+        assert!(
+            dwarf.len() >= min_stacks,
+            "{cmd:?}: only {} stacks",
+            dwarf.len()
+        );
+        let differ: Vec<_> = dwarf
+            .iter()
+            .filter(|l| !libunwind.contains(l))
+            .take(3)
+            .collect();
+        assert_eq!(
+            dwarf.len(),
+            libunwind.len(),
+            "{cmd:?}: first differences {differ:?}"
+        );
+        assert!(differ.is_empty(), "{cmd:?}: dwarf-only stacks {differ:?}");
+    }
+}
+
+#[test]
+fn dwarf_stack_cache_tells_callers_apart() {
+    // leaf() is called from a() and b(), whose frames are the same size: every allocation starts
+    // from the same return address, stack pointer and rbp, and only the word holding leaf's return
+    // address differs. A cache that trusted the start would put every byte on one caller.
+    for flags in [
+        &["-O2", "-fomit-frame-pointer"],
+        &["-O2", "-fno-omit-frame-pointer"],
+    ] {
+        let (dir, exe) = torture("same_start", flags);
+        let file = dir.path().join("p.pb.gz");
+        let o = run(&[
+            "run",
+            "--exact",
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let truth: BTreeMap<String, u64> = stdout(&o)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[0].to_string(), f[2].parse().unwrap())
+            })
+            .collect();
+        let r = run(&[
+            "report",
+            file.to_str().unwrap(),
+            "--format",
+            "folded",
+            "--sample-index",
+            "alloc_space",
+        ]);
+        let folded = stdout(&r);
+        for (caller, bytes) in &truth {
+            let found: u64 = folded
+                .lines()
+                .filter(|l| l.contains(&format!(";{caller}")) && l.contains(";leaf "))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+                .sum();
+            assert_eq!(found, *bytes, "{flags:?}: bytes from {caller}\n{folded}");
+        }
+    }
+}
+
+#[test]
 fn accuracy_exact_mode() {
     check_accuracy(&accuracy_programs().fp, &["--exact"], 0.01, true, &[]);
 }

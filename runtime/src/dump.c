@@ -116,6 +116,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     ml_out_str(o, "00000000000000000000\n");
     line_u(o, "truncated", atomic_load(&ml_cfg.truncated));
     line_u(o, "dropped", atomic_load(&ml_cfg.dropped));
+    line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
     ml_modules_write(o);
     write_maps(o);

@@ -32,6 +32,7 @@ static void child(void)
     ml_stacks_zero_alloc();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
+    atomic_store(&ml_cfg.unwind_fallbacks, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     if (ml_ctl_atfork_child)
         ml_ctl_atfork_child();

@@ -90,7 +90,7 @@ void ml_fail(const char *why)
 
 const char *ml_unwinder_name(int u)
 {
-    return u == ML_UNW_FP ? "fp" : u == ML_UNW_LIBGCC ? "libgcc" : "libunwind";
+    return u == ML_UNW_FP ? "fp" : u == ML_UNW_LIBGCC ? "libgcc" : u == ML_UNW_DWARF ? "dwarf" : "libunwind";
 }
 
 /* Sizes like 524288, 512K, 512KiB, 2M. Returns -1 on garbage. */
@@ -139,8 +139,10 @@ static void read_config(void)
             ml_cfg.unwinder = ML_UNW_LIBGCC;
         else if (!__builtin_strcmp(s, "libunwind"))
             ml_cfg.unwinder = ML_UNW_LIBUNWIND;
+        else if (!__builtin_strcmp(s, "dwarf"))
+            ml_cfg.unwinder = ML_UNW_DWARF;
         else
-            ml_log("MEMLENS_UNWINDER must be fp, libgcc or libunwind; using the default");
+            ml_log("MEMLENS_UNWINDER must be dwarf, fp, libgcc or libunwind; using the default");
     }
     s = getenv("MEMLENS_OUT");
     ml_cfg.out = s && *s ? s : NULL;

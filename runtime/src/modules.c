@@ -170,7 +170,9 @@ ML_EXPORT int dlclose(void *handle)
         dl_iterate_phdr(remember, &f);
         ml_tls.busy--;
     }
-    return real_dlclose(handle);
+    int r = real_dlclose(handle);
+    ml_dwarf_code_unloaded();
+    return r;
 }
 
 void ml_modules_reset_lock(void) { atomic_store(&lock, 0); }

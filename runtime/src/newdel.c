@@ -37,12 +37,23 @@ static inline void *new_aligned_from(size_t n, size_t al, uintptr_t ra)
     return ml_aligned_from(AL_MEMALIGN, al, n ? n : 1, &err, ra);
 }
 
+/* The slow path of the throwing new, entered by a tail call: its frame then holds the return address
+ * into the caller of new, which is how the dwarf unwinder finds where that caller's frame is. */
+static ML_NOINLINE void *new_slow(const char *sym, size_t n, uintptr_t ra)
+{
+    void *p = ml_malloc_slow(n ? n : 1, ra);
+    return likely(p != NULL) ? p : next_new(sym, n);
+}
+
 /* The nothrow argument is a reference to std::nothrow_t: a pointer we never read. */
 #define NEW(name, sym)                                                                                 \
     ML_EXPORT FAST void *name(size_t n)                                                                \
     {                                                                                                  \
-        void *p = new_from(n, RA());                                                                   \
+        ML_COUNTDOWN_OR(n ? n : 1, slow);                                                              \
+        void *p = ml_real.malloc(n ? n : 1);                                                           \
         return likely(p != NULL) ? p : next_new(sym, n);                                               \
+    slow:                                                                                              \
+        return new_slow(sym, n, RA());                                                                 \
     }
 #define NEW_NOTHROW(name)                                                                              \
     ML_EXPORT FAST void *name(size_t n, const void *nt)                                                \

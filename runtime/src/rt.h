@@ -30,6 +30,7 @@ struct ml_thread {
     uint64_t rng;        /* xorshift state, 0 = thread not set up yet */
     uintptr_t stack_hi;  /* top of this thread's stack, for the frame-pointer unwinder */
     uint64_t armed;      /* interval R the countdown was drawn for; 0 = poll budget, ~0 = exact */
+    int64_t next;        /* the countdown after this one, drawn ahead (for interval `armed`) */
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
@@ -63,7 +64,7 @@ struct ml_real {
 extern struct ml_real ml_real;
 
 /* ---- configuration and global state ---- */
-enum ml_unwinder { ML_UNW_FP, ML_UNW_LIBGCC, ML_UNW_LIBUNWIND };
+enum ml_unwinder { ML_UNW_FP, ML_UNW_LIBGCC, ML_UNW_LIBUNWIND, ML_UNW_DWARF };
 struct ml_config {
     _Atomic uint64_t interval; /* 0 = exact */
     _Atomic int active;
@@ -82,7 +83,8 @@ struct ml_config {
      * counter would be one more cache line bouncing between threads on every sample). */
     _Alignas(64) _Atomic uint64_t truncated;
     _Atomic uint64_t dropped;
-    char pad_[48];
+    _Atomic uint64_t unwind_fallbacks; /* samples the dwarf unwinder handed to libunwind/libgcc */
+    char pad_[40];
 };
 extern struct ml_config ml_cfg;
 
@@ -124,6 +126,13 @@ void ml_sampled_free(void *p);
 #define ML_UNWIND_BUF (ML_MAX_DEPTH + 16 + 1)
 int ml_unwind(uintptr_t *buf, int max, int *truncated, uintptr_t ra, const uintptr_t **out);
 void ml_unwind_setup(void);
+/* Top of the current thread's stack (above every frame). */
+uintptr_t ml_stack_top(void);
+/* dwarf.c: the stack of the current allocation as a stack id, via CFI rules and the per-thread
+ * stack cache; 0 if this stack needs another unwinder. */
+int ml_dwarf_stack(uintptr_t ra, int max, uint32_t *id, int *trunc);
+/* Code was unloaded (dlclose): rules and cached stacks may no longer hold. */
+void ml_dwarf_code_unloaded(void);
 void ml_self_text(uintptr_t lo, uintptr_t hi);
 
 /* stacks.c */

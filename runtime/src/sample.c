@@ -88,9 +88,13 @@ int ml_slow_decide(size_t size)
         /* The countdown was a poll budget or drawn for another interval: start a fresh process. */
         t->armed = R;
         t->countdown = draw(t, R);
+        t->next = draw(t, R);
         return ML_FORWARD;
     }
-    t->countdown = draw(t, R);
+    /* The next countdown was drawn at the previous sample: the fast path's next subtract waits on
+     * this store, and a draw (a division, a polynomial) on that path would stall it. */
+    t->countdown = t->next;
+    t->next = draw(t, R);
     return size ? ML_SAMPLE : ML_FORWARD;
 }
 
@@ -117,11 +121,17 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
     t->busy++;
     weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
-    uintptr_t buf[ML_UNWIND_BUF];
     int trunc = 0;
-    const uintptr_t *pcs;
-    int depth = ml_unwind(buf, ml_cfg.max_depth, &trunc, ra, &pcs);
-    uint32_t id = ml_stack_intern(pcs, depth, trunc);
+    uint32_t id;
+    if (ml_cfg.unwinder != ML_UNW_DWARF || !ml_dwarf_stack(ra, ml_cfg.max_depth, &id, &trunc)) {
+        if (ml_cfg.unwinder == ML_UNW_DWARF)
+            atomic_fetch_add_explicit(&ml_cfg.unwind_fallbacks, 1, memory_order_relaxed);
+        uintptr_t buf[ML_UNWIND_BUF];
+        const uintptr_t *pcs;
+        trunc = 0;
+        int depth = ml_unwind(buf, ml_cfg.max_depth, &trunc, ra, &pcs);
+        id = ml_stack_intern(pcs, depth, trunc);
+    }
     if (b) {
         b->stack = id;
         b->w_fx = w_fx;

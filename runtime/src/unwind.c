@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <unwind.h>
 
-#include "rt.h"
+#include "cfi.h"
 
 #define SELF_SLACK 16 /* room for our own frames, stripped afterwards */
 _Static_assert(ML_UNWIND_BUF >= ML_MAX_DEPTH + SELF_SLACK + 1, "unwind buffer holds max + slack + ra");
@@ -29,7 +29,7 @@ extern void *__libc_stack_end;
  * (Rust's std calls it at every thread start). glibc places a thread's descriptor (pthread_self())
  * at the top of the thread's stack, above every frame; the main thread's frames lie below
  * __libc_stack_end. */
-static uintptr_t stack_top(void)
+uintptr_t ml_stack_top(void)
 {
     struct ml_thread *t = &ml_tls;
     if (!t->stack_hi) {
@@ -43,7 +43,7 @@ static uintptr_t stack_top(void)
 static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
 {
     uintptr_t *fp = __builtin_frame_address(0);
-    uintptr_t lo = (uintptr_t)fp, hi = stack_top();
+    uintptr_t lo = (uintptr_t)fp, hi = ml_stack_top();
     int n = 0;
     while (n < max) {
         uintptr_t f = (uintptr_t)fp;
@@ -117,7 +117,10 @@ int ml_unwind(uintptr_t *buf, int max, int *trunc, uintptr_t ra, const uintptr_t
     uintptr_t *raw = buf + 1;
     int lim = max + SELF_SLACK, n;
     int raw_trunc = 0;
-    switch (ml_cfg.unwinder) {
+    int u = ml_cfg.unwinder;
+    if (u == ML_UNW_DWARF) /* a stack the dwarf unwinder left to us */
+        u = unw_backtrace_fn ? ML_UNW_LIBUNWIND : ML_UNW_LIBGCC;
+    switch (u) {
     case ML_UNW_LIBUNWIND:
         n = unwind_libunwind(raw, lim, &raw_trunc);
         break;
@@ -187,7 +190,11 @@ void ml_unwind_setup(void)
     if (h)
         unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
     if (ml_cfg.unwinder < 0)
-        ml_cfg.unwinder = unw_backtrace_fn ? ML_UNW_LIBUNWIND : ML_UNW_LIBGCC;
+        ml_cfg.unwinder = ML_UNW_DWARF;
+    if (ml_cfg.unwinder == ML_UNW_DWARF && ml_cfi_init() != 0) {
+        ml_log("cannot map the unwind rule table; using libunwind");
+        ml_cfg.unwinder = ML_UNW_LIBUNWIND;
+    }
     if (ml_cfg.unwinder == ML_UNW_LIBUNWIND && !unw_backtrace_fn) {
         ml_log("libunwind.so.8 cannot be loaded (install libunwind8); using the libgcc unwinder");
         ml_cfg.unwinder = ML_UNW_LIBGCC;
@@ -198,5 +205,5 @@ void ml_unwind_setup(void)
         void *tmp[4];
         unw_backtrace_fn(tmp, 4);
     }
-    stack_top();
+    ml_stack_top();
 }

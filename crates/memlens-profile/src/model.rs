@@ -67,6 +67,8 @@ pub struct Meta {
     pub truncated: u64,
     /// Samples lost inside the runtime (tables full).
     pub dropped: u64,
+    /// Samples whose stack the dwarf unwinder handed to its fallback (libunwind or libgcc).
+    pub unwind_fallbacks: u64,
     pub max_depth: u32,
 }
 

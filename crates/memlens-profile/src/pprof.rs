@@ -289,7 +289,7 @@ fn labels(s: &Sample, samples_key: i64, count: i64, base_key: i64, yes: i64) -> 
 fn meta_comments(m: &Meta) -> Vec<String> {
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
-         truncated={} dropped={} max_depth={} exe={}",
+         truncated={} dropped={} unwind_fallbacks={} max_depth={} exe={}",
         m.pid,
         m.ppid,
         m.interval,
@@ -300,6 +300,7 @@ fn meta_comments(m: &Meta) -> Vec<String> {
         m.samples,
         m.truncated,
         m.dropped,
+        m.unwind_fallbacks,
         m.max_depth,
         m.exe
     )]
@@ -555,6 +556,7 @@ mod tests {
                 samples: 9,
                 truncated: 2,
                 dropped: 1,
+                unwind_fallbacks: 0,
                 max_depth: 64,
             },
             mappings: vec![Mapping {

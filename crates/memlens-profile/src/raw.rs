@@ -175,6 +175,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "samples" => m.samples = num(v, key)?,
         "truncated" => m.truncated = num(v, key)?,
         "dropped" => m.dropped = num(v, key)?,
+        "unwind_fallbacks" => m.unwind_fallbacks = num(v, key)?,
         "max_depth" => m.max_depth = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()

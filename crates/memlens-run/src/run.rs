@@ -25,8 +25,9 @@ pub struct RunArgs {
     /// Record every allocation (same as --interval 0)
     #[arg(long, conflicts_with = "interval")]
     pub exact: bool,
-    /// Stack unwinder: fp (frame pointers), libgcc, libunwind [default: libunwind if installed, else libgcc]
-    #[arg(long, value_name = "NAME", value_parser = ["fp", "libgcc", "libunwind"])]
+    /// Stack unwinder: dwarf (memlens's own CFI walker with a stack cache; hands the stacks it cannot
+    /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
+    #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub unwinder: Option<String>,
     /// Profile of the main process [default: memlens.<cmd>.<pid>.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]

@@ -8,7 +8,7 @@ use memlens_measure::{units::format_size, usage};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-pub const ALL_UNWINDERS: [&str; 3] = ["fp", "libgcc", "libunwind"];
+pub const ALL_UNWINDERS: [&str; 4] = ["dwarf", "fp", "libgcc", "libunwind"];
 const LIB_DIRS: [&str; 4] = [
     "/usr/lib/x86_64-linux-gnu",
     "/lib/x86_64-linux-gnu",
@@ -48,7 +48,7 @@ pub fn unwinders(asked: Option<&str>) -> Result<Vec<String>> {
     for u in list.split(',').map(str::trim).filter(|u| !u.is_empty()) {
         if !ALL_UNWINDERS.contains(&u) {
             return Err(usage(format!(
-                "unknown unwinder '{u}' (use fp, libgcc, libunwind or none)"
+                "unknown unwinder '{u}' (use dwarf, fp, libgcc, libunwind or none)"
             )));
         }
         if u == "libunwind" && !libunwind {

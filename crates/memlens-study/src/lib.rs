@@ -53,7 +53,7 @@ pub struct StudyArgs {
         value_name = "LIST"
     )]
     pub intervals: String,
-    /// Unwinders to measure: fp, libgcc, libunwind (default: all available here); `none` = only off and inactive
+    /// Unwinders to measure: dwarf, fp, libgcc, libunwind (default: all available here); `none` = only off and inactive
     #[arg(long, value_name = "LIST")]
     pub unwinders: Option<String>,
     /// Baseline profilers: jemalloc, tcmalloc, heaptrack, or none
