@@ -19,7 +19,7 @@ JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 BLOCKS=60; PAIRS=20000          # 1.2 M pairs each way
 XBLOCKS=3; XPAIRS=100000        # exact mode and heaptrack record every allocation; long blocks
                                 # so that heaptrack's pipe stays full (steady state, back-pressure counted)
-configs="none forward off 2M/fp 2M/libgcc 2M/libunwind 512K/fp 512K/libgcc 512K/libunwind 64K/fp 64K/libgcc 64K/libunwind exact heaptrack je je-prof512K je-prof64K memlens512K+je"
+configs="none forward off 2M/dwarf 2M/fp 2M/libgcc 2M/libunwind 512K/dwarf 512K/fp 512K/libgcc 512K/libunwind 64K/dwarf 64K/fp 64K/libgcc 64K/libunwind exact exact/libunwind heaptrack je je-prof512K je-prof64K memlens512K+je"
 [ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
 command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
 run() {
@@ -29,6 +29,7 @@ run() {
     forward) LD_PRELOAD=$DIR/forward.so $fp ;;
     off) LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 $fp ;;
     exact) LD_PRELOAD=$LIB MEMLENS_INTERVAL=0 "$DIR/fp" "$THREADS" $XBLOCKS $XPAIRS ;;
+    exact/*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=0 MEMLENS_UNWINDER=${1#*/} "$DIR/fp" "$THREADS" $XBLOCKS $XPAIRS ;;
     heaptrack) (cd "$DIR" && heaptrack -o "$DIR/ht" "$DIR/fp" "$THREADS" $XBLOCKS $XPAIRS) ;;
     je) LD_PRELOAD=$JE $fp ;;
     je-prof512K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:19 $fp ;;
