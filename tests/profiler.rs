@@ -893,3 +893,48 @@ fn bad_input_is_one_line_errors() {
         stderr(&o)
     );
 }
+
+#[test]
+fn fastpath_benchmark_runs_every_configuration() {
+    // The issue-2 speed benchmark (runtime/bench/fastpath.sh), on tiny sizes: every configuration
+    // yields a row of numbers. Speed itself is measured by scripts/bench-profiler.sh, not here.
+    let lib = std::fs::read_dir(root().join("target/release/build"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("out/libmemlens.so"))
+        .filter(|p| p.exists())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .expect("libmemlens.so under target/release/build");
+    let o = Command::new("sh")
+        .arg(root().join("runtime/bench/fastpath.sh"))
+        .args([lib.to_str().unwrap(), "1", "1"])
+        .envs([
+            ("FASTPATH_BLOCKS", "3"),
+            ("FASTPATH_PAIRS", "2000"),
+            ("FASTPATH_XBLOCKS", "1"),
+            ("FASTPATH_XPAIRS", "2000"),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for config in [
+        "none",
+        "forward",
+        "off",
+        "512K/dwarf",
+        "64K/dwarf",
+        "64K/libunwind",
+        "exact",
+        "heaptrack",
+        "je-prof64K",
+    ] {
+        let row = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(config))
+            .unwrap_or_else(|| panic!("no row for {config}:\n{out}"));
+        let cost: f64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(cost > 0.0, "{row}");
+    }
+    assert!(out.contains("exact mode vs heaptrack:"), "{out}");
+}
