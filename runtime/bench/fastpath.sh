@@ -16,12 +16,13 @@ HERE=$(dirname "$0")
 gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp"
 gcc -O2 -fPIC -shared "$HERE/forward.c" -o "$DIR/forward.so" -ldl
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-# Sizes can be overridden (FASTPATH_BLOCKS, FASTPATH_PAIRS, FASTPATH_XBLOCKS, FASTPATH_XPAIRS): the
+# FASTPATH_CONFIGS picks configurations. Sizes can be overridden (FASTPATH_BLOCKS, FASTPATH_PAIRS, FASTPATH_XBLOCKS, FASTPATH_XPAIRS): the
 # test suite runs this script on tiny ones.
 BLOCKS=${FASTPATH_BLOCKS:-60}; PAIRS=${FASTPATH_PAIRS:-20000}      # 1.2 M pairs each way
 XBLOCKS=${FASTPATH_XBLOCKS:-3}; XPAIRS=${FASTPATH_XPAIRS:-100000}  # exact mode and heaptrack record every allocation; long blocks
                                 # so that heaptrack's pipe stays full (steady state, back-pressure counted)
 configs="none forward off 2M/dwarf 2M/fp 2M/libgcc 2M/libunwind 512K/dwarf 512K/fp 512K/libgcc 512K/libunwind 64K/dwarf 64K/fp 64K/libgcc 64K/libunwind exact exact/libunwind heaptrack je je-prof512K je-prof64K memlens512K+je"
+configs=${FASTPATH_CONFIGS:-$configs} # a subset, e.g. FASTPATH_CONFIGS="none off 64K/dwarf"
 [ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
 command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
 run() {
