@@ -9,6 +9,8 @@
  *   mallocs: OPS mallocs in batches of BATCH, each batch timed alone and freed untimed
  *                                                          -> cycles per malloc
  * Times come from the TSC around each loop (not around each call: rdtsc costs as much as a malloc).
+ * With MALLOC_TEST_WARMUP_MS=N each thread first runs untimed pairs for N ms: a tracer such as heaptrack
+ * blocks the program until its consumer process is up (~0.5 s here), which is start-up, not per-call cost.
  * The result is one line of key=value pairs, means over threads, for `memlens study` to parse. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,12 +18,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <x86intrin.h>
 
 #define BATCH 64
 
 struct params {
-    long threads, size, depth, ops;
+    long threads, size, depth, ops, warmup_ms;
 };
 
 struct result {
@@ -38,6 +41,22 @@ struct worker {
 
 /* Keep the compiler from eliding a malloc/free pair whose memory is never used (gcc may do that). */
 static inline void keep(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void warm_up(const struct params *p) {
+    double until = now_ms() + (double)p->warmup_ms;
+    while (p->warmup_ms > 0 && now_ms() < until)
+        for (int i = 0; i < 1000; i++) {
+            void *b = malloc((size_t)p->size);
+            keep(b);
+            free(b);
+        }
+}
 
 static double time_pairs(const struct params *p) {
     uint64_t t0 = __rdtsc();
@@ -72,6 +91,7 @@ static double time_mallocs(const struct params *p) {
  * keeps each frame (no inlining, no tail call), so every sampled stack has depth + a few frames. */
 __attribute__((noinline)) static long descend(struct worker *w, long depth) {
     if (depth <= 1) {
+        warm_up(w->p);
         w->r.pair_cycles = time_pairs(w->p);
         w->r.malloc_cycles = time_mallocs(w->p);
         return 1;
@@ -103,6 +123,12 @@ int main(int argc, char **argv) {
     if (argc != 5 || parse_arg(argv[1], 1, &p.threads) || parse_arg(argv[2], 0, &p.size) ||
         parse_arg(argv[3], 1, &p.depth) || parse_arg(argv[4], 1, &p.ops)) {
         fprintf(stderr, "usage: malloc_test THREADS SIZE DEPTH OPS (THREADS, DEPTH, OPS >= 1)\n");
+        return 2;
+    }
+    const char *warm = getenv("MALLOC_TEST_WARMUP_MS");
+    p.warmup_ms = 0;
+    if (warm && *warm && parse_arg(warm, 0, &p.warmup_ms)) {
+        fprintf(stderr, "malloc_test: MALLOC_TEST_WARMUP_MS must be a number of milliseconds\n");
         return 2;
     }
     struct worker *ws = calloc((size_t)p.threads, sizeof *ws);
