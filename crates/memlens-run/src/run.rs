@@ -291,10 +291,20 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
     ))
 }
 
-fn has_stacks(raw: &Path) -> bool {
-    std::fs::read_to_string(raw)
-        .map(|t| t.contains("\nstack "))
-        .unwrap_or(true)
+/// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
+/// it is the image a forked child replaced by exec without a sample of its own: what it held was
+/// inherited from its parent (already in the parent's profile) and the exec discards it.
+fn worth_a_profile(raw: &Path) -> bool {
+    let Ok(t) = std::fs::read_to_string(raw) else {
+        return true; // let the conversion report the problem
+    };
+    let header = |key: &str| {
+        t.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .map(str::trim)
+    };
+    let sampled = header("samples").and_then(|v| v.parse::<u64>().ok()) != Some(0);
+    t.contains("\nstack ") && (sampled || header("reason") != Some("exec"))
 }
 
 /// Convert every dump of `launch`; returns how many profiles were written. A dump that cannot be
@@ -319,7 +329,7 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
     for (d, out) in plan(&dumps, launch.pid, main_out) {
         // An image that allocated nothing worth a sample (typically a forked child that exec'd at
         // once) leaves an empty dump; only the main program's profile is written even when empty.
-        if out != main_out && !has_stacks(&d.path) {
+        if out != main_out && !worth_a_profile(&d.path) {
             continue;
         }
         match convert(&d.path, &out) {
@@ -370,4 +380,30 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
     let status = status?;
     collect(&launch, &main_out, args.keep_raw.as_deref())?;
     Ok(exit_code(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dump(reason: &str, samples: u64, stack: bool) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let mut t = format!("memlens-raw 1\npid 7\nreason {reason}\nsamples {samples}\n");
+        if stack {
+            t.push_str("stack 0 0 0 65536 4096 0 0x1234\n");
+        }
+        t.push_str("end\n");
+        std::fs::write(f.path(), t).unwrap();
+        f
+    }
+
+    #[test]
+    fn which_dumps_get_a_profile() {
+        // The pre-exec image of a forked child: only inherited live blocks, nothing sampled.
+        assert!(!worth_a_profile(dump("exec", 0, true).path()));
+        assert!(worth_a_profile(dump("exec", 3, true).path()));
+        // A forked child that exits without exec keeps its inherited blocks in its own profile.
+        assert!(worth_a_profile(dump("fork-child-exit", 0, true).path()));
+        assert!(!worth_a_profile(dump("exit", 0, false).path()));
+    }
 }
