@@ -391,13 +391,13 @@ fn check_accuracy_env(
     );
 }
 
-/// `memlens report FILE --format json --sample-index INDEX`.
-fn report_json(file: &Path, index: &str) -> serde_json::Value {
+/// `memlens report FILE --format FORMAT --sample-index INDEX`, which must succeed: its output.
+fn report(file: &Path, format: &str, index: &str) -> String {
     let out = run(&[
         "report",
         file.to_str().unwrap(),
         "--format",
-        "json",
+        format,
         "--sample-index",
         index,
     ]);
@@ -406,7 +406,11 @@ fn report_json(file: &Path, index: &str) -> serde_json::Value {
         "memlens report failed: {}",
         stderr(&out)
     );
-    serde_json::from_slice(&out.stdout).expect("report --format json is JSON")
+    stdout(&out)
+}
+
+fn report_json(file: &Path, index: &str) -> serde_json::Value {
+    serde_json::from_str(&report(file, "json", index)).expect("report --format json is JSON")
 }
 
 /// The same checks through the whole pipeline: pprof written by `memlens run`, symbolized offline,
@@ -510,16 +514,10 @@ fn exact_stacks(dir: &Path, unwinder: &str, cmd: &[&str]) -> (Vec<String>, f64) 
         .output()
         .unwrap();
     assert!(o.status.success(), "{unwinder}: {}", stderr(&o));
-    let r = run(&[
-        "report",
-        file.to_str().unwrap(),
-        "--format",
-        "folded",
-        "--sample-index",
-        "alloc_objects",
-    ]);
-    assert!(r.status.success(), "{}", stderr(&r));
-    let mut lines: Vec<String> = stdout(&r).lines().map(str::to_string).collect();
+    let mut lines: Vec<String> = report(&file, "folded", "alloc_objects")
+        .lines()
+        .map(str::to_string)
+        .collect();
     lines.sort();
     let raws = raws_in(&raw_dir);
     let (fallbacks, samples) = raws.iter().fold((0, 0), |(f, s), r| {
@@ -603,15 +601,7 @@ fn dwarf_stack_cache_tells_callers_apart() {
                 (f[0].to_string(), f[2].parse().unwrap())
             })
             .collect();
-        let r = run(&[
-            "report",
-            file.to_str().unwrap(),
-            "--format",
-            "folded",
-            "--sample-index",
-            "alloc_space",
-        ]);
-        let folded = stdout(&r);
+        let folded = report(&file, "folded", "alloc_space");
         for (caller, bytes) in &truth {
             let found: u64 = folded
                 .lines()

@@ -62,30 +62,21 @@ struct cost {
     double count, wall; /* per pair */
 };
 
-/* The two loops differ only in the functions they call. */
-static __attribute__((noinline)) struct cost run_direct(int fd)
-{
-    unsigned long long c0 = count(fd), t0 = __rdtsc();
-    for (long i = 0; i < pairs; i++) {
-        void *p = __libc_malloc(512);
-        KEEP(p);
-        __libc_free(p);
+/* The two loops are one definition, so they can differ only in the functions they call. */
+#define PAIRS_LOOP(name, alloc, release)                                                               \
+    static __attribute__((noinline)) struct cost name(int fd)                                          \
+    {                                                                                                  \
+        unsigned long long c0 = count(fd), t0 = __rdtsc();                                             \
+        for (long i = 0; i < pairs; i++) {                                                             \
+            void *p = alloc(512);                                                                      \
+            KEEP(p);                                                                                   \
+            release(p);                                                                                \
+        }                                                                                              \
+        unsigned long long t1 = __rdtsc(), c1 = count(fd);                                             \
+        return (struct cost){(double)(c1 - c0) / (double)pairs, (double)(t1 - t0) / (double)pairs};    \
     }
-    unsigned long long t1 = __rdtsc(), c1 = count(fd);
-    return (struct cost){(double)(c1 - c0) / (double)pairs, (double)(t1 - t0) / (double)pairs};
-}
-
-static __attribute__((noinline)) struct cost run_interposed(int fd)
-{
-    unsigned long long c0 = count(fd), t0 = __rdtsc();
-    for (long i = 0; i < pairs; i++) {
-        void *p = malloc(512);
-        KEEP(p);
-        free(p);
-    }
-    unsigned long long t1 = __rdtsc(), c1 = count(fd);
-    return (struct cost){(double)(c1 - c0) / (double)pairs, (double)(t1 - t0) / (double)pairs};
-}
+PAIRS_LOOP(run_direct, __libc_malloc, __libc_free)
+PAIRS_LOOP(run_interposed, malloc, free)
 
 static int cmp(const void *a, const void *b)
 {
