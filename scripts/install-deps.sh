@@ -11,6 +11,10 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
+  redis-server redis-tools curl
+  # `go tool pprof`: the tests check that pprof itself reads our profiles
+  golang-go
   # persistent-memory pool for `bench bandwidth` (indirection case)
   libpmemobj1 libpmemobj-dev
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
