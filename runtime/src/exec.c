@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "rt.h"
@@ -17,21 +19,63 @@ typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 
 static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
 
-/* Returns 1 and fills path if a dump was written. */
-static int before_exec(char *path, size_t cap)
+/* Will exec of `file` (searched in PATH when `search` and it has no '/') find a program? Programs
+ * that search PATH themselves try execve on every directory: only the attempt that can succeed is
+ * worth a dump. */
+static int runnable(const char *file, int search)
+{
+    if (!file || !*file)
+        return 0;
+    if (!search || strchr(file, '/'))
+        return access(file, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/bin:/usr/bin";
+    size_t flen = strlen(file);
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t dlen = end ? (size_t)(end - p) : strlen(p);
+        char buf[512];
+        if (dlen + flen + 2 <= sizeof buf) {
+            memcpy(buf, dlen ? p : ".", dlen ? dlen : 1);
+            size_t at = dlen ? dlen : 1;
+            buf[at++] = '/';
+            memcpy(buf + at, file, flen + 1);
+            if (access(buf, X_OK) == 0)
+                return 1;
+        } else {
+            return 1; /* cannot tell: dump rather than lose the profile */
+        }
+        if (!end)
+            return 0;
+        p = end;
+    }
+}
+
+/* Returns 1 and sets *which if a dump was written. A forked child that has sampled nothing since
+ * the fork has nothing of its own to say (what it inherited is in its parent's profile). */
+static int before_exec(const char *file, int search, uint64_t *which)
 {
     if (!ml_cfg.out || !ml_cfg.ready || atomic_load(&ml_cfg.failed))
         return 0;
     if ((int64_t)getpid() != ml_cfg.pid) /* vfork child: the profile is the parent's */
         return 0;
-    return ml_dump_auto_path("exec", path, cap) == 0;
+    if (!runnable(file, search))
+        return 0;
+    if (ml_cfg.is_fork_child) {
+        uint64_t samples, bytes;
+        ml_stacks_totals(&samples, &bytes);
+        if (!samples)
+            return 0;
+    }
+    return ml_dump_auto_seq("exec", which) == 0;
 }
 
-static void after_failed_exec(int dumped, const char *path)
+static void after_failed_exec(int dumped, uint64_t which)
 {
     if (dumped) {
         int e = errno;
-        unlink(path);
+        ml_dump_auto_remove(which);
         errno = e;
     }
 }
@@ -41,10 +85,10 @@ ML_EXPORT int execve(const char *file, char *const argv[], char *const envp[])
     static execve_fn real;
     if (!real)
         real = (execve_fn)next("execve");
-    char path[4096];
-    int d = before_exec(path, sizeof path);
+    uint64_t which = 0;
+    int d = before_exec(file, 0, &which);
     int r = real(file, argv, envp);
-    after_failed_exec(d, path);
+    after_failed_exec(d, which);
     return r;
 }
 
@@ -59,10 +103,10 @@ ML_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
     static execvpe_fn real;
     if (!real)
         real = (execvpe_fn)next("execvpe");
-    char path[4096];
-    int d = before_exec(path, sizeof path);
+    uint64_t which = 0;
+    int d = before_exec(file, 1, &which);
     int r = real(file, argv, envp);
-    after_failed_exec(d, path);
+    after_failed_exec(d, which);
     return r;
 }
 

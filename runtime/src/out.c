@@ -38,6 +38,23 @@ static void out_bytes(struct ml_out *o, const char *s, size_t len)
 
 void ml_out_str(struct ml_out *o, const char *s) { out_bytes(o, s, strlen(s)); }
 
+/* A path in a dump: control bytes (a newline would start a forged record) and the backslash are
+ * written as \xHH; every other byte as it is (the reader takes non-UTF-8 bytes as they come). */
+void ml_out_path(struct ml_out *o, const char *s)
+{
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c && c >= 0x20 && c != 0x7f && c != '\\')
+            continue;
+        out_bytes(o, run, (size_t)(s - run));
+        if (!c)
+            return;
+        char esc[4] = {'\\', 'x', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]};
+        out_bytes(o, esc, sizeof esc);
+        run = s + 1;
+    }
+}
+
 void ml_out_u64(struct ml_out *o, uint64_t v)
 {
     char tmp[24];

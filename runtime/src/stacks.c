@@ -118,6 +118,8 @@ struct totals {
 static void add_totals(struct ml_stack *r, void *arg)
 {
     struct totals *t = arg;
+    if (ml_stack_stale(r))
+        return;
     t->samples += atomic_load_explicit(&r->samples, memory_order_relaxed);
     t->bytes += atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed);
 }
@@ -139,3 +141,47 @@ static void zero_alloc(struct ml_stack *r, void *arg)
 }
 
 void ml_stacks_zero_alloc(void) { ml_stacks_each(zero_alloc, NULL); }
+
+/* After a fork, the child's cumulative counts start at zero, but zeroing every record would copy
+ * the whole arena (copy-on-write, up to 256 MiB) in every child. Instead the child keeps one bit
+ * per record id, set the first time it samples into the record (which zeroes it then); a record
+ * without its bit still holds the parent's cumulative counts, which read as zero. Live (inuse)
+ * counts are the child's own from the start: it inherited the blocks. */
+static _Atomic(uint64_t *) fresh;
+#define FRESH_BYTES (ARENA_SIZE / 8 / 8)
+
+static uint64_t fresh_bit(const struct ml_stack *r, uint64_t **word)
+{
+    uint64_t id = (uint64_t)((const char *)r - arena) / 8;
+    *word = atomic_load_explicit(&fresh, memory_order_acquire);
+    if (*word)
+        *word += id / 64;
+    return 1ull << (id % 64);
+}
+
+int ml_stack_stale(const struct ml_stack *r)
+{
+    uint64_t *w, bit = fresh_bit(r, &w);
+    return w && !(__atomic_load_n(w, __ATOMIC_ACQUIRE) & bit);
+}
+
+void ml_stack_touch(struct ml_stack *r)
+{
+    uint64_t *w, bit = fresh_bit(r, &w);
+    if (!w || (__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
+        return;
+    if (!(__atomic_fetch_or(w, bit, __ATOMIC_ACQ_REL) & bit))
+        zero_alloc(r, NULL);
+}
+
+void ml_stacks_fork_child(void)
+{
+    uint64_t *old = atomic_load(&fresh);
+    void *f = mmap(NULL, FRESH_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    atomic_store(&fresh, f == MAP_FAILED ? NULL : (uint64_t *)f);
+    if (old)
+        munmap(old, FRESH_BYTES);
+    if (f == MAP_FAILED)
+        ml_stacks_zero_alloc();
+}
