@@ -483,10 +483,14 @@ fn another_user_cannot_control_the_process() {
     let sock = loop {
         if let Ok(p) = std::fs::read_to_string(dir.join("pid")) {
             // `<pid>.<pidns>.sock`
-            let s = std::fs::read_dir(&sockdir).unwrap().flatten().map(|e| e.path()).find(|s| {
-                let n = s.file_name().unwrap().to_string_lossy().into_owned();
-                n.starts_with(&format!("{}.", p.trim())) && n.ends_with(".sock")
-            });
+            let s = std::fs::read_dir(&sockdir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|s| {
+                    let n = s.file_name().unwrap().to_string_lossy().into_owned();
+                    n.starts_with(&format!("{}.", p.trim())) && n.ends_with(".sock")
+                });
             if let Some(s) = s {
                 break (p.trim().to_string(), s);
             }

@@ -589,6 +589,8 @@ static void ctl_spawn(int fd, int quiet)
     }
 }
 
+int ml_ctl_thread_running(void) { return atomic_load(&thread_state) == T_RUNNING; }
+
 /* At start-up the socket is bound before main() runs, so `memlens ctl` works from the first moment. */
 void ml_ctl_start(void)
 {

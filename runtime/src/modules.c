@@ -5,6 +5,9 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
@@ -159,11 +162,42 @@ static void iterate_single_threaded(int (*fn)(struct dl_phdr_info *, size_t, voi
     }
 }
 
+extern int ml_ctl_thread_running(void) __attribute__((weak));
+
+/* Threads of this process (entries of /proc/self/task), or a large number if unknown. */
+static int count_threads(void)
+{
+    int dfd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
+    if (dfd < 0)
+        return 1 << 30;
+    char ents[1024] __attribute__((aligned(8)));
+    long got;
+    while ((got = syscall(SYS_getdents64, dfd, ents, sizeof ents)) > 0)
+        for (long off = 0; off < got;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            n += d->d_name[0] != '.';
+        }
+    close(dfd);
+    return n;
+}
+
+/* Nobody but this thread can be loading or unloading code: the program has one thread, or two of
+ * which the other is our control thread (a fork child runs one from the start). */
+static int alone(void)
+{
+    if (__libc_single_threaded)
+        return 1;
+    return ml_ctl_thread_running && ml_ctl_thread_running() && count_threads() <= 2;
+}
+
 void ml_modules_write(struct ml_out *o)
 {
     struct write_ctx c = {.o = o};
-    /* Lock order is always loader lock, then ours (dlclose takes them that way too). */
-    if (__libc_single_threaded)
+    /* Lock order is always loader lock, then ours (dlclose takes them that way too). In a fork
+     * child the loader's lock may have been inherited held: without other threads it is not
+     * needed. */
+    if (ml_cfg.is_fork_child && alone())
         iterate_single_threaded(write_loaded, &c);
     else
         dl_iterate_phdr(write_loaded, &c);

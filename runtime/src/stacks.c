@@ -6,13 +6,18 @@
  * the arena is full the sample is counted as dropped; nothing blocks and nothing crashes. */
 #define _GNU_SOURCE
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "rt.h"
 
 #define SLOT_BITS 18
 #define NSLOTS (1u << SLOT_BITS)
 #define MAX_PROBE 512
-#define ARENA_SIZE (256ull << 20) /* records; reserved, pages used on touch */
+#define ARENA_MAX (256ull << 20) /* records; reserved, pages used on touch */
+/* Under an address-space limit (ulimit -v) the reservation counts against the program: take a small
+ * share of the limit instead. */
+static uint64_t arena_size = ARENA_MAX;
+#define ARENA_SIZE arena_size
 
 static _Atomic uint32_t *slots;
 static char *arena;
@@ -21,6 +26,9 @@ static _Atomic uint32_t nstacks;
 
 int ml_stacks_init(void)
 {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 64 < ARENA_MAX)
+        arena_size = rl.rlim_cur / 64 < (1u << 20) ? (1u << 20) : (rl.rlim_cur / 64) & ~4095ull;
     void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,

@@ -406,7 +406,11 @@ end
         bytes[at] = 0xff;
         std::fs::write(&f, bytes).unwrap();
         let d = read(&f).unwrap();
-        assert!(d.modules[1].path.contains('\u{fffd}'), "{}", d.modules[1].path);
+        assert!(
+            d.modules[1].path.contains('\u{fffd}'),
+            "{}",
+            d.modules[1].path
+        );
     }
 
     #[test]
