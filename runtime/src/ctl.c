@@ -79,15 +79,9 @@ static void put_str(struct buf *b, const char *s)
 
 static void put_u64(struct buf *b, uint64_t v)
 {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n && b->len + 1 < b->cap)
-        b->p[b->len++] = tmp[--n];
-    b->p[b->len] = 0;
+    char tmp[ML_FMT_MAX];
+    ml_fmt_u64(tmp, v, 0);
+    put_str(b, tmp);
 }
 
 static void put_kv(struct buf *b, const char *key, uint64_t v)

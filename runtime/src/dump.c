@@ -157,11 +157,9 @@ static void write_dump(struct ml_out *o, const char *reason)
     dump_samples = 0;
     ml_stacks_each(write_stack, o);
     ml_out_flush(o); /* patch before `end`: a file with `end` is complete */
-    char digits[20];
-    uint64_t v = dump_samples;
-    for (int i = 19; i >= 0; i--, v /= 10)
-        digits[i] = (char)('0' + v % 10);
-    if (samples_at >= 0 && pwrite(o->fd, digits, sizeof digits, samples_at) != (ssize_t)sizeof digits)
+    char digits[ML_FMT_MAX];
+    ml_fmt_u64(digits, dump_samples, 20);
+    if (samples_at >= 0 && pwrite(o->fd, digits, 20, samples_at) != 20)
         o->err = errno;
     ml_out_str(o, "end\n");
 }
@@ -205,14 +203,9 @@ static size_t put(char *buf, size_t at, size_t cap, const char *s)
 
 static size_t put_u(char *buf, size_t at, size_t cap, uint64_t v)
 {
-    char tmp[24];
-    int i = sizeof tmp - 1;
-    tmp[i] = 0;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return put(buf, at, cap, tmp + i);
+    char tmp[ML_FMT_MAX];
+    ml_fmt_u64(tmp, v, 0);
+    return put(buf, at, cap, tmp);
 }
 
 /* `<prefix>.<pid>.<seq>.raw` into buf; the sequence keeps dumps of one pid apart (exec keeps the pid). */

@@ -57,13 +57,8 @@ void ml_out_path(struct ml_out *o, const char *s)
 
 void ml_out_u64(struct ml_out *o, uint64_t v)
 {
-    char tmp[24];
-    int i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+    char tmp[ML_FMT_MAX];
+    out_bytes(o, tmp, ml_fmt_u64(tmp, v, 0));
 }
 
 void ml_out_i64(struct ml_out *o, int64_t v)
@@ -78,15 +73,8 @@ void ml_out_i64(struct ml_out *o, int64_t v)
 
 void ml_out_hex(struct ml_out *o, uint64_t v)
 {
-    char tmp[20];
-    int i = sizeof tmp;
-    do {
-        tmp[--i] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    tmp[--i] = 'x';
-    tmp[--i] = '0';
-    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+    char tmp[ML_FMT_MAX];
+    out_bytes(o, tmp, ml_fmt_hex(tmp, v));
 }
 
 void ml_log(const char *msg)

@@ -182,6 +182,12 @@ void ml_modules_reset_lock(void);
 void ml_dump_lock(void);
 void ml_dump_unlock(void);
 
+/* fmt.c: digits without stdio or malloc. buf holds at least ML_FMT_MAX bytes; both return the length
+ * written (a NUL follows). ml_fmt_u64 pads with zeros to `width` digits (0: no padding, width < 21). */
+#define ML_FMT_MAX 24
+size_t ml_fmt_u64(char *buf, uint64_t v, int width);
+size_t ml_fmt_hex(char *buf, uint64_t v); /* "0x…" */
+
 /* out.c: a small buffered writer for dumps and log lines (no stdio, no malloc) */
 struct ml_out { int fd; int err; size_t n; char buf[4096]; };
 void ml_out_str(struct ml_out *o, const char *s);
