@@ -29,19 +29,23 @@ pub fn reference_allocators() -> Vec<&'static str> {
         .collect()
 }
 
-/// The cache base and, below it, the directory of this build's artifacts.
-fn cache_dirs() -> (PathBuf, PathBuf) {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+/// The cache base, whether it is memlens's own fallback in /tmp, and below it the directory of this
+/// build's artifacts.
+fn cache_dirs() -> (PathBuf, bool, PathBuf) {
+    let chosen = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME")
                 .filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
-        })
+        });
+    let fallback = chosen.is_none();
+    // SAFETY: geteuid has no preconditions.
+    let base = chosen
         .unwrap_or_else(|| PathBuf::from(format!("/tmp/memlens-{}", unsafe { libc::geteuid() })));
     let dir = base.join("memlens").join(CONTENT_HASH);
-    (base, dir)
+    (base, fallback, dir)
 }
 
 /// A directory we preload code from must be a real directory (not a symlink), ours, and writable by
@@ -86,13 +90,13 @@ pub fn path(name: &str) -> Result<PathBuf> {
     let Some((_, bytes)) = ARTIFACTS.iter().find(|(n, _)| *n == name) else {
         bail!("memlens was built without {name}");
     };
-    let (base, dir) = cache_dirs();
+    let (base, fallback, dir) = cache_dirs();
     if !base.exists() {
         fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
     }
     let mine = base.join("memlens");
     // /tmp/memlens-<uid> lives in a directory everybody may write to: check it too.
-    if base.starts_with("/tmp") {
+    if fallback {
         create_private_dir(&base)?;
         check_private_dir(&base)?;
     }
