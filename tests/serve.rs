@@ -32,7 +32,7 @@ static void touch(const char *name) {
     FILE *f = fopen(p, "w"); if (f) fclose(f);
 }
 static unsigned long checks, errors;
-static void *ring[512];
+static void *ring[4096]; /* ~10 MB live: a heap profile always has samples */
 
 __attribute__((noinline)) void *steady_alloc(size_t n) {
     unsigned char *p = malloc(n);
@@ -65,8 +65,8 @@ int main(int argc, char **argv) {
     for (unsigned i = 0; !exists("stop"); i++) {
         for (int k = 0; k < 64; k++, i++) {
             void *b = steady_alloc(1024 + (i % 13) * 256);
-            free(ring[i % 512]);
-            ring[i % 512] = b;
+            free(ring[i % 4096]);
+            ring[i % 4096] = b;
         }
         usleep(2000);
     }
@@ -403,17 +403,13 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     assert_eq!(e["interval"], 524288);
     assert_eq!(e["samples"], 0);
 
+    // The window (3 s) in the background; the heap and metrics read while it samples: an inactive
+    // process has no live sampled blocks to show (its ring of blocks is renewed in 0.1 s).
     let pp = tmp.path().join("pprof");
-    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=2", t.pid));
-    let top = go_pprof_top(&window, None, &pp);
-    assert!(top.contains("Type: alloc_space"), "{top}");
-    assert!(flat_has(&top, "steady_alloc"), "{top}");
-    assert!(top.contains(&format!("pid={}", t.pid)), "labels: {top}");
-    // Sampling was switched on for the window only.
-    let after = targets_json(&server);
-    assert_eq!(after[0]["active"], false, "{after:?}");
-    assert!(after[0]["samples"].as_u64().unwrap() > 0, "{after:?}");
-
+    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=3", t.pid));
+    let pp2 = pp.clone();
+    let scrape = std::thread::spawn(move || go_pprof_top(&window, None, &pp2));
+    std::thread::sleep(Duration::from_millis(1500));
     let heap = go_pprof_top(
         &server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
         None,
@@ -425,13 +421,22 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     let m = parse_prometheus(&curl(&server.url("/metrics")));
     assert_eq!(m["memlens_targets"][0].1, 1.0);
     assert!(metric(&m, "memlens_rss_bytes", t.pid) > 1e6);
-    assert!(metric(&m, "memlens_heap_inuse_bytes", t.pid) > 0.0);
+    assert!(metric(&m, "memlens_heap_inuse_bytes", t.pid) > 1e6);
     assert!(metric(&m, "memlens_samples_total", t.pid) > 0.0);
     assert_eq!(metric(&m, "memlens_dropped_samples_total", t.pid), 0.0);
-    assert_eq!(metric(&m, "memlens_sampling_active", t.pid), 0.0);
+    assert_eq!(metric(&m, "memlens_sampling_active", t.pid), 1.0);
     let labels = &m["memlens_rss_bytes"][0].0;
     assert_eq!(labels["service"], "serve_target");
     assert!(!labels["host"].is_empty());
+
+    let top = scrape.join().unwrap();
+    assert!(top.contains("Type: alloc_space"), "{top}");
+    assert!(flat_has(&top, "steady_alloc"), "{top}");
+    assert!(top.contains(&format!("pid={}", t.pid)), "labels: {top}");
+    // Sampling was switched on for the window only.
+    let after = targets_json(&server);
+    assert_eq!(after[0]["active"], false, "{after:?}");
+    assert!(after[0]["samples"].as_u64().unwrap() > 0, "{after:?}");
 
     let (code, out, err) = t.finish();
     assert_eq!((code, out.trim()), (0, "checks>0=1 errors=0"), "{err}");
