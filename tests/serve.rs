@@ -274,10 +274,13 @@ fn flat_has(top: &str, name: &str) -> bool {
     })
 }
 
+/// Parsed exposition: metric name → its series (labels, value).
+type Families = BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>;
+
 /// A validating parser of the Prometheus text format (0.0.4): every sample line is `name{labels}
 /// value` with a legal name, well-formed and escaped label values, a float value, a `# TYPE`
 /// declared before it, `_total` names for counters, and no series twice. Returns name → series.
-fn parse_prometheus(text: &str) -> BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>> {
+fn parse_prometheus(text: &str) -> Families {
     fn legal(name: &str) -> bool {
         let mut c = name.chars();
         c.next()
@@ -285,7 +288,7 @@ fn parse_prometheus(text: &str) -> BTreeMap<String, Vec<(BTreeMap<String, String
             && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == ':')
     }
     let mut types: BTreeMap<String, String> = BTreeMap::new();
-    let mut out: BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>> = BTreeMap::new();
+    let mut out = Families::new();
     let mut seen = HashSet::new();
     assert!(text.ends_with('\n'), "exposition must end with a newline");
     for line in text.lines() {
@@ -362,7 +365,7 @@ fn parse_prometheus(text: &str) -> BTreeMap<String, Vec<(BTreeMap<String, String
 }
 
 /// The value of `name` for `pid`.
-fn metric(m: &BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>, name: &str, pid: i32) -> f64 {
+fn metric(m: &Families, name: &str, pid: i32) -> f64 {
     m.get(name)
         .and_then(|s| {
             s.iter()
