@@ -405,6 +405,15 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     assert_eq!(e["active"], false);
     assert_eq!(e["interval"], 524288);
     assert_eq!(e["samples"], 0);
+    // The same process as a scrape target (Prometheus HTTP SD, for Alloy and Parca).
+    let sd: serde_json::Value = serde_json::from_str(&curl(&server.url("/sd"))).unwrap();
+    assert_eq!(
+        sd[0]["targets"][0],
+        format!("127.0.0.1:{}", server.port),
+        "{sd}"
+    );
+    assert_eq!(sd[0]["labels"]["__param_pid"], t.pid.to_string(), "{sd}");
+    assert_eq!(sd[0]["labels"]["service_name"], "serve_target", "{sd}");
 
     // The window (3 s) in the background; the heap and metrics read while it samples: an inactive
     // process has no live sampled blocks to show (its ring of blocks is renewed in 0.1 s).

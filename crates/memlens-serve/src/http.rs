@@ -98,10 +98,11 @@ const INDEX: &str = "memlens serve: pprof endpoints of processes running under m
   GET /debug/pprof/allocs?pid=PID&seconds=N    allocations made in the next N seconds
   GET /targets                                 the processes (JSON)
   GET /metrics                                 heap, RSS and sampling counters (Prometheus text)
+  GET /sd                                      the processes as scrape targets (Prometheus HTTP SD)
 ";
 
-/// Answer one request.
-pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str) -> Reply {
+/// Answer one request. `authority` is how the client reached us (its Host header), for `/sd`.
+pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str, authority: &str) -> Reply {
     if method != "GET" && method != "HEAD" {
         return Reply::error(405, &format!("method {method} not allowed (use GET)"));
     }
@@ -116,6 +117,11 @@ pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str) -> Reply {
                 Ok(j) => Reply::text(200, "application/json", j + "\n"),
                 Err(e) => Reply::error(500, &format!("cannot encode the targets: {e}")),
             }
+        }
+        "/sd" => {
+            let list = metrics::all_facts(cfg.only, cfg.service());
+            let sd = metrics::service_discovery(&list, authority, &cfg.host);
+            Reply::text(200, "application/json", sd.to_string() + "\n")
         }
         "/metrics" => {
             let list = metrics::all_facts(cfg.only, cfg.service());
@@ -241,7 +247,7 @@ mod tests {
         let p = Profiler::new().unwrap();
         let c = cfg(None);
         let r = |url: &str| {
-            let r = handle(&c, &p, "GET", url);
+            let r = handle(&c, &p, "GET", url, "h:1");
             (r.status, String::from_utf8(r.body).unwrap())
         };
         assert_eq!(r("/debug/pprof/heap").0, 400);
@@ -253,10 +259,10 @@ mod tests {
         // pid 2^31-1 does not exist.
         let (st, body) = r("/debug/pprof/heap?pid=2147483647");
         assert_eq!((st, body.lines().count()), (404, 1), "{body}");
-        assert_eq!(handle(&c, &p, "POST", "/metrics").status, 405);
+        assert_eq!(handle(&c, &p, "POST", "/metrics", "h:1").status, 405);
         let only = cfg(Some(7));
         assert_eq!(
-            handle(&only, &p, "GET", "/debug/pprof/heap?pid=8").status,
+            handle(&only, &p, "GET", "/debug/pprof/heap?pid=8", "h:1").status,
             404
         );
     }

@@ -34,7 +34,8 @@ const EXAMPLE: &str = "Example:
 
 Endpoints: /debug/pprof/heap?pid=PID (live heap now), /debug/pprof/allocs?pid=PID[&seconds=N]
 (allocations; with seconds, those of the next N seconds: sampling is switched on for the window if
-it was off, and off again after), /targets (JSON), /metrics (Prometheus text). Only processes of
+it was off, and off again after), /targets (JSON), /metrics (Prometheus text), /sd (the processes
+as scrape targets for Alloy's discovery.http or Parca's http_sd_configs). Only processes of
 the server's own user are shown (others get 403), whatever its uid.";
 
 /// Serve pprof endpoints of the processes running under memlens (for Pyroscope, Parca, go tool pprof)
@@ -116,6 +117,7 @@ impl Endpoint {
     /// Serve until `keep_going` says stop (checked every second); each request in its own thread.
     pub fn run(self, keep_going: impl Fn() -> bool) {
         let in_flight = Arc::new(AtomicUsize::new(0));
+        let addr = self.addr();
         while keep_going() {
             let req = match self.server.recv_timeout(Duration::from_secs(1)) {
                 Ok(Some(r)) => r,
@@ -131,11 +133,18 @@ impl Endpoint {
                 continue;
             }
             let (cfg, prof, n) = (self.cfg.clone(), self.prof.clone(), in_flight.clone());
+            let addr = addr.clone();
             let spawned = std::thread::Builder::new()
                 .name("memlens-serve".into())
                 .spawn(move || {
                     let method = req.method().as_str().to_string();
-                    let reply = http::handle(&cfg, &prof, &method, req.url());
+                    let authority = req
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv("Host"))
+                        .map(|h| h.value.as_str().to_string())
+                        .unwrap_or_else(|| addr.clone());
+                    let reply = http::handle(&cfg, &prof, &method, req.url(), &authority);
                     n.fetch_sub(1, Ordering::SeqCst);
                     respond(req, reply);
                 });

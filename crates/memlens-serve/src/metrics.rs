@@ -9,6 +9,27 @@ pub fn all_facts(only: Option<i32>, service: Option<&str>) -> Vec<Facts> {
         .collect()
 }
 
+/// The processes as Prometheus HTTP service discovery (`[{"targets": [...], "labels": {...}}]`):
+/// one target per process, this server at `authority`, `__param_pid` making the scraper add
+/// `?pid=PID` to every profile path, and `service_name` naming the series in Pyroscope.
+pub fn service_discovery(facts: &[Facts], authority: &str, host: &str) -> serde_json::Value {
+    let list: Vec<serde_json::Value> = facts
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "targets": [authority],
+                "labels": {
+                    "__param_pid": f.pid.to_string(),
+                    "service_name": f.service,
+                    "pid": f.pid.to_string(),
+                    "host": host,
+                },
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list)
+}
+
 /// A label value in the exposition format: backslash, double quote and newline escaped.
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
