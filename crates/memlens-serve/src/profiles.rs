@@ -126,9 +126,11 @@ impl Drop for OpenWindow {
     }
 }
 
-/// `new − base`, stack by stack (stacks are the same addresses in both dumps of one process), as
-/// Go computes `allocs?seconds=N`: what was allocated in between, and how the live heap changed.
-/// Stacks with no change are left out.
+/// The profile of a window: `new − base` of the cumulative values (what was allocated in between),
+/// stack by stack (stacks are the same addresses in both dumps of one process), and the live heap
+/// as it is at the end of the window, as Grafana's godeltaprof does for Go: a live heap has no
+/// "delta" a backend could add up, and Pyroscope averages inuse values over time. Stacks with
+/// nothing allocated in the window and nothing live are left out.
 pub fn delta(base: &Profile, new: &Profile) -> Profile {
     let key = |p: &Profile, s: &memlens_profile::model::Sample| -> Vec<u64> {
         s.locations
@@ -156,7 +158,8 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
         let (vals, n) = before.remove(&key(new, s)).unwrap_or(([0.0; 4], 0));
         let mut d = s.clone();
         let mut v = s.values();
-        for (x, b) in v.iter_mut().zip(vals) {
+        // alloc_objects and alloc_space are cumulative; inuse_* stay as they are now.
+        for (x, b) in v.iter_mut().zip(vals).take(2) {
             *x -= b;
         }
         if v.iter().all(|x| x.abs() < 0.5) {
@@ -247,8 +250,9 @@ mod tests {
     }
 
     #[test]
-    fn delta_keeps_only_what_changed() {
-        // Location ids differ between the two dumps; addresses match the stacks.
+    fn window_holds_new_allocations_and_the_live_heap_now() {
+        // Location ids differ between the two dumps; addresses match the stacks. 0x20 allocated
+        // nothing in between and holds nothing live: left out.
         let base = profile(&[
             (0x10, [1.0, 100.0, 1.0, 100.0]),
             (0x20, [2.0, 64.0, 0.0, 0.0]),
@@ -267,7 +271,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("f16".to_string(), [2.0, 200.0, 1.0, 100.0]),
+                ("f16".to_string(), [2.0, 200.0, 2.0, 200.0]),
                 ("f48".to_string(), [1.0, 8.0, 1.0, 8.0]),
             ]
         );
