@@ -541,6 +541,39 @@ fn bad_requests_and_other_users_processes_are_refused() {
         assert_eq!(body.lines().count(), 1, "{path}: {body}");
         assert!(body.contains(reason), "{path}: {body}");
     }
+    // The command line's own refusals: one line, exit 2 for usage, 1 for a process we cannot serve.
+    let me_s = me.to_string();
+    for (args, code, why) in [
+        (
+            vec!["--pid", "2147483647"],
+            1,
+            "no process with PID 2147483647",
+        ),
+        (vec!["--pid", &me_s], 1, "not running under memlens"),
+        (vec!["--pid", "x"], 2, "'x' is not a process id"),
+        (vec!["--label", "pid=3"], 2, "pid is set by memlens"),
+        (vec!["--label", "noequals"], 2, "bad --label 'noequals'"),
+    ]
+    .into_iter()
+    .map(|(mut a, c, w)| {
+        a.extend(["--listen", "127.0.0.1:0"]);
+        (a, c, w)
+    })
+    .chain([(
+        vec!["--listen", "nowhere"],
+        2,
+        "bad listen address 'nowhere'",
+    )]) {
+        let o = memlens()
+            .arg("serve")
+            .args(&args)
+            .env("MEMLENS_CTL_DIR", &ctl)
+            .output()
+            .unwrap();
+        assert_one_line_error(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc_geteuid() } != 0 {
         eprintln!("skipped the other-user case: needs root to run a program as uid 65534");
@@ -701,7 +734,16 @@ fn load_20_clients_3_processes() {
                     let took = t0.elapsed();
                     assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
                     if kind.starts_with("heap") || kind.starts_with("allocs") {
-                        assert!(body.starts_with(&[0x1f, 0x8b]), "{path}: not gzip");
+                        // A whole profile, of the process asked for (its label comment).
+                        let mut raw = Vec::new();
+                        flate2::read::GzDecoder::new(&body[..])
+                            .read_to_end(&mut raw)
+                            .unwrap_or_else(|e| panic!("{path}: not a whole gzip stream: {e}"));
+                        let mark = format!("memlens serve: service=serve_target pid={pid} ");
+                        assert!(
+                            raw.windows(mark.len()).any(|w| w == mark.as_bytes()),
+                            "{path}: no '{mark}'"
+                        );
                     }
                     stats.entry(kind).or_default().push(took);
                     n += 7;

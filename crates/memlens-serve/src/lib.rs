@@ -201,10 +201,10 @@ fn announce(addr: &str, only: Option<i32>) {
 /// The whole `memlens serve`. With `--pid`, it ends when that process does.
 pub fn run_serve(a: ServeArgs) -> Result<i32> {
     let only = a.pid.as_deref().map(parse_pid).transpose()?;
-    let ep = Endpoint::bind(&a.listen, only, &a.labels)?;
     if let Some(p) = only {
         targets::resolve(p).map_err(|r| anyhow!("{}", r.reason))?;
     }
+    let ep = Endpoint::bind(&a.listen, only, &a.labels)?;
     announce(&ep.addr(), only);
     let alive = move || only.is_none_or(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
     ep.run(alive);
