@@ -672,6 +672,46 @@ fn run_serve_serves_its_program() {
     assert!(dir.join("exit.pb.gz").exists());
 }
 
+/// `memlens serve --pid` serves one process at the bare paths with the labels given, and ends with it.
+#[test]
+fn serve_pid_uses_bare_paths_and_labels_and_ends_with_its_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ctl = ctl_dir(tmp.path());
+    let prog = program(tmp.path());
+    let t = Target::start(&ctl, &tmp.path().join("a"), &prog, "steady", &[]);
+    let pid = t.pid.to_string();
+    let mut server = Server::start(
+        &ctl,
+        &[
+            "--pid",
+            &pid,
+            "--label",
+            "service=orders",
+            "--label",
+            "env=prod",
+        ],
+    );
+    let (st, body) = server.get("/debug/pprof/allocs");
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    let f = tmp.path().join("allocs.pb.gz");
+    std::fs::write(&f, body).unwrap();
+    let top = go_pprof_top(f.to_str().unwrap(), None, &tmp.path().join("pprof"));
+    assert!(top.contains(&format!("service=orders pid={pid} ")), "{top}");
+    assert!(top.contains("env=prod"), "{top}");
+    let m = parse_prometheus(&curl(&server.url("/metrics")));
+    let l = &m["memlens_rss_bytes"][0].0;
+    assert_eq!(
+        (l["service"].as_str(), l["env"].as_str()),
+        ("orders", "prod")
+    );
+    assert_eq!(l["pid"], pid);
+    let (code, _, err) = t.finish();
+    assert_eq!(code, 0, "{err}");
+    wait_for("the server to end with its process", 10, || {
+        matches!(server.child.try_wait(), Ok(Some(_)))
+    });
+}
+
 /// Load: 20 concurrent clients scrape 3 processes (every endpoint, windows included), plus a client
 /// that never sends its request and clients that vanish mid-window. No error, every process still
 /// answers, is left inactive as found, and its own output is unchanged.

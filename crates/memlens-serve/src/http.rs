@@ -29,6 +29,15 @@ impl Config {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The `--label`s other than service.
+    fn extra_labels(&self) -> Vec<(String, String)> {
+        self.labels
+            .iter()
+            .filter(|(k, _)| k != "service")
+            .cloned()
+            .collect()
+    }
+
     /// Labels of `t`'s profiles: service, pid, host, then the extra `--label`s.
     fn labels_for(&self, t: &Target) -> Vec<(String, String)> {
         let service = self
@@ -40,7 +49,7 @@ impl Config {
             ("pid".to_string(), t.pid.to_string()),
             ("host".to_string(), self.host.clone()),
         ];
-        l.extend(self.labels.iter().filter(|(k, _)| k != "service").cloned());
+        l.extend(self.extra_labels());
         l
     }
 }
@@ -128,7 +137,7 @@ pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str, authority:
             Reply::text(
                 200,
                 "text/plain; version=0.0.4; charset=utf-8",
-                metrics::prometheus(&list, &cfg.host),
+                metrics::prometheus(&list, &cfg.host, &cfg.extra_labels()),
             )
         }
         _ => Reply::error(

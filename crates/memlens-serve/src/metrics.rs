@@ -90,8 +90,13 @@ const METRICS: &[Metric] = &[
 ];
 
 /// The Prometheus text exposition of `facts`: one family per counter, one series per process
-/// (labels pid, service, host). A value the process did not report is left out, never invented.
-pub fn prometheus(facts: &[Facts], host: &str) -> String {
+/// (labels pid, service, host, then `extra`: the `--label`s other than service). A value the
+/// process did not report is left out, never invented.
+pub fn prometheus(facts: &[Facts], host: &str, extra: &[(String, String)]) -> String {
+    let more: String = extra
+        .iter()
+        .map(|(k, v)| format!(",{k}=\"{}\"", escape(v)))
+        .collect();
     let mut s = String::new();
     s += "# HELP memlens_targets Processes running under memlens that this server shows.\n";
     s += "# TYPE memlens_targets gauge\n";
@@ -104,7 +109,7 @@ pub fn prometheus(facts: &[Facts], host: &str) -> String {
         for f in facts {
             if let Some(v) = (m.value)(f) {
                 s += &format!(
-                    "{}{{pid=\"{}\",service=\"{}\",host=\"{}\"}} {v}\n",
+                    "{}{{pid=\"{}\",service=\"{}\",host=\"{}\"{more}}} {v}\n",
                     m.name,
                     f.pid,
                     escape(&f.service),
@@ -136,9 +141,13 @@ mod tests {
             rss_bytes: Some(4096),
             error: None,
         };
-        let t = prometheus(&[f], "h");
-        assert!(t.contains("memlens_rss_bytes{pid=\"12\",service=\"a\\\"b\",host=\"h\"} 4096\n"));
-        assert!(t.contains("memlens_sampling_active{pid=\"12\",service=\"a\\\"b\",host=\"h\"} 0\n"));
+        let t = prometheus(&[f], "h", &[("env".into(), "prod".into())]);
+        assert!(t.contains(
+            "memlens_rss_bytes{pid=\"12\",service=\"a\\\"b\",host=\"h\",env=\"prod\"} 4096\n"
+        ));
+        assert!(t.contains(
+            "memlens_sampling_active{pid=\"12\",service=\"a\\\"b\",host=\"h\",env=\"prod\"} 0\n"
+        ));
         assert!(!t.contains("memlens_heap_inuse_bytes{"), "{t}");
         assert!(t.contains("memlens_targets 1\n"));
     }
