@@ -415,13 +415,16 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     assert_eq!(sd[0]["labels"]["__param_pid"], t.pid.to_string(), "{sd}");
     assert_eq!(sd[0]["labels"]["service_name"], "serve_target", "{sd}");
 
-    // The window (3 s) in the background; the heap and metrics read while it samples: an inactive
+    // The window (5 s) in the background; the heap and metrics read while it samples: an inactive
     // process has no live sampled blocks to show (its ring of blocks is renewed in 0.1 s).
     let pp = tmp.path().join("pprof");
-    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=3", t.pid));
+    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=5", t.pid));
     let pp2 = pp.clone();
     let scrape = std::thread::spawn(move || go_pprof_top(&window, None, &pp2));
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_for("the window to switch sampling on", 20, || {
+        targets_json(&server)[0]["active"] == true
+    });
+    std::thread::sleep(Duration::from_millis(500));
     let heap = go_pprof_top(
         &server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
         None,
@@ -468,8 +471,10 @@ fn the_window_holds_only_allocations_made_inside_it() {
     let port = server.port;
     let pid = t.pid;
     let req =
-        std::thread::spawn(move || get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=2")));
-    std::thread::sleep(Duration::from_millis(700));
+        std::thread::spawn(move || get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=4")));
+    // The window's first dump takes a fraction of a second; phase B (milliseconds) starts well after
+    // it and ends well before the window does.
+    std::thread::sleep(Duration::from_millis(1500));
     std::fs::write(dir.join("go"), "").unwrap();
     wait_for("phase B", 20, || dir.join("b-done").exists());
     let (status, body) = req.join().unwrap();
