@@ -279,6 +279,7 @@ static void do_status(struct buf *r)
     put_kv(r, "stacks", s.stacks);
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);
+    put_kv(r, "inuse_bytes", s.inuse_bytes);
 }
 
 static void do_start(const char *arg, struct buf *r)
