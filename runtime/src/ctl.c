@@ -12,7 +12,7 @@
  *                                                      socket directory; the CLI moves it out)
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
- *                           dropped_bytes=N
+ *                           inuse_bytes=N dropped_bytes=N
  *     anything else      -> error …
  *
  * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
@@ -305,6 +305,7 @@ static void do_status(struct buf *r)
     put_kv(r, "stacks", s.stacks);
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);
+    put_kv(r, "inuse_bytes", s.inuse_bytes);
     put_kv(r, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
 }
 

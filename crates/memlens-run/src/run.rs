@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (growth.rs)
     #[command(flatten)]
     pub live: crate::growth::LiveArgs,
+    /// Also serve the program's pprof endpoints (/debug/pprof/heap, /debug/pprof/allocs, /metrics)
+    /// on HOST:PORT while it runs, as `memlens serve --pid` does
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -352,9 +356,20 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
     Ok(written)
 }
 
+/// `--serve`: binds the endpoint (so a bad address fails before the program starts) and returns
+/// what starts serving the program's pid. Installed by the binary: the server crate depends on
+/// this one, not the reverse.
+pub type ServeHook = fn(&str) -> Result<Box<dyn FnOnce(i32) + Send>>;
+pub static SERVE_HOOK: std::sync::OnceLock<ServeHook> = std::sync::OnceLock::new();
+
 /// The whole `memlens run`.
 pub fn run_run(args: RunArgs) -> Result<i32> {
     let live = args.live.plan()?;
+    let serve = match (&args.serve, SERVE_HOOK.get()) {
+        (Some(addr), Some(bind)) => Some(bind(addr)?),
+        (Some(_), None) => anyhow::bail!("--serve is not available in this build"),
+        (None, _) => None,
+    };
     let env: Vec<(&str, String)> = live
         .active_env()
         .map(|v| ("MEMLENS_ACTIVE", v.to_string()))
@@ -374,6 +389,9 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
+    if let Some(start) = serve {
+        start(launch.pid as i32);
+    }
     let watcher = crate::growth::Watcher::spawn(&live, launch.pid as i32, &main_out);
     let status = wait(&mut launch, &mut |_| Ok(()));
     watcher.finish();

@@ -12,6 +12,7 @@ Examples:
   memlens run -- ./server --port 8080        profile a program, write memlens.server.<pid>.pb.gz
   memlens report memlens.server.1234.pb.gz   top allocating stacks and functions
   memlens ctl 1234 start                     switch profiling on in a running process
+  memlens serve                              pprof endpoints for Pyroscope / Parca to scrape
   memlens study                              what profiling costs, by sampling interval
   memlens bench alloc --sizes 128,1K         which allocator scales for a pattern
   memlens bench latency                      latency of each level of the memory hierarchy
@@ -30,6 +31,8 @@ enum Cmd {
     Run(memlens_run::RunArgs),
     /// Control a process running under the memlens runtime (start, stop, dump, reset, status)
     Ctl(memlens_run::CtlArgs),
+    /// Serve pprof endpoints of the processes under memlens, for Pyroscope, Parca, go tool pprof
+    Serve(memlens_serve::ServeArgs),
     /// Show the top allocating stacks and functions of a profile
     Report(memlens_profile::ReportArgs),
     /// What grew between two profiles, per stack and per function
@@ -81,6 +84,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
     match cmd {
         Cmd::Run(a) => memlens_run::run_run(a),
         Cmd::Ctl(a) => memlens_run::run_ctl(a),
+        Cmd::Serve(a) => memlens_serve::run_serve(a),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
         Cmd::Study(a) => memlens_study::run_study(a),
@@ -158,6 +162,10 @@ fn main() -> ExitCode {
     if std::env::var_os("MEMLENS_DEBUG_PANIC").is_some() {
         panic!("MEMLENS_DEBUG_PANIC is set");
     }
+    // `memlens run --serve` starts the endpoint of `memlens serve` (a crate that depends on run's).
+    memlens_run::run::SERVE_HOOK
+        .set(memlens_serve::serve_run)
+        .ok();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
