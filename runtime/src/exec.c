@@ -11,8 +11,6 @@
 
 #include "rt.h"
 
-#define MAX_ARGS 4096
-
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
@@ -116,50 +114,62 @@ ML_EXPORT int execvp(const char *file, char *const argv[])
     return execvpe(file, argv, environ);
 }
 
-/* The execl family: collect the variadic arguments into an array on the stack. */
-static int collect(const char *arg0, va_list ap, char **argv)
+/* The execl family: count the variadic arguments, then collect them into an array of exactly that
+ * size on the stack, as glibc does (a fixed array would cost 32 KiB of stack, too much for a
+ * sigaltstack, and cap the count). */
+static size_t count_args(const char *arg0, va_list ap)
 {
-    int n = 0;
-    argv[n++] = (char *)arg0;
-    while (argv[n - 1]) {
-        if (n == MAX_ARGS) {
-            errno = E2BIG;
-            return -1;
-        }
-        argv[n++] = va_arg(ap, char *);
-    }
-    return n;
+    size_t n = 1;
+    for (const char *a = arg0; a; a = va_arg(ap, const char *))
+        n++;
+    return n; /* the NULL included */
+}
+
+static void collect(const char *arg0, va_list ap, char **argv, size_t n)
+{
+    argv[0] = (char *)arg0;
+    for (size_t i = 1; i < n; i++)
+        argv[i] = va_arg(ap, char *);
 }
 
 ML_EXPORT int execl(const char *file, const char *arg, ...)
 {
     extern char **environ;
-    char *argv[MAX_ARGS];
     va_list ap;
     va_start(ap, arg);
-    int n = collect(arg, ap, argv);
+    size_t n = count_args(arg, ap);
     va_end(ap);
-    return n < 0 ? -1 : execve(file, argv, environ);
+    char *argv[n];
+    va_start(ap, arg);
+    collect(arg, ap, argv, n);
+    va_end(ap);
+    return execve(file, argv, environ);
 }
 
 ML_EXPORT int execlp(const char *file, const char *arg, ...)
 {
     extern char **environ;
-    char *argv[MAX_ARGS];
     va_list ap;
     va_start(ap, arg);
-    int n = collect(arg, ap, argv);
+    size_t n = count_args(arg, ap);
     va_end(ap);
-    return n < 0 ? -1 : execvpe(file, argv, environ);
+    char *argv[n];
+    va_start(ap, arg);
+    collect(arg, ap, argv, n);
+    va_end(ap);
+    return execvpe(file, argv, environ);
 }
 
 ML_EXPORT int execle(const char *file, const char *arg, ...)
 {
-    char *argv[MAX_ARGS];
     va_list ap;
     va_start(ap, arg);
-    int n = collect(arg, ap, argv);
-    char *const *envp = n < 0 ? NULL : va_arg(ap, char *const *);
+    size_t n = count_args(arg, ap);
     va_end(ap);
-    return n < 0 ? -1 : execve(file, argv, envp);
+    char *argv[n];
+    va_start(ap, arg);
+    collect(arg, ap, argv, n);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(file, argv, envp);
 }
