@@ -71,11 +71,10 @@ static void capture(struct module *m, struct dl_phdr_info *info)
         }
     }
     const char *name = info->dlpi_name;
-    char exe[sizeof m->path];
-    if (!name || !*name) {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        exe[n > 0 ? n : 0] = 0;
-        name = exe;
+    if (!name || !*name) { /* the main program: read its path straight into the record */
+        ssize_t n = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
+        m->path[n > 0 ? n : 0] = 0;
+        return;
     }
     size_t len = strlen(name);
     if (len >= sizeof m->path)
@@ -124,7 +123,7 @@ static int write_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct write_ctx *c = arg;
-    struct module m;
+    static struct module m; /* only dumps come here, one at a time (dump lock): off the stack */
     capture(&m, info);
     if (!m.nseg)
         return 0;
