@@ -464,6 +464,25 @@ fn range_reuses_space_and_reports_what_it_drops() {
     );
 }
 
+/// 3. Every path of the range (classes, page runs, in-place resize, retained and reused pages,
+///    calloc of reused memory) under random malloc/calloc/realloc/posix_memalign/free on 4 threads,
+///    each block's content checked.
+#[test]
+fn range_torture_keeps_every_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "range_torture");
+    for iv in ["4K", "64K", "512K"] {
+        let o = memlens_run(
+            tmp.path(),
+            &tmp.path().join(format!("t{iv}.pb.gz")),
+            &["--interval", iv],
+            &[p.to_str().unwrap(), "3000"],
+        );
+        assert!(o.status.success(), "{iv}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(stdout(&o).trim(), "ok", "{iv}");
+    }
+}
+
 /// 3 (and the fault-injection case). Under `ulimit -v` the runtime must not take the program's
 /// address space (the old 64 GiB reservation did), and when its own mappings fail the program goes
 /// on and one line says that profiling stopped.

@@ -4,8 +4,10 @@
  * Layout: [boot arena | pages...], managed in 4 KiB pages by a bitmap (bit set = page in use):
  *   - large blocks (more than SMALL_MAX with the header) take a run of whole pages, first fit. Free
  *     neighbours merge by construction (a run is just clear bits) and a run is split by taking only
- *     what is needed; freed pages go back to the kernel (MADV_DONTNEED), so a large chunk is always
- *     zero when handed out and calloc never writes it;
+ *     what is needed. Freed pages stay resident up to RETAIN (a program that frees and allocates big
+ *     buffers in a loop would otherwise fault every page in again, which it does not do over its own
+ *     allocator); beyond that they go back to the kernel (MADV_DONTNEED). A second bitmap marks the
+ *     retained, dirty pages: calloc clears those and only those, so a sparse calloc stays sparse;
  *   - small blocks come from size classes a quarter of a power of two apart (at most 25% slack),
  *     carved from slabs of pages and recycled through per-class free lists.
  * A large block can grow and shrink in place (realloc), when the pages after it are free.
@@ -43,6 +45,9 @@ static uintptr_t committed;   /* bytes from the base that are read-write */
 static uintptr_t limit = RANGE_SIZE; /* bytes the range may grow to */
 static int grow_mode;         /* nothing reserved ahead: map on demand */
 static uint64_t used[NPAGES / 64];
+static uint64_t dirty[NPAGES / 64]; /* free pages that hold old data (retained, not given back) */
+static uintptr_t retained;          /* how many */
+#define RETAIN ((64u << 20) / PAGE)
 static uintptr_t hiwater;     /* page index past the highest page ever used */
 static uintptr_t lowfree;     /* no free page below this index */
 static void *free_list[NSMALL];
@@ -61,18 +66,45 @@ void ml_range_lock(void)
 void ml_range_unlock(void) { ml_spin_unlock(&lock); }
 void ml_range_reset_lock(void) { atomic_store(&lock, 0); }
 
-/* Set (on) or clear n bits from page `from`, a word at a time (a 4 GiB block is 2^20 pages). */
-static void mark(uintptr_t from, uintptr_t n, int on)
+/* Set (on) or clear n bits of map from page `from`, a word at a time (a 4 GiB block is 2^20
+ * pages). */
+static void set_bits(uint64_t *map, uintptr_t from, uintptr_t n, int on)
 {
     while (n) {
         uintptr_t bit = from % 64, k = 64 - bit < n ? 64 - bit : n;
         uint64_t m = (k == 64 ? ~0ull : (1ull << k) - 1) << bit;
         if (on)
-            used[from / 64] |= m;
+            map[from / 64] |= m;
         else
-            used[from / 64] &= ~m;
+            map[from / 64] &= ~m;
         from += k;
         n -= k;
+    }
+}
+
+static void mark(uintptr_t from, uintptr_t n, int on) { set_bits(used, from, n, on); }
+
+/* Pages [from, from+n) were just taken: they are no longer retained; with `zero`, the dirty ones
+ * are cleared (the others are zero already). Lock held. */
+static void claim(uintptr_t from, uintptr_t n, int zero)
+{
+    if (!retained)
+        return;
+    for (uintptr_t i = from; i < from + n;) {
+        uint64_t w = dirty[i / 64] >> (i % 64);
+        if (!w) {
+            i += 64 - i % 64;
+            continue;
+        }
+        if (!(w & 1)) {
+            i += (uintptr_t)__builtin_ctzll(w); /* to the next dirty page */
+            continue;
+        }
+        dirty[i / 64] &= ~(1ull << (i % 64));
+        retained--;
+        if (zero)
+            memset((void *)(ml_range_base + i * PAGE), 0, PAGE);
+        i++;
     }
 }
 
@@ -179,32 +211,42 @@ static int commit(uintptr_t end)
     return 0;
 }
 
-/* First fit: the lowest run of n free pages; marks it used. Page index or 0. Lock held. */
+/* First fit: the lowest run of n free pages; marks it used. Page index or 0. Lock held. The bitmap
+ * is read a word at a time: used pages and free runs are skipped with a count of trailing zeros. */
 static uintptr_t pages_get(uintptr_t n)
 {
-    uintptr_t max = limit / PAGE, start = lowfree, run = 0;
-    for (uintptr_t i = lowfree; i < hiwater && run < n; i++) {
-        uint64_t w = used[i / 64];
-        if (w == ~0ull && i % 64 == 0) { /* a full word: skip it */
-            i += 63;
-            run = 0;
-            start = i + 1;
+    uintptr_t max = limit / PAGE, start = hiwater, i = lowfree;
+    while (i < hiwater) {
+        uint64_t f = ~used[i / 64] >> (i % 64); /* free pages from i on, in this word */
+        if (!f) {
+            i = (i | 63) + 1;
             continue;
         }
-        if (w & (1ull << (i % 64))) {
-            run = 0;
-            start = i + 1;
-        } else {
-            run++;
+        i += (uintptr_t)__builtin_ctzll(f);
+        if (i >= hiwater)
+            break;
+        uintptr_t s = i;
+        int ended = 0; /* the run met a used page */
+        while (i < hiwater && i - s < n) {
+            uint64_t u = used[i / 64] >> (i % 64);
+            if (u) {
+                i += (uintptr_t)__builtin_ctzll(u);
+                ended = 1;
+                break;
+            }
+            i = (i | 63) + 1;
+        }
+        if (i - s >= n || !ended) { /* long enough, or free up to the high-water mark */
+            start = s;
+            break;
         }
     }
-    if (run < n) { /* extend past the high-water mark */
-        if (start + n > max || start + n < start)
-            return 0;
+    if (start + n > max || start + n < start)
+        return 0;
+    if (start + n > hiwater) { /* extend past the high-water mark */
         if (commit((start + n) * PAGE) != 0)
             return 0;
-        if (start + n > hiwater)
-            hiwater = start + n;
+        hiwater = start + n;
     }
     mark(start, n, 1);
     if (start == lowfree)
@@ -214,7 +256,12 @@ static uintptr_t pages_get(uintptr_t n)
 
 static void pages_put(uintptr_t first, uintptr_t n)
 {
-    madvise((void *)(ml_range_base + first * PAGE), n * PAGE, MADV_DONTNEED);
+    if (retained + n <= RETAIN) {
+        set_bits(dirty, first, n, 1);
+        retained += n;
+    } else {
+        madvise((void *)(ml_range_base + first * PAGE), n * PAGE, MADV_DONTNEED);
+    }
     mark(first, n, 0);
     if (first < lowfree)
         lowfree = first;
@@ -245,6 +292,7 @@ static uintptr_t small_get(unsigned c, size_t size, int *dirty)
         uintptr_t pg = pages_get(SLAB / PAGE);
         if (!pg)
             return 0;
+        claim(pg, SLAB / PAGE, 1); /* carved chunks count as fresh: zero */
         carve[c] = ml_range_base + pg * PAGE;
         carve_end[c] = carve[c] + SLAB;
     }
@@ -270,6 +318,8 @@ void *ml_range_alloc(size_t size, size_t align, int zero)
         chunk = small_get(c, cap, &dirty);
     } else {
         uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n);
+        if (pg)
+            claim(pg, n, zero);
         chunk = pg ? ml_range_base + pg * PAGE : 0;
         cap = n * PAGE;
     }
@@ -315,8 +365,10 @@ int ml_range_resize(void *p, size_t size)
             if (ok)
                 hiwater = end;
         }
-        if (ok)
+        if (ok) {
             mark(first + have, want - have, 1);
+            claim(first + have, want - have, 0); /* realloc leaves new bytes undefined */
+        }
     } else if (want < have / 2) {
         pages_put(first + want, have - want); /* shrunk a lot: give the tail back */
     } else {
