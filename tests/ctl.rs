@@ -482,8 +482,16 @@ fn another_user_cannot_control_the_process() {
     let t0 = Instant::now();
     let sock = loop {
         if let Ok(p) = std::fs::read_to_string(dir.join("pid")) {
-            let s = sockdir.join(format!("{}.sock", p.trim()));
-            if s.exists() {
+            // `<pid>.<pidns>.sock`
+            let s = std::fs::read_dir(&sockdir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|s| {
+                    let n = s.file_name().unwrap().to_string_lossy().into_owned();
+                    n.starts_with(&format!("{}.", p.trim())) && n.ends_with(".sock")
+                });
+            if let Some(s) = s {
                 break (p.trim().to_string(), s);
             }
         }

@@ -609,11 +609,14 @@ fn bad_requests_and_other_users_processes_are_refused() {
     let mut pid = String::new();
     wait_for("the other user's program", 20, || {
         pid = std::fs::read_to_string(open.join("pid")).unwrap_or_default();
+        // `<pid>.<pidns>.sock`
         !pid.trim().is_empty()
-            && open
-                .join("ctl")
-                .join(format!("{}.sock", pid.trim()))
-                .exists()
+            && std::fs::read_dir(open.join("ctl")).is_ok_and(|d| {
+                d.flatten().any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(&format!("{}.", pid.trim())) && n.ends_with(".sock")
+                })
+            })
     });
     let pid = pid.trim();
     let (status, body) = server.get(&format!("/debug/pprof/heap?pid={pid}"));

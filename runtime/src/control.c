@@ -22,6 +22,7 @@ void ml_reset(void)
     ml_stacks_zero_alloc();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
+    atomic_store(&ml_cfg.dropped_bytes, 0);
     atomic_store(&ml_cfg.unwind_fallbacks, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
 }

@@ -70,6 +70,8 @@ pub struct Meta {
     /// Samples whose stack the dwarf unwinder handed to its fallback (libunwind or libgcc).
     pub unwind_fallbacks: u64,
     pub max_depth: u32,
+    /// Estimated bytes of the dropped samples (their weight times their size).
+    pub dropped_bytes: u64,
 }
 
 impl Meta {

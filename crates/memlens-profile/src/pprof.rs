@@ -289,7 +289,7 @@ fn labels(s: &Sample, samples_key: i64, count: i64, base_key: i64, yes: i64) -> 
 fn meta_comments(m: &Meta) -> Vec<String> {
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
-         truncated={} dropped={} unwind_fallbacks={} max_depth={} exe={}",
+         truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={} exe={}",
         m.pid,
         m.ppid,
         m.interval,
@@ -302,6 +302,7 @@ fn meta_comments(m: &Meta) -> Vec<String> {
         m.dropped,
         m.unwind_fallbacks,
         m.max_depth,
+        m.dropped_bytes,
         m.exe
     )]
 }
@@ -328,6 +329,7 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "samples" => m.samples = n(),
             "truncated" => m.truncated = n(),
             "dropped" => m.dropped = n(),
+            "dropped_bytes" => m.dropped_bytes = n(),
             "max_depth" => m.max_depth = n() as u32,
             _ => {}
         }
@@ -558,6 +560,7 @@ mod tests {
                 dropped: 1,
                 unwind_fallbacks: 0,
                 max_depth: 64,
+                dropped_bytes: 4096,
             },
             mappings: vec![Mapping {
                 start: 0x1000,

@@ -3,6 +3,10 @@
 //! Strict: every malformed line is an error naming the line number, and a dump without its final
 //! `end` line is "truncated" (the process died while writing it). Unknown `key value` lines in the
 //! header are skipped so that the runtime can add facts without breaking older readers.
+//!
+//! Paths (`exe`, `module`) are written by the runtime with control bytes and `\\` escaped as `\xHH`,
+//! so a file name with a newline cannot forge records; bytes that are not UTF-8 (in paths or
+//! the maps section) are read as U+FFFD instead of rejecting the dump.
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
@@ -62,14 +66,15 @@ pub struct RawDump {
 /// Read and parse a raw dump file.
 pub fn read(path: &Path) -> Result<RawDump> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        anyhow!(
-            "{}: not a memlens raw dump (invalid UTF-8 at byte {})",
-            path.display(),
-            e.valid_up_to()
-        )
-    })?;
-    parse(text).with_context(|| format!("{}", path.display()))
+    if !looks_raw(&bytes) {
+        bail!(
+            "{}: not a memlens raw dump (first line is not 'memlens-raw 1')",
+            path.display()
+        );
+    }
+    // A path that is not UTF-8 must not cost the whole profile: such bytes become U+FFFD.
+    let text = String::from_utf8_lossy(&bytes);
+    parse(&text).with_context(|| format!("{}", path.display()))
 }
 
 /// True when `bytes` start like a raw dump (used to pick the reader).
@@ -165,7 +170,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
     match key {
         "pid" => (m.pid, seen.pid) = (num(v, key)?, true),
         "ppid" => m.ppid = num(v, key)?,
-        "exe" => (m.exe, seen.exe) = (v.to_string(), true),
+        "exe" => (m.exe, seen.exe) = (unescape(v), true),
         "interval" => (m.interval, seen.interval) = (num(v, key)?, true),
         "unwinder" => m.unwinder = v.to_string(),
         "active" => m.active = num::<u8>(v, key)? != 0,
@@ -177,6 +182,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "dropped" => m.dropped = num(v, key)?,
         "unwind_fallbacks" => m.unwind_fallbacks = num(v, key)?,
         "max_depth" => m.max_depth = num(v, key)?,
+        "dropped_bytes" => m.dropped_bytes = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key
@@ -185,6 +191,39 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         _ => bail!("unrecognised record '{key}'"),
     }
     Ok(())
+}
+
+/// Undo the runtime's path escaping: `\xHH` is the byte HH (a control byte or `\\`).
+pub fn unescape(v: &str) -> String {
+    if !v.contains("\\x") {
+        return v.to_string();
+    }
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 2..i + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], b.get(i + 1), hex) {
+            (b'\\', Some(b'x'), Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A counter the runtime writes as u64, kept as i64 by the model: saturate rather than fail.
+fn counter(v: &str, what: &str) -> Result<i64> {
+    let n: u64 = num(v, what)?;
+    Ok(n.min(i64::MAX as u64) as i64)
 }
 
 fn num<T: std::str::FromStr>(v: &str, what: &str) -> Result<T> {
@@ -220,7 +259,7 @@ fn parse_module(rest: &str) -> Result<Module> {
         base: hex(base, "module base")?,
         build_id,
         loaded,
-        path: path.to_string(),
+        path: unescape(path),
         segments: Vec::new(),
     })
 }
@@ -245,8 +284,8 @@ fn parse_stack(rest: &str) -> Result<RawStack> {
     }
     Ok(RawStack {
         samples: num(f[0], "samples")?,
-        alloc_objects_fx: num(f[1], "alloc_objects_fx")?,
-        alloc_bytes: num(f[2], "alloc_bytes")?,
+        alloc_objects_fx: counter(f[1], "alloc_objects_fx")?,
+        alloc_bytes: counter(f[2], "alloc_bytes")?,
         inuse_objects_fx: num(f[3], "inuse_objects_fx")?,
         inuse_bytes: num(f[4], "inuse_bytes")?,
         flags: num(f[5], "flags")?,
@@ -344,6 +383,34 @@ end
         );
         assert!(format!("{:#}", parse("memlens-raw 7\nend\n").unwrap_err()).contains("version '7'"));
         assert!(format!("{:#}", parse("").unwrap_err()).contains("not a memlens raw dump"));
+    }
+
+    #[test]
+    fn escaped_and_non_utf8_paths_and_u64_counters() {
+        // A module whose name holds a newline and a forged record: one module, one stack.
+        let forged = GOOD.replace(
+            "/lib/with space.so",
+            "/lib/evil\\x0astack 1 1 1 1 1 0 0x1\\x5cx.so",
+        );
+        let d = parse(&forged).unwrap();
+        assert_eq!(d.modules[1].path, "/lib/evil\nstack 1 1 1 1 1 0 0x1\\x.so");
+        assert_eq!(d.stacks.len(), 2);
+        // Counters above i64::MAX saturate instead of rejecting the dump.
+        let big = GOOD.replace("stack 1 65536 100", "stack 1 18446744073709551615 100");
+        assert_eq!(parse(&big).unwrap().stacks[1].alloc_objects_fx, i64::MAX);
+        // A path that is not UTF-8 does not cost the whole dump.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("d.raw");
+        let mut bytes = GOOD.as_bytes().to_vec();
+        let at = GOOD.find("with space").unwrap();
+        bytes[at] = 0xff;
+        std::fs::write(&f, bytes).unwrap();
+        let d = read(&f).unwrap();
+        assert!(
+            d.modules[1].path.contains('\u{fffd}'),
+            "{}",
+            d.modules[1].path
+        );
     }
 
     #[test]

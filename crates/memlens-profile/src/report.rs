@@ -239,6 +239,12 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
             pct(m.truncated_share()),
             m.dropped
         );
+        if m.dropped_bytes > 0 {
+            s += &format!(
+                " ({} not in this profile)",
+                fmt_value(m.dropped_bytes as f64, SampleIndex::AllocSpace, false)
+            );
+        }
     }
     s += "\n";
     let t = totals(p);
