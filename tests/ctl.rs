@@ -157,7 +157,7 @@ fn go_pprof_top(file: &Path, index: &str) -> String {
     stdout(&o)
 }
 
-/// Issue 3, point 1: a program loaded inactive survives 100 start → dump → stop cycles while two
+/// Live control: a program loaded inactive survives 100 start → dump → stop cycles while two
 /// threads allocate; every dump reads back; dumps are consistent; inactive dumps add nothing; the
 /// leaking site dominates the diff around the leak phase.
 #[test]
@@ -309,7 +309,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     assert_eq!(code, 0, "memlens run: {err}");
 }
 
-/// Issue 3, point 2: --start-on-growth starts sampling in the growth phase and the profile it
+/// Unattended profiling: --start-on-growth starts sampling in the growth phase and the profile it
 /// writes after --profile-for names the growing site; --dump-every writes numbered dumps.
 #[test]
 fn start_on_growth_catches_the_growing_site() {

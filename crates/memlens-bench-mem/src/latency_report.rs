@@ -55,7 +55,7 @@ fn metric(name: &str) -> MetricFn {
         .expect("known metric")
 }
 
-/// The published study (DESIGN.md item 3): normalised to sequential/8 B = 1 on a Sandy Bridge Xeon.
+/// The published study (docs/published-studies.md, study 3): normalised to sequential/8 B = 1 on a Sandy Bridge Xeon.
 const PUBLISHED: [(Order, u64, [f64; 5]); 5] = [
     (Order::Seq, 8, [1.0, 1.0, 1.0, 1.0, 1.0]),
     (Order::Seq, 64, [5.0, 6.25, 6.0, 12.0, 4.0]),
@@ -543,7 +543,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         let mut svgs = Vec::new();
         if !repr.is_empty() {
             let (h, rows) = repr_table(&repr);
-            let p = "Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; DESIGN.md study 3). SCPI = (stalled frontend + backend) / instructions.";
+            let p = "Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.";
             println!("\n{p}\n{}", table(&refs(&h), &rows));
             paras.push(p.into());
             tables.push((h, rows));
