@@ -72,6 +72,20 @@ pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(
     Ok(())
 }
 
+/// Write flat rows (structs of numbers, strings and options; `None` is an empty cell) as CSV, the
+/// header from the field names.
+pub fn write_csv_rows<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    w.flush()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
 /// Write a text file (SVG, HTML…) with the path in the error.
 pub fn write_text(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
