@@ -346,21 +346,23 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         anyhow::bail!("every allocator failed (see the warnings above)");
     }
     let summary = report::summarize(&plan, &allocs, &runs);
-    print!("{}", report::text(&plan, &summary, &missing, &failed));
+    let svgs = report::svgs(&plan, &summary)?;
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, svg) in &svgs {
+            memlens_measure::output::write_text(&dir.join(name), svg)?;
+        }
+    }
+    let doc = report::document(&plan, &summary, &missing, &failed, svgs);
+    doc.print();
     if let Some(p) = &args.out.json {
         report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
     }
     if let Some(p) = &args.out.csv {
-        report::write_csv(p, &summary)?;
-    }
-    if let Some(dir) = &args.svg {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (name, svg) in report::svgs(&plan, &summary)? {
-            memlens_measure::output::write_text(&dir.join(name), &svg)?;
-        }
+        memlens_measure::output::write_csv_rows(p, &report::csv_rows(&summary))?;
     }
     if let Some(p) = &args.out.html {
-        memlens_measure::output::write_text(p, &report::html(&plan, &summary, &missing, &failed)?)?;
+        memlens_measure::output::write_text(p, &doc.to_html())?;
     }
     Ok(0)
 }

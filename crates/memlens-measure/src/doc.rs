@@ -76,7 +76,12 @@ impl Table {
 
     /// A table from a header and rows: the first column is the key, the rest one topic each.
     pub fn simple<S: AsRef<str>>(header: &[S], rows: Vec<Vec<String>>) -> Table {
-        let mut t = Table::new(&header[..1.min(header.len())].iter().map(|s| s.as_ref()).collect::<Vec<_>>());
+        let mut t = Table::new(
+            &header[..1.min(header.len())]
+                .iter()
+                .map(|s| s.as_ref())
+                .collect::<Vec<_>>(),
+        );
         for h in header.iter().skip(1) {
             t = t.topic(h.as_ref(), &[h.as_ref()]);
         }
@@ -104,7 +109,11 @@ impl Table {
         if text_width(&whole) <= width {
             return whole;
         }
-        let keys: Vec<usize> = all.iter().copied().filter(|&i| self.columns[i].key).collect();
+        let keys: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| self.columns[i].key)
+            .collect();
         let mut topics: Vec<(String, Vec<usize>)> = Vec::new();
         for i in all.iter().copied().filter(|&i| !self.columns[i].key) {
             let t = &self.columns[i].topic;
@@ -131,7 +140,11 @@ impl Table {
         for (n, (names, cols)) in parts.iter().enumerate() {
             let v: Vec<usize> = keys.iter().chain(cols).copied().collect();
             if n > 0 {
-                let names: Vec<&str> = names.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+                let names: Vec<&str> = names
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|s| !s.is_empty())
+                    .collect();
                 let _ = writeln!(out, "\n(continued: {})", names.join(", "));
             }
             let mut part = self.render(&v, None);
@@ -417,7 +430,10 @@ mod tests {
     fn wide() -> Table {
         let mut t = Table::new(&["name"])
             .topic("time", &["time ms", "min–max ms"])
-            .topic("latency", &["malloc ns p50/p99/p99.9/max", "free ns p50/p99/p99.9/max"])
+            .topic(
+                "latency",
+                &["malloc ns p50/p99/p99.9/max", "free ns p50/p99/p99.9/max"],
+            )
             .topic("memory", &["peak RSS MiB", "minor faults"]);
         for n in ["glibc", "jemalloc"] {
             t.push(vec![

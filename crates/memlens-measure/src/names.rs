@@ -88,7 +88,8 @@ fn copy_operator(c: &[char], mut i: usize, out: &mut String) -> usize {
     i
 }
 
-/// Drop what is left of a signature: `[abi:cxx11]` tags, trailing qualifiers, Rust's hash suffix.
+/// Drop what is left of a signature: `[abi:cxx11]` tags, trailing qualifiers, a return type,
+/// Rust's hash suffix.
 fn tidy(mut s: String) -> String {
     while let Some(a) = s.find("[abi:") {
         match s[a..].find(']') {
@@ -105,6 +106,23 @@ fn tidy(mut s: String) -> String {
         }
         if s.len() == before {
             break;
+        }
+    }
+    // The return type a template function's name carries (`void std::vector::_M_realloc_insert`).
+    let body_end = s.find(" [clone").unwrap_or(s.len());
+    if !s[..body_end].contains("operator") {
+        let mut depth = 0i32;
+        let mut cut = None;
+        for (i, ch) in s[..body_end].char_indices() {
+            match ch {
+                '<' | '(' | '{' | '[' => depth += 1,
+                '>' | ')' | '}' | ']' => depth -= 1,
+                ' ' if depth == 0 => cut = Some(i),
+                _ => {}
+            }
+        }
+        if let Some(sp) = cut {
+            s.replace_range(..sp + 1, "");
         }
     }
     if let Some(h) = s.rfind("::h") {
@@ -129,6 +147,8 @@ mod tests {
             ("(anonymous namespace)::Site::grow(unsigned long) const", "(anonymous namespace)::Site::grow"),
             ("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_construct<char const*>(char const*, char const*, std::forward_iterator_tag) [clone .isra.0]", "std::__cxx11::basic_string::_M_construct [clone .isra.0]"),
             ("operator new(unsigned long)", "operator new"),
+            ("void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(__gnu_cxx::__normal_iterator<int*, std::vector<int> >, int const&)", "std::vector::_M_realloc_insert"),
+            ("std::_Rb_tree_node<int>* std::_Rb_tree<int>::_M_create_node<int>(int&&)", "std::_Rb_tree::_M_create_node"),
             ("std::ostream::operator<<(int)", "std::ostream::operator<<"),
             ("Foo::operator()(int) &&", "Foo::operator()"),
             ("bool std::operator< <char>(std::string const&, std::string const&)", "bool std::operator<"),
@@ -144,11 +164,26 @@ mod tests {
     #[test]
     fn rust_generics_go_but_qualified_paths_stay() {
         for (full, short) in [
-            ("core::ptr::drop_in_place<alloc::vec::Vec<u8>>", "core::ptr::drop_in_place"),
-            ("<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop", "<alloc::vec::Vec as core::ops::drop::Drop>::drop"),
-            ("<F as core::ops::function::FnOnce<()>>::call_once{{vtable.shim}}", "<F as core::ops::function::FnOnce>::call_once{{vtable.shim}}"),
-            ("std::rt::lang_start::{{closure}}::h0123456789abcdef", "std::rt::lang_start::{{closure}}"),
-            ("alloc::raw_vec::RawVec<T,A>::grow_one::<fn() -> u8>", "alloc::raw_vec::RawVec::grow_one"),
+            (
+                "core::ptr::drop_in_place<alloc::vec::Vec<u8>>",
+                "core::ptr::drop_in_place",
+            ),
+            (
+                "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop",
+                "<alloc::vec::Vec as core::ops::drop::Drop>::drop",
+            ),
+            (
+                "<F as core::ops::function::FnOnce<()>>::call_once{{vtable.shim}}",
+                "<F as core::ops::function::FnOnce>::call_once{{vtable.shim}}",
+            ),
+            (
+                "std::rt::lang_start::{{closure}}::h0123456789abcdef",
+                "std::rt::lang_start::{{closure}}",
+            ),
+            (
+                "alloc::raw_vec::RawVec<T,A>::grow_one::<fn() -> u8>",
+                "alloc::raw_vec::RawVec::grow_one",
+            ),
         ] {
             assert_eq!(short_name(full), short, "{full}");
         }

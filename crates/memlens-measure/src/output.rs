@@ -42,6 +42,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     t.to_string()
 }
 
+/// A table fitted to the terminal ([`crate::doc::terminal_width`]) by wrapping its cells: for
+/// tables whose wide column is a name or a stack, which must stay beside its numbers.
+pub fn fit_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut t = crate::doc::Table::new(&[]).topic("", header);
+    t.rows = rows.to_vec();
+    t.to_text(crate::doc::terminal_width())
+}
+
 /// Write `{ "machine": <sysinfo>, "command": <argv>, <payload fields…> }` as pretty JSON.
 pub fn write_json<T: Serialize>(path: &Path, payload: &T) -> Result<()> {
     let mut v = serde_json::to_value(payload)?;

@@ -273,11 +273,11 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
                     v(f.flat_base),
                     v(f.flat_new),
                     dv(f.cum_delta),
-                    f.function.clone(),
+                    memlens_measure::names::short_name(&f.function),
                 ]
             })
             .collect();
-        s += &memlens_measure::output::table(
+        s += &memlens_measure::output::fit_table(
             &["flat Δ", "share", "base", "new", "cum Δ", "function"],
             &rows,
         );
@@ -297,7 +297,7 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
                 ]
             })
             .collect();
-        s += &memlens_measure::output::table(&["Δ", "share", "base", "new", "stack"], &rows);
+        s += &memlens_measure::output::fit_table(&["Δ", "share", "base", "new", "stack"], &rows);
         s += "\n";
     }
     let shrank: Vec<&StackDelta> = d.stacks.iter().filter(|x| x.delta < 0.0).collect();
