@@ -463,7 +463,9 @@ fn another_user_cannot_control_the_process() {
             std::env::var_os("MEMLENS_TEST_NO_ROOT").is_some(),
             "this test needs root to act as another user: run as root, or set MEMLENS_TEST_NO_ROOT=1 to skip it"
         );
-        eprintln!("SKIPPED (MEMLENS_TEST_NO_ROOT): another_user_cannot_control_the_process needs root");
+        eprintln!(
+            "SKIPPED (MEMLENS_TEST_NO_ROOT): another_user_cannot_control_the_process needs root"
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

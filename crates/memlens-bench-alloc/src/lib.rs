@@ -1,6 +1,7 @@
 //! `memlens bench alloc`: which allocator scales for a pattern of allocation. Each configuration
 //! (allocator × pattern × size × threads) runs in a fresh child process with the allocator preloaded;
 //! repeats are interleaved so drift on the machine hits every allocator alike.
+#![warn(missing_docs)]
 mod allocators;
 mod child;
 mod report;
@@ -93,6 +94,7 @@ pub struct AllocOptions {
     #[arg(long, default_value = "300s")]
     pub timeout: String,
     #[command(flatten)]
+    /// Result files (JSON, CSV, HTML).
     pub out: memlens_measure::output::OutputArgs,
     /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
     #[arg(long, value_name = "DIR")]
@@ -257,6 +259,7 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     );
 }
 
+/// Run `memlens bench alloc`; returns the exit status.
 pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     let args = *args.opts;
     let custom = args

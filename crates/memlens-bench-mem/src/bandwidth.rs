@@ -40,6 +40,7 @@ pub struct BandwidthArgs {
     #[arg(long)]
     pub no_pmem: bool,
     #[command(flatten)]
+    /// Result files (JSON, CSV, HTML).
     pub out: memlens_measure::output::OutputArgs,
     /// Write the bandwidth bar chart as SVG
     #[arg(long, value_name = "FILE")]
@@ -195,6 +196,7 @@ fn indirection(rows: &[Row], case: &'static str, per: Kernel, hoisted: Kernel) -
 
 use memlens_measure::doc::num;
 
+/// Run `memlens bench bandwidth`; returns the exit status.
 pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
     let llc = llc_bytes();
     let bytes = match &a.size {

@@ -11,6 +11,7 @@
 //! * [`output`]: tables, JSON and CSV writers.
 //! * [`plot`] and [`html`]: SVG charts and self-contained HTML reports.
 //! * [`progress`]: progress bars on stderr (hidden when stderr is not a terminal).
+#![warn(missing_docs)]
 pub mod doc;
 pub mod error;
 pub mod html;

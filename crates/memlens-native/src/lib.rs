@@ -4,6 +4,7 @@
 //! (`$XDG_CACHE_HOME/memlens/<hash>`, else `~/.cache/memlens/<hash>`, else `/tmp/memlens-<uid>/<hash>`),
 //! so every build of memlens finds its own runtime with no environment variable and two builds never
 //! mix their libraries.
+#![warn(missing_docs)]
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::io::Write;

@@ -26,9 +26,13 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Output of `memlens report`.
 pub enum Format {
+    /// Top functions and stacks as tables.
     Table,
+    /// Every function and stack, as JSON.
     Json,
+    /// Folded stacks (`root;…;leaf value`).
     Folded,
 }
 
@@ -106,6 +110,7 @@ struct JsonReport<'a> {
     stacks: Vec<JsonStack<'a>>,
 }
 
+/// Run `memlens report`; returns the exit status.
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
     print!("{}", render(&p, &a)?);

@@ -37,7 +37,7 @@ pub struct RunArgs {
     pub keep_raw: Option<PathBuf>,
     /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (growth.rs)
     #[command(flatten)]
-    pub live: crate::growth::LiveArgs,
+    pub live: crate::live::LiveArgs,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -45,7 +45,9 @@ pub struct RunArgs {
 
 /// A program started under the runtime.
 pub struct Launch {
+    /// The running program.
     pub child: Child,
+    /// Its process id.
     pub pid: u32,
     /// Basename of the program, for default file names.
     pub name: String,
@@ -87,7 +89,9 @@ fn spawn_failure(cmd: &OsString, e: &std::io::Error) -> (String, i32) {
 /// Error returned when the program cannot be started; `run_run` turns it into exit 126/127.
 #[derive(Debug)]
 pub struct SpawnError {
+    /// What went wrong.
     pub message: String,
+    /// Exit status memlens returns (126 or 127).
     pub code: i32,
 }
 impl std::fmt::Display for SpawnError {
@@ -214,8 +218,11 @@ pub fn exit_code(st: ExitStatus) -> i32 {
 /// One raw dump: `<prefix>.<pid>.<seq>.raw`.
 #[derive(Debug, Clone)]
 pub struct Dump {
+    /// Where it is.
     pub path: PathBuf,
+    /// Process it came from.
     pub pid: u32,
+    /// Sequence number within that process.
     pub seq: u64,
 }
 
@@ -374,7 +381,7 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
-    let watcher = crate::growth::Watcher::spawn(&live, launch.pid as i32, &main_out);
+    let watcher = crate::watcher::Watcher::spawn(&live, launch.pid as i32, &main_out);
     let status = wait(&mut launch, &mut |_| Ok(()));
     watcher.finish();
     let status = status?;
