@@ -35,7 +35,7 @@ pub struct RunArgs {
     /// Also keep the runtime's raw dumps in DIR (format: runtime/README.md)
     #[arg(long, value_name = "DIR")]
     pub keep_raw: Option<PathBuf>,
-    /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (growth.rs)
+    /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (live.rs)
     #[command(flatten)]
     pub live: crate::live::LiveArgs,
     /// The program to run and its arguments
