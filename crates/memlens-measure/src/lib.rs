@@ -10,6 +10,7 @@
 //! * [`names`]: function names shortened for display, as pprof does.
 //! * [`output`]: tables, JSON and CSV writers.
 //! * [`plot`] and [`html`]: SVG charts and self-contained HTML reports.
+//! * [`rng`]: the seeded pseudo-random generator benchmarks and workloads share.
 //! * [`progress`]: progress bars on stderr (hidden when stderr is not a terminal).
 #![warn(missing_docs)]
 pub mod doc;
@@ -19,6 +20,7 @@ pub mod names;
 pub mod output;
 pub mod plot;
 pub mod progress;
+pub mod rng;
 pub mod stats;
 pub mod sysinfo;
 pub mod tsc;
