@@ -6,6 +6,7 @@
 //! mix their libraries. Since the runtime is preloaded into the user's programs, the directories must
 //! be the user's own and not writable by others, and a file is trusted only if its bytes are the
 //! embedded ones.
+#![warn(missing_docs)]
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::io::Write;

@@ -8,6 +8,7 @@
 //! * [`convert`]: raw dump → symbolized profile ([`convert_raw`] is what `memlens run` calls).
 //! * [`agg`]: stacks merged by function names, flat/cum per function.
 //! * [`report`] and [`diff`]: the two commands.
+#![warn(missing_docs)]
 pub mod agg;
 pub mod convert;
 pub mod diff;

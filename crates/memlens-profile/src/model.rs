@@ -10,13 +10,18 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum SampleIndex {
+    /// Objects allocated (cumulative).
     AllocObjects,
+    /// Bytes allocated (cumulative).
     AllocSpace,
+    /// Objects live at the dump.
     InuseObjects,
+    /// Bytes live at the dump.
     InuseSpace,
 }
 
 impl SampleIndex {
+    /// Every sample index, in pprof's order.
     pub const ALL: [SampleIndex; 4] = [
         SampleIndex::AllocObjects,
         SampleIndex::AllocSpace,
@@ -42,6 +47,7 @@ impl SampleIndex {
         }
     }
 
+    /// True for the byte-valued indexes.
     pub fn is_bytes(self) -> bool {
         self.unit() == "bytes"
     }
@@ -50,16 +56,23 @@ impl SampleIndex {
 /// Facts about the profiled process and how it was profiled.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Meta {
+    /// Process id.
     pub pid: u32,
+    /// Parent process id.
     pub ppid: u32,
+    /// Executable path.
     pub exe: String,
     /// Mean sampling interval in bytes; 0 = exact mode.
     pub interval: u64,
+    /// Unwinder that captured the stacks.
     pub unwinder: String,
+    /// Sampling was on when the dump was written.
     pub active: bool,
     /// Why the dump was written (exit, exec, ctl, api, fork-child-exit).
     pub reason: String,
+    /// CLOCK_REALTIME ns when the runtime started (or was reset).
     pub start_ns: u64,
+    /// CLOCK_REALTIME ns of the dump.
     pub time_ns: u64,
     /// Samples recorded by the runtime since start.
     pub samples: u64,
@@ -69,6 +82,7 @@ pub struct Meta {
     pub dropped: u64,
     /// Samples whose stack the dwarf unwinder handed to its fallback (libunwind or libgcc).
     pub unwind_fallbacks: u64,
+    /// Frames kept per stack.
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
@@ -88,23 +102,36 @@ impl Meta {
 /// A loaded module (or one PT_LOAD segment of it) in the profiled address space.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Mapping {
+    /// First run-time address.
     pub start: u64,
+    /// One past the last run-time address.
     pub limit: u64,
+    /// File offset of `start`.
     pub offset: u64,
+    /// Path of the mapped file.
     pub filename: String,
     /// Hex build ID, empty when unknown.
     pub build_id: String,
+    /// Functions are symbolized.
     pub has_functions: bool,
+    /// File names are known.
     pub has_filenames: bool,
+    /// Line numbers are known.
     pub has_line_numbers: bool,
+    /// Inlined frames are expanded.
     pub has_inline_frames: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+/// A function, as pprof names it.
 pub struct Function {
+    /// Demangled name.
     pub name: String,
+    /// Name as in the symbol table (mangled).
     pub system_name: String,
+    /// Source file.
     pub filename: String,
+    /// First line of the function.
     pub start_line: i64,
 }
 
@@ -113,10 +140,12 @@ pub struct Function {
 pub struct Line {
     /// Index + 1 into `Profile::functions`.
     pub function: u64,
+    /// Source line (0 = unknown).
     pub line: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A code address and the source lines it stands for.
 pub struct Location {
     /// Index + 1 into `Profile::mappings`; 0 = none.
     pub mapping: u64,
@@ -127,12 +156,17 @@ pub struct Location {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// One stack and its values.
 pub struct Sample {
     /// Index + 1 into `Profile::locations`, innermost (allocating function) first.
     pub locations: Vec<u64>,
+    /// Estimated objects allocated.
     pub alloc_objects: f64,
+    /// Estimated bytes allocated.
     pub alloc_bytes: f64,
+    /// Estimated objects in use.
     pub inuse_objects: f64,
+    /// Estimated bytes in use.
     pub inuse_bytes: f64,
     /// Samples taken for this stack (0 when the source does not say).
     pub samples: u64,
@@ -142,6 +176,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// The value of one sample index.
     pub fn value(&self, i: SampleIndex) -> f64 {
         match i {
             SampleIndex::AllocObjects => self.alloc_objects,
@@ -151,6 +186,7 @@ impl Sample {
         }
     }
 
+    /// The four values in [`SampleIndex`] order.
     pub fn values(&self) -> [f64; 4] {
         [
             self.alloc_objects,
@@ -160,6 +196,7 @@ impl Sample {
         ]
     }
 
+    /// Set the four values in [`SampleIndex`] order.
     pub fn set_values(&mut self, v: [f64; 4]) {
         [
             self.alloc_objects,
@@ -171,22 +208,32 @@ impl Sample {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A heap profile: every input becomes one, every output is made from one.
 pub struct Profile {
+    /// Process and sampling facts.
     pub meta: Meta,
+    /// Mapped modules.
     pub mappings: Vec<Mapping>,
+    /// Functions (referenced by index + 1).
     pub functions: Vec<Function>,
+    /// Locations (referenced by index + 1).
     pub locations: Vec<Location>,
+    /// One per distinct stack.
     pub samples: Vec<Sample>,
 }
 
 /// One frame of a stack as a report shows it: a function (or an address when unsymbolized).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Frame {
+    /// Function name (or `module+0xOFFSET` when unsymbolized).
     pub function: String,
     #[serde(skip_serializing_if = "String::is_empty")]
+    /// Source file, when known.
     pub file: String,
     #[serde(skip_serializing_if = "is_zero")]
+    /// Source line (0 = unknown).
     pub line: i64,
+    /// Inlined into the next frame.
     pub inlined: bool,
 }
 

@@ -11,7 +11,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 pub mod proto {
-    //! The subset of profile.proto memlens uses (field numbers as in the upstream file).
+    //! The subset of profile.proto memlens uses. Messages and fields are named and numbered as in
+    //! that file, whose comments document them; they are not repeated here.
+    #![allow(missing_docs)]
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Profile {
         #[prost(message, repeated, tag = "1")]

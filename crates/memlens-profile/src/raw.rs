@@ -13,9 +13,13 @@ use std::path::Path;
 /// One PT_LOAD program header of a module.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
+    /// ELF virtual address (p_vaddr).
     pub vaddr: u64,
+    /// Size in memory (p_memsz).
     pub memsz: u64,
+    /// File offset (p_offset).
     pub offset: u64,
+    /// `rwx`, `-` for unset.
     pub flags: String,
 }
 
@@ -26,8 +30,11 @@ pub struct Module {
     pub base: u64,
     /// Lower-case hex, empty when the module has none.
     pub build_id: String,
+    /// Still loaded at the dump (else dlclose'd since start).
     pub loaded: bool,
+    /// Path of the module.
     pub path: String,
+    /// Its PT_LOAD segments.
     pub segments: Vec<Segment>,
 }
 
@@ -44,22 +51,32 @@ impl Module {
 /// One `stack` line: values are already unbiased by the runtime.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawStack {
+    /// Samples of this stack.
     pub samples: u64,
+    /// Objects allocated, fixed point (16 fractional bits).
     pub alloc_objects_fx: i64,
+    /// Bytes allocated.
     pub alloc_bytes: i64,
+    /// Objects in use, fixed point (16 fractional bits).
     pub inuse_objects_fx: i64,
+    /// Bytes in use.
     pub inuse_bytes: i64,
+    /// Bit 0: truncated stack.
     pub flags: u64,
     /// Return addresses, innermost first.
     pub pcs: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A raw dump, as read.
 pub struct RawDump {
+    /// Process and sampling facts.
     pub meta: crate::model::Meta,
+    /// Loaded (and unloaded) modules.
     pub modules: Vec<Module>,
     /// Verbatim /proc/self/maps lines.
     pub maps: Vec<String>,
+    /// One per distinct stack.
     pub stacks: Vec<RawStack>,
 }
 

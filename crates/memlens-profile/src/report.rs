@@ -19,13 +19,20 @@
 use crate::agg::{self, fmt_value, pct, share, Func, Stack};
 use crate::model::{Frame, Meta, Profile, SampleIndex};
 use anyhow::{Context, Result};
+use memlens_measure::doc::{terminal_width, wrap};
+use memlens_measure::names::short_name;
+use memlens_measure::output::fit_table;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Output of `memlens report`.
 pub enum Format {
+    /// Top functions and stacks as tables.
     Table,
+    /// Every function and stack, as JSON.
     Json,
+    /// Folded stacks (`root;…;leaf value`).
     Folded,
 }
 
@@ -103,6 +110,7 @@ struct JsonReport<'a> {
     stacks: Vec<JsonStack<'a>>,
 }
 
+/// Run `memlens report`; returns the exit status.
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
     print!("{}", render(&p, &a)?);
@@ -276,7 +284,7 @@ pub fn stack_cell(frames: &[Frame], max: usize) -> String {
             format!(
                 "{}{}{at}",
                 if f.inlined { "(inline) " } else { "" },
-                f.function
+                short_name(&f.function)
             )
         })
         .collect();
@@ -296,7 +304,7 @@ fn table(
 ) -> String {
     let total = p.total(idx);
     let i = idx as usize;
-    let mut s = header(p, file, idx);
+    let mut s = wrap(&header(p, file, idx), terminal_width(), "  ");
     if p.samples.is_empty() || total == 0.0 {
         s += &format!("no {} recorded in this profile\n", idx.name());
         return s;
@@ -315,11 +323,11 @@ fn table(
                 pct(share(f.flat[i], total)),
                 fmt_value(f.cum[i], idx, false),
                 pct(share(f.cum[i], total)),
-                f.name.clone(),
+                short_name(&f.name),
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
+    s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {} (innermost frame first)\n", idx.name());
     let rows: Vec<Vec<String>> = stacks
         .iter()
@@ -334,7 +342,7 @@ fn table(
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(&[idx.name(), "share", "samples", "stack"], &rows);
+    s += &fit_table(&[idx.name(), "share", "samples", "stack"], &rows);
     s += "\n";
     s
 }

@@ -31,10 +31,12 @@ pub struct CtlArgs {
     #[arg(value_name = "PID")]
     pub pid: String,
     #[command(subcommand)]
+    /// What to do.
     pub action: CtlAction,
 }
 
 #[derive(Debug, clap::Subcommand)]
+/// The requests `memlens ctl` sends.
 pub enum CtlAction {
     /// Start sampling
     Start {
@@ -59,6 +61,7 @@ pub enum CtlAction {
     Status,
 }
 
+/// Run `memlens ctl`; returns the exit status.
 pub fn run_ctl(args: CtlArgs) -> Result<i32> {
     let pid = parse_pid(&args.pid)?;
     let t = Target::find(pid)?;
@@ -207,15 +210,18 @@ pub fn default_dump_name(comm: &str, pid: i32, raw: bool) -> PathBuf {
 /// A reply line `ok key=value …` split into its fields.
 #[derive(Debug, Clone)]
 pub struct Reply {
+    /// The whole line.
     pub text: String,
 }
 
 impl Reply {
+    /// The value of `key=value`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.text
             .split_whitespace()
             .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
     }
+    /// The value of `key=value` as a number.
     pub fn num(&self, key: &str) -> Option<u64> {
         self.get(key)?.parse().ok()
     }
@@ -224,10 +230,15 @@ impl Reply {
 /// A process we may control, and where its control socket is.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// Process id.
     pub pid: i32,
+    /// Its owner.
     pub uid: u32,
+    /// Its command name.
     pub comm: String,
+    /// Directory of its control socket.
     pub dir: PathBuf,
+    /// The control socket.
     pub sock: PathBuf,
 }
 
@@ -336,10 +347,12 @@ impl Target {
         UnixStream::connect(&self.sock).is_ok()
     }
 
+    /// Ask for the status line.
     pub fn status(&self) -> Result<Reply> {
         self.request("status")
     }
 
+    /// Start sampling, optionally at a new interval.
     pub fn start(&self, interval: Option<u64>) -> Result<Reply> {
         match interval {
             Some(iv) => self.request(&format!("start {iv}")),
@@ -347,6 +360,7 @@ impl Target {
         }
     }
 
+    /// Stop sampling.
     pub fn stop(&self) -> Result<Reply> {
         self.request("stop")
     }

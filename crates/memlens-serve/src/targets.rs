@@ -197,7 +197,7 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
         alloc_bytes: num("alloc_bytes"),
         inuse_bytes: num("inuse_bytes"),
         dropped: num("dropped"),
-        rss_bytes: memlens_run::growth::rss_bytes(t.pid),
+        rss_bytes: memlens_run::watcher::rss_bytes(t.pid),
         error,
     }
 }
