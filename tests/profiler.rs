@@ -11,41 +11,27 @@ use std::sync::OnceLock;
 
 // ---------- reading raw dumps ----------
 
-#[derive(Debug, Default)]
-struct Module {
-    base: u64,
-    state: String,
-    path: String,
-    segs: Vec<(u64, u64)>, // (p_vaddr, p_memsz)
-}
-
+/// A raw dump read by memlens's own strict reader (a truncated dump fails the read), with the file
+/// it came from.
 #[derive(Debug)]
-struct Stack {
-    samples: u64,
-    alloc_fx: u64,
-    alloc_bytes: u64,
-    inuse_bytes: i64,
-    pcs: Vec<u64>,
-}
-
-#[derive(Debug, Default)]
 struct Raw {
     file: PathBuf,
-    head: BTreeMap<String, String>,
-    modules: Vec<Module>,
-    stacks: Vec<Stack>,
-    complete: bool,
+    dump: memlens_profile::raw::RawDump,
+}
+
+impl std::ops::Deref for Raw {
+    type Target = memlens_profile::raw::RawDump;
+    fn deref(&self) -> &Self::Target {
+        &self.dump
+    }
 }
 
 impl Raw {
     fn pid(&self) -> u32 {
-        self.head["pid"].parse().unwrap()
-    }
-    fn num(&self, k: &str) -> u64 {
-        self.head[k].parse().unwrap()
+        self.meta.pid
     }
     fn exe_name(&self) -> String {
-        Path::new(&self.head["exe"])
+        Path::new(&self.meta.exe)
             .file_name()
             .unwrap()
             .to_string_lossy()
@@ -53,53 +39,12 @@ impl Raw {
     }
 }
 
-fn hex(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
-}
-
 fn parse_raw(path: &Path) -> Raw {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut r = Raw {
+    Raw {
         file: path.to_path_buf(),
-        ..Default::default()
-    };
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("memlens-raw 1"), "{}", path.display());
-    let mut in_maps = false;
-    for l in lines {
-        if in_maps {
-            in_maps = l != "end maps";
-            continue;
-        }
-        let f: Vec<&str> = l.split(' ').collect();
-        match f[0] {
-            "maps" => in_maps = true,
-            "end" => r.complete = true,
-            "module" => r.modules.push(Module {
-                base: hex(f[1]),
-                state: f[3].into(),
-                path: f[4..].join(" "),
-                segs: vec![],
-            }),
-            "segment" => r
-                .modules
-                .last_mut()
-                .unwrap()
-                .segs
-                .push((hex(f[1]), hex(f[2]))),
-            "stack" => r.stacks.push(Stack {
-                samples: f[1].parse().unwrap(),
-                alloc_fx: f[2].parse().unwrap(),
-                alloc_bytes: f[3].parse().unwrap(),
-                inuse_bytes: f[5].parse().unwrap(),
-                pcs: f[7..].iter().map(|p| hex(p)).collect(),
-            }),
-            k => {
-                r.head.insert(k.to_string(), f[1..].join(" "));
-            }
-        }
+        dump: memlens_profile::raw::read(path)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", path.display())),
     }
-    r
 }
 
 fn raws_in(dir: &Path) -> Vec<Raw> {
@@ -188,9 +133,8 @@ fn same_behaviour(dir: &Path, cmd: &[&str]) -> Vec<Raw> {
 
 /// A profile is sensible: complete, has modules, and its stacks carry samples with non-empty stacks.
 fn assert_sensible(r: &Raw) {
-    assert!(r.complete, "{} is truncated", r.file.display());
     assert!(
-        r.modules.iter().any(|m| m.state == "loaded"),
+        r.modules.iter().any(|m| m.loaded),
         "no modules in {}",
         r.file.display()
     );
@@ -205,10 +149,10 @@ fn assert_sensible(r: &Raw) {
         "empty stack in {}",
         r.file.display()
     );
-    assert!(r.num("samples") > 0 || r.stacks.iter().any(|s| s.inuse_bytes > 0));
+    assert!(r.meta.samples > 0 || r.stacks.iter().any(|s| s.inuse_bytes > 0));
     // Every recorded sample belongs to exactly one stack.
     let per_stack: u64 = r.stacks.iter().map(|s| s.samples).sum();
-    assert_eq!(per_stack, r.num("samples"), "{}", r.file.display());
+    assert_eq!(per_stack, r.meta.samples, "{}", r.file.display());
 }
 
 /// The last dump of every pid (a pid that exec'd has several).
@@ -248,6 +192,10 @@ fn accuracy_programs() -> &'static Built {
     })
 }
 
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap()
+}
+
 /// Function symbols of an executable: (start, end, name).
 fn symbols(exe: &Path) -> Vec<(u64, u64, String)> {
     let out = Command::new("nm")
@@ -267,7 +215,11 @@ fn symbols(exe: &Path) -> Vec<(u64, u64, String)> {
 }
 
 /// The site function a stack belongs to: the innermost frame in the program named `site_*`.
-fn site_of(stack: &Stack, exe: &Module, syms: &[(u64, u64, String)]) -> Option<String> {
+fn site_of(
+    stack: &memlens_profile::raw::RawStack,
+    exe: &memlens_profile::raw::Module,
+    syms: &[(u64, u64, String)],
+) -> Option<String> {
     for &pc in &stack.pcs {
         let Some(v) = (pc - 1).checked_sub(exe.base) else {
             continue;
@@ -342,7 +294,7 @@ fn check_accuracy_env(
         if let Some(site) = site_of(s, module, &syms) {
             let e = est.entry(site).or_default();
             e.0 += s.alloc_bytes as f64;
-            e.1 += s.alloc_fx as f64 / 65536.0;
+            e.1 += s.alloc_objects_fx as f64 / 65536.0;
         }
     }
     let total: u64 = t.sites.values().map(|v| v.0).sum();
@@ -384,7 +336,7 @@ fn check_accuracy_env(
         exact,
         unreachable,
     );
-    let truncated = r.num("truncated") as f64 / r.num("samples").max(1) as f64;
+    let truncated = r.meta.truncated as f64 / r.meta.samples.max(1) as f64;
     eprintln!(
         "{name} {opts:?}: truncated {:.1}%\n{report}",
         truncated * 100.0
@@ -521,7 +473,7 @@ fn exact_stacks(dir: &Path, unwinder: &str, cmd: &[&str]) -> (Vec<String>, f64) 
     lines.sort();
     let raws = raws_in(&raw_dir);
     let (fallbacks, samples) = raws.iter().fold((0, 0), |(f, s), r| {
-        (f + r.num("unwind_fallbacks"), s + r.num("samples"))
+        (f + r.meta.unwind_fallbacks, s + r.meta.samples)
     });
     std::fs::remove_dir_all(&raw_dir).ok();
     (lines, fallbacks as f64 / samples.max(1) as f64)
@@ -766,7 +718,7 @@ fn fork_exec_chain_one_profile_per_process() {
     assert_eq!(last.len(), 5, "5 processes in the chain: {:?}", last.keys());
     assert_eq!(pprof_files(dir.path()), 5, "one pprof profile per process");
     for r in last.values() {
-        assert_eq!(r.head["reason"], "exit");
+        assert_eq!(r.meta.reason, "exit");
         assert_sensible(r);
     }
 }
@@ -780,7 +732,7 @@ fn fork_without_exec_children_profile_themselves() {
     assert_eq!(pprof_files(dir.path()), 5, "one pprof profile per process");
     let children: Vec<_> = last
         .values()
-        .filter(|r| r.head["reason"] == "fork-child-exit")
+        .filter(|r| r.meta.reason == "fork-child-exit")
         .collect();
     assert_eq!(
         children.len(),
@@ -815,8 +767,8 @@ fn dlopen_dlclose_loop_keeps_unloaded_module() {
         .iter()
         .find(|m| m.path.ends_with("plugin.so"))
         .expect("plugin listed");
-    assert_eq!(m.state, "unloaded");
-    let hi = m.segs.iter().map(|(v, s)| v + s).max().unwrap();
+    assert!(!m.loaded, "the plugin is marked unloaded");
+    let hi = m.segments.iter().map(|s| s.vaddr + s.memsz).max().unwrap();
     let in_plugin = r
         .stacks
         .iter()
@@ -830,8 +782,8 @@ fn threads_created_and_joined_repeatedly() {
     let raws = same_behaviour(dir.path(), &[exe.to_str().unwrap(), "15"]);
     assert_eq!(raws.len(), 1);
     assert_sensible(&raws[0]);
-    assert_eq!(raws[0].num("dropped"), 0);
-    assert!(raws[0].num("samples") > 100);
+    assert_eq!(raws[0].meta.dropped, 0);
+    assert!(raws[0].meta.samples > 100);
 }
 
 // ---------- exit status, signals, bad input ----------
@@ -927,4 +879,89 @@ fn fastpath_benchmark_runs_every_configuration() {
         assert!(cost > 0.0, "{row}");
     }
     assert!(out.contains("exact mode vs heaptrack:"), "{out}");
+}
+
+/// A debug build of the runtime (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT` of `runtime/src/check.h`
+/// compiled in) profiles real programs — a C++ program with deep template stacks and python3,
+/// which loads and unloads modules — at a small interval without any invariant failing, and its
+/// dumps read back. The release build carries none of the checks.
+#[test]
+fn debug_runtime_holds_its_invariants_on_real_programs() {
+    let dir = tmp();
+    let d = dir.path();
+    let src = root().join("runtime/src");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    sources.sort();
+    let lib = d.join("libmemlens-debug.so");
+    let o = Command::new("gcc")
+        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
+        .args([
+            "-fno-omit-frame-pointer",
+            "-fPIC",
+            "-ftls-model=initial-exec",
+        ])
+        .args(["-fvisibility=hidden", "-pthread", "-DMEMLENS_DEBUG=1", "-I"])
+        .arg(root().join("runtime/include"))
+        .args(["-shared", "-Wl,-z,nodelete", "-Wl,--build-id"])
+        .args(&sources)
+        .arg("-o")
+        .arg(&lib)
+        .args(["-ldl", "-lgcc_s", "-lm"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "debug build failed: {}", stderr(&o));
+    let has_checks = |p: &Path| {
+        let bytes = std::fs::read(p).unwrap();
+        bytes
+            .windows(b"internal assertion failed".len())
+            .any(|w| w == b"internal assertion failed")
+    };
+    assert!(has_checks(&lib), "the debug build has no assertions");
+    let release = std::fs::read_dir(root().join("target/release/build"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("out/libmemlens.so"))
+        .find(|p| p.exists())
+        .expect("libmemlens.so under target/release/build");
+    assert!(
+        !has_checks(&release),
+        "assertions left in the release build"
+    );
+
+    let prog = compile(
+        &root().join("runtime/tests/long_names.cc"),
+        d,
+        "long_names",
+        &[],
+    );
+    let py = "import json, sqlite3, decimal\nprint(len(json.dumps([str(i) * 20 for i in range(20000)])))";
+    for (name, cmd) in [
+        ("long_names", vec![prog.to_str().unwrap()]),
+        ("python3", vec!["python3", "-c", py]),
+    ] {
+        let out = d.join(format!("raw-{name}"));
+        std::fs::create_dir(&out).unwrap();
+        let o = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .env("LD_PRELOAD", &lib)
+            .env("MEMLENS_INTERVAL", "4096")
+            .env("MEMLENS_OUT", out.join("p"))
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(
+            o.status.success() && !err.contains("internal assertion"),
+            "{name} under the debug runtime: {:?}\n{err}",
+            o.status
+        );
+        let raws = raws_in(&out);
+        assert!(!raws.is_empty(), "{name} left no dump");
+        for r in &raws {
+            assert_sensible(r);
+        }
+    }
 }

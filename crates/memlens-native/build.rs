@@ -2,7 +2,9 @@
 //!
 //! * `runtime/src/*.c`            -> `libmemlens.so` (the preloaded profiler runtime)
 //! * `allocators/<name>/*.c` (+ `allocators/common/*.c`) -> `libmemlens-<name>.so`
-//! * `workloads/c/<name>.c`       -> executable `<name>`
+//! * `workloads/c/<name>.c`       -> executable `<name>` (workloads the study runs)
+//! * `crates/memlens-bench-alloc/c/<name>.c` -> executable `<name>` (the allocator benchmark's
+//!   driver, beside the command that runs it)
 //!
 //! Every artifact is embedded in the `memlens` binary (see `src/lib.rs`), so the binary works on its
 //! own. `cc` (the crate) only builds static archives, so the compiler is driven directly.
@@ -92,7 +94,11 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
             });
         }
     }
-    for src in c_files(&root.join("workloads/c")) {
+    let programs = [
+        root.join("workloads/c"),
+        root.join("crates/memlens-bench-alloc/c"),
+    ];
+    for src in programs.iter().flat_map(|d| c_files(d)) {
         let name = src.file_stem().unwrap().to_string_lossy().to_string();
         out.push(Artifact {
             name,
@@ -132,7 +138,12 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.join("../..").canonicalize().unwrap();
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
-    for d in ["runtime", "allocators", "workloads/c"] {
+    for d in [
+        "runtime",
+        "allocators",
+        "workloads/c",
+        "crates/memlens-bench-alloc/c",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(d).display());
     }
     println!("cargo:rerun-if-env-changed=CC");

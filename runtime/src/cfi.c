@@ -13,10 +13,17 @@
 #include <sys/mman.h>
 
 #include "cfi.h"
+#include "check.h"
 
 #define RULE_BITS 16
 #define NRULES (1u << RULE_BITS)
 #define MAX_PROBE 8
+
+/* x86-64 DWARF register numbers (System V psABI, "DWARF Register Number Mapping"). */
+#define DW_REG_RBP 6
+#define DW_REG_RSP 7
+#define DW_REG_RA 16 /* the return address column */
+#define MAX_REMEMBERED 4 /* nesting of DW_CFA_remember_state we follow */
 
 static _Atomic uint64_t *rule_keys, *rule_vals;
 
@@ -146,7 +153,7 @@ static const uint8_t *find_fde(uintptr_t pc)
 /* ---- running the CFA program ---- */
 
 struct cfa_state {
-    int cfa_reg;     /* DWARF register: 7 rsp, 6 rbp */
+    int cfa_reg;     /* DW_REG_RSP or DW_REG_RBP */
     int64_t cfa_off;
     int rbp_saved;   /* rbp saved at CFA + rbp_off */
     int64_t rbp_off;
@@ -208,29 +215,31 @@ static int parse_cie(const uint8_t *cie, struct cie_info *ci)
 
 static void set_reg_offset(struct cfa_state *s, uint64_t reg, int64_t off)
 {
-    if (reg == 6) {
+    if (reg == DW_REG_RBP) {
         s->rbp_saved = 1;
         s->rbp_off = off;
-    } else if (reg == 16 && off != -8) {
+    } else if (reg == DW_REG_RA && off != -8) {
         s->bad = 1;
     }
 }
 
 static void restore_reg(struct cfa_state *s, const struct cfa_state *init, uint64_t reg)
 {
-    if (reg == 6) {
+    if (reg == DW_REG_RBP) {
         s->rbp_saved = init->rbp_saved;
         s->rbp_off = init->rbp_off;
-    } else if (reg == 16) {
+    } else if (reg == DW_REG_RA) {
         s->ra_undefined = init->ra_undefined;
     }
 }
 
-/* Runs insns until the location passes `target`; init = the state after the CIE (for restore). */
-static void run(const uint8_t *p, const uint8_t *end, const struct cie_info *ci, uintptr_t loc,
-                uintptr_t target, struct cfa_state *s, const struct cfa_state *init)
+/* Executes the CFA program [p, end) until the location passes `target`, keeping in `s` only what
+ * the unwinder needs; init = the state after the CIE (for the restore ops). */
+static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
+                                uintptr_t loc, uintptr_t target, struct cfa_state *s,
+                                const struct cfa_state *init)
 {
-    struct cfa_state stack[4];
+    struct cfa_state stack[MAX_REMEMBERED];
     int depth = 0;
     while (p < end && !s->bad) {
         uint8_t op = *p++, low = op & 0x3f;
@@ -281,38 +290,40 @@ static void run(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
                 break;
             case 0x07: { /* undefined */
                 uint64_t reg = uleb(&p, end);
-                if (reg == 16)
+                if (reg == DW_REG_RA)
                     s->ra_undefined = 1;
-                else if (reg == 6)
+                else if (reg == DW_REG_RBP)
                     s->rbp_saved = 0;
                 break;
             }
             case 0x08: { /* same_value */
                 uint64_t reg = uleb(&p, end);
-                if (reg == 6)
+                if (reg == DW_REG_RBP)
                     s->rbp_saved = 0;
-                else if (reg == 16)
+                else if (reg == DW_REG_RA)
                     s->bad = 1;
                 break;
             }
             case 0x09: { /* register */
                 uint64_t reg = uleb(&p, end);
                 uleb(&p, end);
-                if (reg == 6 || reg == 16)
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
                     s->bad = 1;
                 break;
             }
             case 0x0a: /* remember_state */
-                if (depth == 4)
+                if (depth == MAX_REMEMBERED)
                     s->bad = 1;
                 else
                     stack[depth++] = *s;
+                ML_ASSERT(depth <= MAX_REMEMBERED);
                 break;
             case 0x0b: /* restore_state */
                 if (depth == 0)
                     s->bad = 1;
                 else
                     *s = stack[--depth];
+                ML_ASSERT(depth >= 0);
                 break;
             case 0x0c: /* def_cfa */
                 s->cfa_reg = (int)uleb(&p, end);
@@ -336,7 +347,7 @@ static void run(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
                 uint64_t reg = uleb(&p, end);
                 uint64_t len = uleb(&p, end);
                 p += len;
-                if (reg == 6 || reg == 16)
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
                     s->bad = 1;
                 break;
             }
@@ -347,7 +358,7 @@ static void run(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
                     uleb(&p, end);
                 else
                     sleb(&p, end);
-                if (reg == 6 || reg == 16)
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
                     s->bad = 1;
                 break;
             }
@@ -390,17 +401,26 @@ static uint64_t compute(uintptr_t ra)
         uint64_t alen = uleb(&p, end);
         p += alen;
     }
-    struct cfa_state s = {.cfa_reg = 7, .cfa_off = 8}, init;
-    run(ci.insns, ci.end, &ci, begin, UINTPTR_MAX, &s, &s);
+    struct cfa_state s = {.cfa_reg = DW_REG_RSP, .cfa_off = 8}, init;
+    execute_cfa_program(ci.insns, ci.end, &ci, begin, UINTPTR_MAX, &s, &s);
     init = s;
-    run(p, end, &ci, begin, target, &s, &init);
-    if (s.bad || (s.cfa_reg != 7 && s.cfa_reg != 6) || s.cfa_off < 8 || s.cfa_off > INT32_MAX ||
+    execute_cfa_program(p, end, &ci, begin, target, &s, &init);
+    if (s.bad || (s.cfa_reg != DW_REG_RSP && s.cfa_reg != DW_REG_RBP) || s.cfa_off < 8 || s.cfa_off > INT32_MAX ||
         s.rbp_off < INT16_MIN || s.rbp_off > INT16_MAX)
         return ML_RULE_UNSUPPORTED;
     if (s.ra_undefined)
         return ML_RULE_VALID | ML_RULE_OUTERMOST;
-    return ML_RULE_VALID | (uint64_t)(uint32_t)s.cfa_off | (s.cfa_reg == 6 ? ML_RULE_CFA_RBP : 0) |
+    return ML_RULE_VALID | (uint64_t)(uint32_t)s.cfa_off | (s.cfa_reg == DW_REG_RBP ? ML_RULE_CFA_RBP : 0) |
            (s.rbp_saved ? ML_RULE_RBP_SAVED | ((uint64_t)(uint16_t)(int16_t)s.rbp_off << 48) : 0);
+}
+
+/* A rule is either valid or unsupported, never 0 (0 marks a slot being filled); a valid frame rule
+ * puts the CFA above the return address's slot. */
+static int rule_ok(uint64_t r)
+{
+    if (!r || !(r & ML_RULE_VALID) == !(r & ML_RULE_UNSUPPORTED))
+        return 0;
+    return !(r & ML_RULE_VALID) || (r & ML_RULE_OUTERMOST) || ml_rule_cfa_off(r) >= 8;
 }
 
 uint64_t ml_cfi_rule(uintptr_t ra)
@@ -410,14 +430,17 @@ uint64_t ml_cfi_rule(uintptr_t ra)
     uint32_t idx = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> (64 - RULE_BITS));
     for (int i = 0; i < MAX_PROBE; i++, idx = (idx + 1) & (NRULES - 1)) {
         uint64_t k = atomic_load_explicit(&rule_keys[idx], memory_order_acquire);
+        ML_ASSERT(idx < NRULES);
         if (k == ra) {
             uint64_t v = atomic_load_explicit(&rule_vals[idx], memory_order_acquire);
+            ML_ASSERT(!v || rule_ok(v));
             if (v)
                 return v;
             break; /* being filled in by another thread: compute our own */
         }
         if (k == 0) {
             uint64_t v = compute(ra);
+            ML_ASSERT(rule_ok(v));
             if (atomic_compare_exchange_strong_explicit(&rule_keys[idx], &k, ra, memory_order_acq_rel,
                                                         memory_order_acquire))
                 atomic_store_explicit(&rule_vals[idx], v, memory_order_release);

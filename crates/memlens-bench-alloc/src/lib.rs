@@ -255,7 +255,7 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     }));
     println!(
         "{}",
-        memlens_measure::output::table(&["allocator", "status", "library", "from"], &rows)
+        memlens_measure::output::fit_table(&["allocator", "status", "library", "from"], &rows)
     );
 }
 
