@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "rt.h"
+#include "views.h"
 
 static _Atomic int dump_lock;
 static _Atomic uint64_t seq;
@@ -94,6 +95,7 @@ static void write_stack(struct ml_stack *r, void *arg)
         ml_out_hex(o, r->pcs[i]);
     }
     ml_out_str(o, "\n");
+    ml_views_write_stack(o, r);
 }
 
 static void write_dump(struct ml_out *o, const char *reason)
@@ -129,6 +131,7 @@ static void write_dump(struct ml_out *o, const char *reason)
         digits[i] = (char)('0' + v % 10);
     if (samples_at >= 0 && pwrite(o->fd, digits, sizeof digits, samples_at) != (ssize_t)sizeof digits)
         o->err = errno;
+    ml_views_write(o);
     ml_out_str(o, "end\n");
 }
 

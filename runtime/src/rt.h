@@ -106,7 +106,7 @@ struct ml_block {
     uint64_t size;         /* requested size */
     uint64_t w_fx, w_bytes; /* weights added to the stack's inuse counters, subtracted on free */
     uint64_t off;          /* user pointer - chunk start */
-    uint64_t pad;
+    uint64_t pad;          /* allocation tick (views.h); 0 = not tracked */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
@@ -142,6 +142,11 @@ struct ml_stack {
     uint32_t depth, flags;
     _Atomic uint64_t samples, alloc_fx, alloc_bytes;
     _Atomic int64_t inuse_fx, inuse_bytes;
+    /* views.h: peak set, lifetimes, live age (zero in a fresh record) */
+    _Atomic int64_t peak_fx, peak_bytes;       /* inuse at the last peak snapshot */
+    _Atomic uint64_t age_sum;                  /* sum of w_bytes * (alloc tick >> ML_AGE_SHIFT) of live blocks */
+    int64_t dumped_inuse;                      /* inuse_bytes at the previous dump (growth) */
+    _Atomic uint64_t life[16];                 /* w_bytes freed, by lifetime bucket (ML_LIFE_BUCKETS) */
     uintptr_t pcs[];
 };
 int ml_stacks_init(void);
@@ -152,6 +157,8 @@ void ml_stacks_zero_alloc(void);
 /* Sums over the table, for status: samples and estimated bytes allocated. */
 void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg);
+/* The same, in creation order, over a dense list: cheap enough for a peak snapshot. */
+void ml_stacks_each_listed(void (*fn)(struct ml_stack *, void *), void *arg);
 
 /* dump.c / modules.c */
 int ml_dump_reason(const char *reason);

@@ -10,6 +10,7 @@
 #include <x86intrin.h>
 
 #include "sample.h"
+#include "views.h"
 
 #define ARMED_EXACT UINT64_MAX
 
@@ -151,6 +152,8 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
         if (trunc)
             atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
     }
+    if (b)
+        ml_views_alloc(b, id == ML_NO_STACK ? NULL : ml_stack_get(id));
     t->busy--;
 }
 
@@ -174,10 +177,12 @@ void ml_sampled_free(void *p)
     struct ml_block *b = ml_block_of(p);
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
+    struct ml_stack *st = NULL;
     if (b->stack != ML_NO_STACK) {
-        struct ml_stack *st = ml_stack_get(b->stack);
+        st = ml_stack_get(b->stack);
         atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
         atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
     }
+    ml_views_free(b, st);
     ml_range_free(p);
 }

@@ -1,0 +1,98 @@
+/* Four allocation sites of known behaviour, for the peak, leaks, temporaries and timeline views:
+ *   peak_builder    holds 96 MiB (2 MiB blocks) for a while in the middle of the run, then frees it
+ *   leak_site       leaks 4 KiB blocks steadily (about 6 MiB by the end)
+ *   churn_site      allocates and frees 256 B blocks at once (about 512 MiB in all)
+ *   long_lived_site 8 MiB of 64 KiB blocks kept from the start until just before exit
+ * Prints `true_peak <bytes>`: the most bytes this program held at once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+static size_t live, true_peak;
+static void held(long delta)
+{
+    live += (size_t)delta;
+    if (live > true_peak)
+        true_peak = live;
+}
+
+static void nap(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+#define NLONG 128
+#define NPEAK 48
+static void *longs[NLONG], *peaks[NPEAK];
+
+__attribute__((noinline)) void long_lived_site(void)
+{
+    for (int i = 0; i < NLONG; i++) {
+        longs[i] = malloc(64 << 10);
+        memset(longs[i], 1, 64 << 10);
+        held(64 << 10);
+    }
+}
+
+__attribute__((noinline)) void leak_site(int n)
+{
+    for (int i = 0; i < n; i++) {
+        void *p = malloc(4096);
+        memset(p, 2, 4096);
+        KEEP(p);
+        held(4096);
+    }
+}
+
+__attribute__((noinline)) void churn_site(long n)
+{
+    for (long i = 0; i < n; i++) {
+        char *p = malloc(256);
+        p[0] = (char)i;
+        KEEP(p);
+        free(p);
+    }
+}
+
+__attribute__((noinline)) void peak_builder(void)
+{
+    for (int i = 0; i < NPEAK; i++) {
+        peaks[i] = malloc(2 << 20);
+        memset(peaks[i], 3, 2 << 20);
+        held(2 << 20);
+    }
+}
+
+__attribute__((noinline)) void peak_release(void)
+{
+    for (int i = 0; i < NPEAK; i++) {
+        free(peaks[i]);
+        held(-(2l << 20));
+    }
+}
+
+int main(void)
+{
+    long_lived_site();
+    for (int round = 0; round < 10; round++) {
+        leak_site(150);
+        churn_site(200000);
+        if (round == 5) {
+            peak_builder();
+            churn_site(200000);
+            nap(150);
+            peak_release();
+        }
+        nap(20);
+    }
+    for (int i = 0; i < NLONG; i++) {
+        free(longs[i]);
+        held(-(64l << 10));
+    }
+    printf("true_peak %zu\n", true_peak);
+    return 0;
+}
