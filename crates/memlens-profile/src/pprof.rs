@@ -45,6 +45,11 @@ pub mod proto {
         pub comment: Vec<i64>,
         #[prost(int64, tag = "14")]
         pub default_sample_type: i64,
+        /// memlens' own: the memory timeline, 5 values per point (ns, heap, rss, allocator in use,
+        /// allocator footprint; -1 unknown). A field number profile.proto does not use: pprof tools
+        /// skip it, and it keeps thousands of points out of the comments they print.
+        #[prost(int64, repeated, tag = "1001")]
+        pub memlens_timeline: Vec<i64>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -285,6 +290,7 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
         period: p.meta.interval as i64,
         comment,
         default_sample_type,
+        memlens_timeline: p.views.as_ref().map(timeline_values).unwrap_or_default(),
     }
 }
 
@@ -393,10 +399,9 @@ impl LifeKeys {
     }
 }
 
-/// The views' process facts and timeline as comments (`memlens-views:`, one `memlens-tl:` per point).
+/// The views' process facts as one comment (`memlens-views:`); the timeline has a field of its own.
 fn views_comments(v: &Views) -> Vec<String> {
-    let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
-    let mut out = vec![format!(
+    vec![format!(
         "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} allocator={}",
         v.heap_bytes.round() as i64,
         v.heap_max_bytes.round() as i64,
@@ -404,18 +409,37 @@ fn views_comments(v: &Views) -> Vec<String> {
         v.peak_bytes.round() as i64,
         v.peak_ns,
         v.allocator
-    )];
-    out.extend(v.timeline.iter().map(|t| {
-        format!(
-            "memlens-tl: {} {} {} {} {}",
-            t.time_ns,
-            t.heap_bytes.round() as i64,
-            opt(t.rss_bytes),
-            opt(t.allocator_in_use),
-            opt(t.allocator_footprint)
-        )
-    }));
-    out
+    )]
+}
+
+fn timeline_values(v: &Views) -> Vec<i64> {
+    let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
+    v.timeline
+        .iter()
+        .flat_map(|t| {
+            [
+                t.time_ns as i64,
+                t.heap_bytes.round() as i64,
+                opt(t.rss_bytes),
+                opt(t.allocator_in_use),
+                opt(t.allocator_footprint),
+            ]
+        })
+        .collect()
+}
+
+fn read_timeline(v: &mut Views, vals: &[i64]) {
+    let opt = |x: i64| (x >= 0).then_some(x as f64);
+    v.timeline = vals
+        .chunks_exact(5)
+        .map(|c| TimePoint {
+            time_ns: c[0].max(0) as u64,
+            heap_bytes: c[1] as f64,
+            rss_bytes: opt(c[2]),
+            allocator_in_use: opt(c[3]),
+            allocator_footprint: opt(c[4]),
+        })
+        .collect();
 }
 
 /// Read a `views_comments` line back into `v`.
@@ -436,20 +460,6 @@ fn parse_views_comment(v: &mut Option<Views>, c: &str) {
                 "allocator" => v.allocator = x.to_string(),
                 _ => {}
             }
-        }
-    } else if let Some(rest) = c.strip_prefix("memlens-tl: ") {
-        let f: Vec<f64> = rest.split(' ').filter_map(|x| x.parse().ok()).collect();
-        if let [t, h, r, a, b] = f[..] {
-            let opt = |x: f64| (x >= 0.0).then_some(x);
-            v.get_or_insert_with(Views::default)
-                .timeline
-                .push(TimePoint {
-                    time_ns: t as u64,
-                    heap_bytes: h,
-                    rss_bytes: opt(r),
-                    allocator_in_use: opt(a),
-                    allocator_footprint: opt(b),
-                });
         }
     }
 }
@@ -617,6 +627,9 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         parse_comment(&mut meta, &c);
         parse_views_comment(&mut views, &c);
     }
+    if let Some(v) = &mut views {
+        read_timeline(v, &m.memlens_timeline);
+    }
     let map_ids: HashMap<u64, u64> = m
         .mapping
         .iter()
@@ -765,6 +778,7 @@ mod tests {
                 dropped: 1,
                 unwind_fallbacks: 0,
                 max_depth: 64,
+                view: String::new(),
             },
             mappings: vec![Mapping {
                 start: 0x1000,
@@ -834,7 +848,50 @@ mod tests {
                     life: None,
                 },
             ],
+            views: None,
         }
+    }
+
+    #[test]
+    fn lifetimes_peak_and_timeline_read_back() {
+        let mut p = sample_profile();
+        let mut freed = [0.0; LIFE_BUCKETS];
+        freed[2] = 4096.0;
+        freed[7] = 100.0;
+        p.samples[0].life = Some(Life {
+            peak_objects: 2.0,
+            peak_bytes: 2048.0,
+            freed,
+            live_age_ns: 5e8,
+            prev_inuse_bytes: 512.0,
+        });
+        p.samples[1].life = Some(Life::default());
+        let point = |t: u64, h: f64| TimePoint {
+            time_ns: t,
+            heap_bytes: h,
+            rss_bytes: Some(h * 2.0),
+            allocator_in_use: None,
+            allocator_footprint: Some(7.0),
+        };
+        p.views = Some(Views {
+            heap_bytes: 10.0,
+            heap_max_bytes: 20.0,
+            heap_max_ns: 3,
+            peak_bytes: 19.0,
+            peak_ns: 2,
+            allocator: "glibc".into(),
+            timeline: vec![point(1, 5.0), point(2, 19.0)],
+        });
+        let q = decode(&encode_gz(&p).unwrap()).unwrap();
+        assert_eq!(q, p);
+        let names: Vec<String> = {
+            let m = to_proto(&p);
+            m.sample_type
+                .iter()
+                .map(|t| m.string_table[t.r#type as usize].clone())
+                .collect()
+        };
+        assert!(names.ends_with(&["freed_1ms_space".into(), "freed_1s_space".into()]));
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub enum View {
 /// Young: freed within this many ns. A site is a temporary when most of its freed bytes were young.
 const YOUNG_NS: f64 = 1e6;
 /// Live bytes older than this share of the run are suspected leaks.
-const OLD_SHARE: f64 = 0.5;
+const OLD_SHARE: f64 = 0.25;
 
 /// One stack of a view: the report's stack plus the merged views' columns.
 struct VStack {
