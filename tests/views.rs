@@ -91,6 +91,12 @@ fn sites(flags: &[&str], run_opts: &[&str], env: &[(&str, &str)]) {
     assert!(points
         .iter()
         .all(|p| p["rss_bytes"].as_f64().unwrap() > 0.0));
+    // The allocator's own figures: jemalloc's when it is preloaded, else glibc's mallinfo2.
+    let je = env.iter().any(|(_, v)| v.contains("jemalloc"));
+    assert_eq!(tl["allocator"], if je { "jemalloc" } else { "glibc" });
+    assert!(points
+        .iter()
+        .all(|p| p["allocator_in_use"].as_f64().unwrap() > 0.0));
 
     // The peak set as its own profile, with the four sample types, read like any other.
     let pp = dir.path().join("p.peak.pb.gz");
@@ -209,7 +215,13 @@ fn suspected_leak_grows_across_dumps() {
     let d = dir.path();
     let src = root().join("runtime/tests/views_sites.c");
     let exe = compile(&src, d, "views_sites", &[]);
-    let (_, _) = profile(d, &["--dump-every", "150ms"], &[], &[exe.to_str().unwrap()]);
+    // 30 rounds: about 1.5 s, a dozen periodic dumps.
+    let (_, _) = profile(
+        d,
+        &["--dump-every", "100ms"],
+        &[],
+        &[exe.to_str().unwrap(), "30"],
+    );
     // A periodic dump taken mid-run: the leak has grown since the dump before it.
     let mut numbered: Vec<PathBuf> = std::fs::read_dir(d)
         .unwrap()
@@ -221,15 +233,25 @@ fn suspected_leak_grows_across_dumps() {
         .collect();
     numbered.sort();
     assert!(numbered.len() >= 2, "{numbered:?}");
-    let j = report_json(&numbered[1], "leaks");
-    let leak = j["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["frames"][0]["function"] == "leak_site")
-        .unwrap_or_else(|| panic!("{j:#}"));
-    assert!(leak["growth_bytes"].as_f64().unwrap() > 0.0, "{leak:#}");
-    assert_eq!(leak["suspect"], true);
+    // Each dump's growth is the leak's increase since the dump before (noisy: a few samples);
+    // summed over the run it is the whole increase, well above the sampling noise.
+    let mut total = 0.0;
+    for f in &numbered[1..] {
+        let j = report_json(f, "leaks");
+        let leak = j["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["frames"][0]["function"] == "leak_site")
+            .unwrap_or_else(|| panic!("{j:#}"))
+            .clone();
+        total += leak["growth_bytes"].as_f64().unwrap_or(0.0);
+        assert_eq!(leak["suspect"], true, "{leak:#}");
+    }
+    assert!(
+        total > 1e6,
+        "leak grew by {total} bytes over the periodic dumps"
+    );
 }
 
 #[test]

@@ -149,7 +149,8 @@ static void line(struct ml_out *o, const char *key, uint64_t v)
 void ml_views_write(struct ml_out *o)
 {
     line(o, "enabled", (uint64_t)atomic_load(&ml_views_on));
-    line(o, "tsc_hz", ml_views_tsc_hz());
+    /* Without a sample there is no tick to convert (and no reason to wait for a measurement). */
+    line(o, "tsc_hz", atomic_load(&anchor_tsc) ? ml_views_tsc_hz() : 0);
     line(o, "life_lg0", ML_LIFE_LG0);
     ml_peak_write(o);
     ml_timeline_tick(__rdtsc(), 1);

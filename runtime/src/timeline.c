@@ -3,7 +3,7 @@
  * resident set (/proc/self/statm) and the allocator's own figures where it exposes them (jemalloc's
  * mallctl stats, tcmalloc's numeric properties, glibc's mallinfo2; looked up with dlsym, never
  * linked). Sampled blocks live in the runtime's own range, where the allocator does not see them, so
- * their real bytes are added to its "in use" figure.
+ * their real bytes are added to both of its figures.
  *
  * Points go to a fixed array; when it is full every other point is dropped and the period doubles,
  * so a long run keeps its whole span at a coarser grain. A point is taken under a try-lock: a thread
@@ -113,8 +113,11 @@ void ml_timeline_tick(uint64_t now, int force)
     uint64_t hz = ml_views_tsc_hz_rough();
     struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes()};
     allocator_stats(&pt.in_use, &pt.footprint);
+    int64_t sampled = ml_sampled_live_bytes();
     if (pt.in_use >= 0)
-        pt.in_use += ml_sampled_live_bytes();
+        pt.in_use += sampled;
+    if (pt.footprint >= 0)
+        pt.footprint += sampled;
     if (npoints == NPOINTS)
         compact();
     points[npoints++] = pt;
@@ -127,9 +130,11 @@ void ml_timeline_tick(uint64_t now, int force)
 /* view allocator <kind> / tl <ns> <heap> <rss> <in_use> <footprint> (-1 = unknown) */
 void ml_timeline_write(struct ml_out *o)
 {
-    for (int tries = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); tries++)
-        if (tries > 1000)
+    for (int tries = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); tries++) {
+        if (tries > 100000)
             return; /* a point is being taken by a thread that cannot go on (we interrupted it) */
+        __builtin_ia32_pause();
+    }
     ml_out_str(o, "view allocator ");
     ml_out_str(o, kind_names[stats_kind]);
     ml_out_str(o, "\n");

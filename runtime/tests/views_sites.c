@@ -3,7 +3,8 @@
  *   leak_site       leaks 4 KiB blocks steadily (about 6 MiB by the end)
  *   churn_site      allocates and frees 256 B blocks at once (about 512 MiB in all)
  *   long_lived_site 8 MiB of 64 KiB blocks kept from the start until just before exit
- * Prints `true_peak <bytes>`: the most bytes this program held at once. */
+ * Prints `true_peak <bytes>`: the most bytes this program held at once.
+ *   views_sites [ROUNDS]   (default 10 rounds of about 50 ms) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,10 +76,11 @@ __attribute__((noinline)) void peak_release(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rounds = argc > 1 ? atoi(argv[1]) : 10; /* more rounds: a longer run, a bigger leak */
     long_lived_site();
-    for (int round = 0; round < 10; round++) {
+    for (int round = 0; round < rounds; round++) {
         leak_site(150);
         churn_site(200000);
         if (round == 5) {

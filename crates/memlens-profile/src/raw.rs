@@ -430,6 +430,37 @@ end
     }
 
     #[test]
+    fn view_records_attach_to_their_stack() {
+        let text = GOOD
+            .replace(
+                "0x555555555020\n",
+                "0x555555555020\nlife 65536 512 1000 256 0 7 0 0 0 0 0 0 0 0 0 0 0 0 0 9\n",
+            )
+            .replace(
+                "0x555555555030\nend\n",
+                "0x555555555030\nview tsc_hz 1000000000\nview heap_max 4096 77\n\
+                 view allocator jemalloc\ntl 5 4096 8192 -1 -1\nend\n",
+            );
+        let d = parse(&text).unwrap();
+        let l = d.stacks[0].life.as_ref().unwrap();
+        assert_eq!(
+            (l.peak_bytes, l.age_ticks, l.prev_inuse_bytes),
+            (512, 1000, 256)
+        );
+        assert_eq!((l.freed[1], l.freed[15]), (7, 9));
+        assert!(d.stacks[1].life.is_none());
+        let v = d.views.unwrap();
+        assert_eq!(
+            (v.tsc_hz, v.heap_max, v.heap_max_ns),
+            (1000000000, 4096, 77)
+        );
+        assert_eq!(v.allocator, "jemalloc");
+        assert_eq!(v.timeline, vec![[5, 4096, 8192, -1, -1]]);
+        let bad = text.replace("life 65536 512", "life 65536 x");
+        assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("peak_bytes"));
+    }
+
+    #[test]
     fn wrong_magic_and_version() {
         assert!(
             format!("{:#}", parse("hello\nend\n").unwrap_err()).contains("not a memlens raw dump")
