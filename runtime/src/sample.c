@@ -86,11 +86,16 @@ int ml_slow_decide(size_t size)
         return ML_EXACT;
     }
     if (t->armed != R) {
-        /* The countdown was a poll budget or drawn for another interval: start a fresh process. */
+        /* The countdown was a poll budget or drawn for another interval: start a fresh process,
+         * from this allocation on (skipping it would never sample a thread's first block, however
+         * big: a bias of its whole size). */
         t->armed = R;
         t->countdown = draw(t, R);
         t->next = draw(t, R);
-        return ML_FORWARD;
+        if (t->countdown > (int64_t)size) {
+            t->countdown -= (int64_t)size;
+            return ML_FORWARD;
+        }
     }
     /* The next countdown was drawn at the previous sample: the fast path's next subtract waits on
      * this store, and a draw (a division, a polynomial) on that path would stall it. */
