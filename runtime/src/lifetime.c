@@ -153,6 +153,6 @@ void ml_views_write(struct ml_out *o)
     line(o, "tsc_hz", atomic_load(&anchor_tsc) ? ml_views_tsc_hz() : 0);
     line(o, "life_lg0", ML_LIFE_LG0);
     ml_peak_write(o);
-    ml_timeline_tick(__rdtsc(), 1);
+    ml_timeline_tick(__rdtsc(), ML_TL_DUMP);
     ml_timeline_write(o);
 }

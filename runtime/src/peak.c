@@ -40,7 +40,7 @@ static ML_NOINLINE void snapshot(uint64_t now)
         atomic_store_explicit(&next_snap, h + margin, memory_order_relaxed);
         atomic_store_explicit(&snap_heap, (uint64_t)h, memory_order_relaxed);
         atomic_store_explicit(&snap_ns, ml_now_ns(), memory_order_relaxed);
-        ml_timeline_tick(now, 1);
+        ml_timeline_tick(now, ML_TL_PEAK);
     }
     ml_spin_unlock(&snap_lock);
 }
@@ -60,7 +60,7 @@ void ml_heap_add(int64_t delta, int64_t size, uint64_t now)
         }
     }
     if (unlikely(now >= atomic_load_explicit(&ml_timeline_next, memory_order_relaxed)))
-        ml_timeline_tick(now, 0);
+        ml_timeline_tick(now, ML_TL_PERIODIC);
 }
 
 /* view heap <now> / heap_max <bytes> <ns> / peak <bytes at the snapshot> <ns> */

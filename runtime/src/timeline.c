@@ -101,18 +101,21 @@ static void compact(void)
     period_ns *= 2;
 }
 
-void ml_timeline_tick(uint64_t now, int force)
+void ml_timeline_tick(uint64_t now, int why)
 {
-    if (!force && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
+    if (why == ML_TL_PERIODIC && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
         return;
     if (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
         return;
     ml_tls.busy++; /* dlsym and the allocator's stats may allocate: straight to the real allocator */
-    if (stats_kind == ST_UNKNOWN)
-        find_stats();
     uint64_t hz = ml_views_tsc_hz_rough();
-    struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes()};
-    allocator_stats(&pt.in_use, &pt.footprint);
+    struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
+                        .in_use = -1, .footprint = -1};
+    if (why != ML_TL_DUMP) {
+        if (stats_kind == ST_UNKNOWN)
+            find_stats();
+        allocator_stats(&pt.in_use, &pt.footprint);
+    }
     int64_t sampled = ml_sampled_live_bytes();
     if (pt.in_use >= 0)
         pt.in_use += sampled;

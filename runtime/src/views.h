@@ -38,8 +38,11 @@ int64_t ml_sampled_live_bytes(void);
 void ml_peak_write(struct ml_out *o);
 
 /* timeline.c */
-/* Take a point if the period elapsed (`force`: a new peak or a dump). */
-void ml_timeline_tick(uint64_t now, int force);
+/* Take a point if the period elapsed, or now (a new peak, a dump). A dump's point leaves the
+ * allocator's figures unknown: a dump must be async-signal-safe, and mallinfo2/mallctl take locks
+ * the interrupted thread may hold. */
+enum { ML_TL_PERIODIC, ML_TL_PEAK, ML_TL_DUMP };
+void ml_timeline_tick(uint64_t now, int why);
 extern _Atomic uint64_t ml_timeline_next; /* tick of the next periodic point */
 void ml_timeline_write(struct ml_out *o);
 

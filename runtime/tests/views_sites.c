@@ -1,8 +1,10 @@
 /* Four allocation sites of known behaviour, for the peak, leaks, temporaries and timeline views:
- *   peak_builder    holds 96 MiB (2 MiB blocks) for a while in the middle of the run, then frees it
+ *   peak_builder    holds 96 MiB (4 MiB blocks) for a while in the middle of the run, then frees it
  *   leak_site       leaks 4 KiB blocks steadily (about 6 MiB by the end)
  *   churn_site      allocates and frees 256 B blocks at once (about 512 MiB in all)
- *   long_lived_site 8 MiB of 64 KiB blocks kept from the start until just before exit
+ *   long_lived_site 8 MiB (2 MiB blocks) kept from the start until just before exit
+ * Big blocks are sampled with probability near 1, so the estimate of the peak is close to exact; the
+ * small blocks (leak, churn) carry the sampling error of about sqrt(R x bytes).
  * Prints `true_peak <bytes>`: the most bytes this program held at once.
  *   views_sites [ROUNDS]   (default 10 rounds of about 50 ms) */
 #include <stdio.h>
@@ -26,16 +28,18 @@ static void nap(long ms)
     nanosleep(&ts, NULL);
 }
 
-#define NLONG 128
-#define NPEAK 48
+#define NLONG 4
+#define LONG_SIZE (2l << 20)
+#define NPEAK 24
+#define PEAK_SIZE (4l << 20)
 static void *longs[NLONG], *peaks[NPEAK];
 
 __attribute__((noinline)) void long_lived_site(void)
 {
     for (int i = 0; i < NLONG; i++) {
-        longs[i] = malloc(64 << 10);
-        memset(longs[i], 1, 64 << 10);
-        held(64 << 10);
+        longs[i] = malloc(LONG_SIZE);
+        memset(longs[i], 1, LONG_SIZE);
+        held(LONG_SIZE);
     }
 }
 
@@ -62,9 +66,9 @@ __attribute__((noinline)) void churn_site(long n)
 __attribute__((noinline)) void peak_builder(void)
 {
     for (int i = 0; i < NPEAK; i++) {
-        peaks[i] = malloc(2 << 20);
-        memset(peaks[i], 3, 2 << 20);
-        held(2 << 20);
+        peaks[i] = malloc(PEAK_SIZE);
+        memset(peaks[i], 3, PEAK_SIZE);
+        held(PEAK_SIZE);
     }
 }
 
@@ -72,7 +76,7 @@ __attribute__((noinline)) void peak_release(void)
 {
     for (int i = 0; i < NPEAK; i++) {
         free(peaks[i]);
-        held(-(2l << 20));
+        held(-PEAK_SIZE);
     }
 }
 
@@ -93,7 +97,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < NLONG; i++) {
         free(longs[i]);
-        held(-(64l << 10));
+        held(-LONG_SIZE);
     }
     printf("true_peak %zu\n", true_peak);
     return 0;
