@@ -290,3 +290,18 @@ fn python_peak_names_the_builder() {
         "{peak:#}"
     );
 }
+
+#[test]
+fn first_block_of_a_thread_is_a_leak_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("runtime/tests/first_block.c");
+    let exe = compile(&src, dir.path(), "first_block", &[]);
+    let (p, _) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
+    let leaks = report_json(&p, "leaks");
+    assert_eq!(
+        leaks["stacks"][0]["frames"][0]["function"],
+        "first_block_site"
+    );
+    let v = leaks["stacks"][0]["value"].as_f64().unwrap();
+    assert!((v - 64.0 * 1048576.0).abs() < 1048576.0, "{v}");
+}
