@@ -305,3 +305,19 @@ fn first_block_of_a_thread_is_a_leak_seen() {
     let v = leaks["stacks"][0]["value"].as_f64().unwrap();
     assert!((v - 64.0 * 1048576.0).abs() < 1048576.0, "{v}");
 }
+
+#[test]
+fn views_off_and_exact_mode_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("runtime/tests/first_block.c");
+    let exe = compile(&src, dir.path(), "first_block", &[]);
+    let exe = exe.to_str().unwrap();
+    let (p, _) = profile(dir.path(), &[], &[("MEMLENS_VIEWS", "0")], &[exe]);
+    let o = run(&["report", p.to_str().unwrap(), "--view", "peak"]);
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains("MEMLENS_VIEWS=0"), "{}", stderr(&o));
+    let (p, _) = profile(dir.path(), &["--exact"], &[], &[exe]);
+    let o = run(&["report", p.to_str().unwrap(), "--view", "leaks"]);
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains("exact mode"), "{}", stderr(&o));
+}

@@ -58,6 +58,7 @@ pub fn views_of(r: &RawViews) -> Views {
         peak_bytes: r.peak as f64,
         peak_ns: r.peak_ns,
         allocator: r.allocator.clone(),
+        disabled: !r.enabled,
         timeline: r
             .timeline
             .iter()

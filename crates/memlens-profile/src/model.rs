@@ -236,6 +236,8 @@ pub struct Views {
     pub peak_ns: u64,
     /// Where the allocator figures come from: glibc, jemalloc, tcmalloc or none.
     pub allocator: String,
+    /// The runtime had its views switched off (MEMLENS_VIEWS=0): no peak, lifetimes or timeline.
+    pub disabled: bool,
     pub timeline: Vec<TimePoint>,
 }
 

@@ -402,12 +402,13 @@ impl LifeKeys {
 /// The views' process facts as one comment (`memlens-views:`); the timeline has a field of its own.
 fn views_comments(v: &Views) -> Vec<String> {
     vec![format!(
-        "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} allocator={}",
+        "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} disabled={} allocator={}",
         v.heap_bytes.round() as i64,
         v.heap_max_bytes.round() as i64,
         v.heap_max_ns,
         v.peak_bytes.round() as i64,
         v.peak_ns,
+        v.disabled as u8,
         v.allocator
     )]
 }
@@ -458,6 +459,7 @@ fn parse_views_comment(v: &mut Option<Views>, c: &str) {
                 "peak" => v.peak_bytes = n(),
                 "peak_ns" => v.peak_ns = n() as u64,
                 "allocator" => v.allocator = x.to_string(),
+                "disabled" => v.disabled = x == "1",
                 _ => {}
             }
         }
@@ -880,6 +882,7 @@ mod tests {
             peak_bytes: 19.0,
             peak_ns: 2,
             allocator: "glibc".into(),
+            disabled: false,
             timeline: vec![point(1, 5.0), point(2, 19.0)],
         });
         let q = decode(&encode_gz(&p).unwrap()).unwrap();

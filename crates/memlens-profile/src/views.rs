@@ -63,6 +63,17 @@ impl VStack {
 }
 
 fn need_views(p: &Profile, view: View) -> Result<()> {
+    if p.views.as_ref().is_some_and(|v| v.disabled) && view != View::Timeline {
+        bail!(
+            "the runtime's views were switched off (MEMLENS_VIEWS=0) when this profile was written"
+        );
+    }
+    if p.meta.interval == 0 && p.meta.samples > 0 && view != View::Timeline {
+        bail!(
+            "exact mode (--exact) tracks no live blocks: no peak, leaks or lifetimes \
+             (profile with an interval, e.g. the default 512K)"
+        );
+    }
     if p.samples.iter().any(|s| s.life.is_some()) || p.views.is_some() {
         return Ok(());
     }
