@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue-2 speed benchmark: the malloc-test loop (512 B malloc/free pairs at call depth 10, 1 and 2
+# The profiler's speed benchmark: the malloc-test loop (512 B malloc/free pairs at call depth 10, 1 and 2
 # threads) with the runtime inactive, sampling at 64K/512K/2M with every unwinder, exact mode,
 # heaptrack, and jemalloc with and without its own profiler: core cycles per pair over glibc,
 # measured in pairs within each process (runtime/bench/fastpath.sh explains how). Not a test; the

@@ -146,12 +146,19 @@ fn every_pattern_runs_with_every_allocator_on_1_and_2_threads() {
     }
     let csv = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv.lines().count(), 1 + allocs.len() * PATTERNS.len() * 2);
+    assert!(csv.starts_with("pattern,size,threads,allocator,"), "{csv}");
+    assert!(csv.lines().next().unwrap().contains("malloc_p50_ns"));
     let plot = std::fs::read_to_string(svg.join("alloc-split-200.svg")).unwrap();
     assert!(
         plot.contains("<svg") && plot.contains("ideal scaling") && plot.contains("global-lock")
     );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("larson, 200 B objects"));
+    // The page opens with the answer, not with the widest table.
+    let verdict = page
+        .find("class=\"verdict\"")
+        .expect("no verdict on the page");
+    assert!(verdict < page.find("<table").unwrap());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

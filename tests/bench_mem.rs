@@ -252,8 +252,32 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
         .filter(|i| i["case"].as_str().unwrap().starts_with("handle"))
         .collect();
     assert_eq!(plain.len(), 2);
+    // Each ratio is hoisted over per-element, on the medians of the two triad kernels measured at
+    // the same thread count, and the verdict states it beside the published 2×.
+    let median = |k: &str, t: &serde_json::Value| {
+        rows.iter()
+            .find(|r| r["kernel"] == k && &r["threads"] == t)
+            .unwrap_or_else(|| panic!("no {k}/{t}"))["gbps"]["median"]
+            .as_f64()
+            .unwrap()
+    };
     for i in &plain {
-        assert!(i["ratio"].as_f64().unwrap() > 0.0);
+        let (per, hoisted) = (
+            median("TriadTranslated", &i["threads"]),
+            median("TriadHoisted", &i["threads"]),
+        );
+        assert_eq!(i["per_element_median_gbps"].as_f64().unwrap(), per);
+        assert_eq!(i["hoisted_median_gbps"].as_f64().unwrap(), hoisted);
+        let ratio = i["ratio"].as_f64().unwrap();
+        assert!((ratio - hoisted / per).abs() <= 1e-9 * ratio, "{i}");
+        let said = format!(
+            "{} thread(s): hoisting the translation out of the loop runs",
+            i["threads"]
+        );
+        assert!(
+            out.replace("\n  ", " ").contains(&said) && out.contains("published: ~2×"),
+            "{out}"
+        );
     }
     // libpmemobj is dlopened when installed; otherwise the output names the package.
     let pmem_installed = [

@@ -162,3 +162,92 @@ fn diff_names_the_stack_that_grew() {
         stdout(&o)
     );
 }
+
+/// The widest line of `s`, in characters (each is one terminal column).
+fn widest(s: &str) -> usize {
+    s.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+fn with_columns(cols: &str, args: &[&str]) -> std::process::Output {
+    let o = memlens()
+        .env("COLUMNS", cols)
+        .args(args)
+        .output()
+        .expect("cannot start memlens");
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
+}
+
+#[test]
+fn output_fits_a_terminal_of_100_columns() {
+    let d = tempfile::tempdir().unwrap();
+    let prog = compile(
+        &root().join("runtime/tests/long_names.cc"),
+        d.path(),
+        "long_names",
+        &[],
+    );
+    let prof = d.path().join("p.pb.gz");
+    let o = memlens()
+        .args(["run", "--interval", "64K", "-o"])
+        .arg(&prof)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = prof.to_str().unwrap();
+
+    // The report: pprof-style short names, stacks wrapped into the width.
+    let wide = stdout(&with_columns("400", &["report", p]));
+    let narrow = stdout(&with_columns("100", &["report", p]));
+    assert!(widest(&narrow) <= 100, "wider than 100:\n{narrow}");
+    assert!(
+        narrow.contains("Registry::add_entry") && !narrow.contains("std::allocator<"),
+        "names not shortened:\n{narrow}"
+    );
+    assert!(
+        widest(&wide) > 100,
+        "the stacks need more than 100 columns:\n{wide}"
+    );
+    // JSON keeps the full names.
+    let json = stdout(&with_columns("100", &["report", p, "--format", "json"]));
+    assert!(json.contains("std::allocator<"), "full names lost in JSON");
+
+    // bench alloc: its wide table is split by topic; no latency reads 0.
+    let alloc = stdout(&with_columns(
+        "100",
+        &["bench", "alloc", "--quick", "--allocators", "system,pooled"],
+    ));
+    assert!(widest(&alloc) <= 100, "wider than 100:\n{alloc}");
+    assert!(alloc.contains("(continued: latency"), "{alloc}");
+    let cells: Vec<&str> = alloc
+        .split(['│', ' ', '/'])
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert!(
+        !cells.contains(&"0.0"),
+        "a per-call latency reads 0.0 instead of <resolution:\n{alloc}"
+    );
+
+    // bench latency, small: three orders × three sizes of columns, split by order.
+    let lat = stdout(&with_columns(
+        "100",
+        &[
+            "bench",
+            "latency",
+            "--min-ws",
+            "4K",
+            "--max-ws",
+            "64K",
+            "--repeats",
+            "2",
+            "--min-time",
+            "1ms",
+            "--counters",
+            "software",
+        ],
+    ));
+    assert!(widest(&lat) <= 100, "wider than 100:\n{lat}");
+    assert!(lat.contains("(continued: random"), "{lat}");
+}

@@ -889,7 +889,7 @@ fn bad_input_is_one_line_errors() {
 
 #[test]
 fn fastpath_benchmark_runs_every_configuration() {
-    // The issue-2 speed benchmark (runtime/bench/fastpath.sh), on tiny sizes: every configuration
+    // The profiler's speed benchmark (runtime/bench/fastpath.sh), on tiny sizes: every configuration
     // yields a row of numbers. Speed itself is measured by scripts/bench-profiler.sh, not here.
     let lib = std::fs::read_dir(root().join("target/release/build"))
         .unwrap()

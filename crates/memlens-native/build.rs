@@ -136,7 +136,9 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(d).display());
     }
     println!("cargo:rerun-if-env-changed=CC");
-    let mut table = String::from("pub static ARTIFACTS: &[(&str, &[u8])] = &[\n");
+    let mut table = String::from(
+        "/// Every built C artifact: (file name, contents).\npub static ARTIFACTS: &[(&str, &[u8])] = &[\n",
+    );
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for a in artifacts(&root) {
         for s in &a.sources {
@@ -154,7 +156,7 @@ fn main() {
     }
     table.push_str("];\n");
     table.push_str(&format!(
-        "pub const CONTENT_HASH: &str = \"{hash:016x}\";\n"
+        "/// Hash of all artifacts: names the directory they are written to.\npub const CONTENT_HASH: &str = \"{hash:016x}\";\n"
     ));
     fs::write(out_dir.join("embedded.rs"), table).unwrap();
 }

@@ -86,15 +86,36 @@ slow:
     return calloc_slow(n, s, total, RA());
 }
 
-/* realloc of a block in our range: a new allocation (which may itself be sampled), copy, free. */
+/* realloc of a block in our range. The new size is an allocation like any other for the countdown;
+ * the block grows or shrinks in place whenever its chunk (or the free pages after it) allows, so a
+ * buffer grown step by step is never copied over and over. */
 static void *realloc_ours(void *p, size_t n, uintptr_t ra)
 {
     if (n == 0) {
         ml_sampled_free(p); /* glibc semantics: realloc(p, 0) frees and returns NULL */
         return NULL;
     }
-    size_t old = ml_block_of(p)->size;
-    void *q = ml_malloc_from(n, ra);
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED) { /* boot arena: never freed, just copied out */
+        void *q = ml_malloc_from(n, ra);
+        if (q)
+            memcpy(q, p, b->size < n ? b->size : n);
+        return q;
+    }
+    int d = (ml_tls.countdown -= (int64_t)n) > 0 ? ML_FORWARD : ml_slow_decide(n);
+    size_t old = b->size;
+    if (d != ML_BOOT && ml_range_resize(p, n)) {
+        ml_sample_resized(p, n, d == ML_SAMPLE, ra);
+        if (d == ML_EXACT)
+            ml_exact_record(n, ra);
+        return p;
+    }
+    void *q = d == ML_SAMPLE ? ml_sample_alloc(n, 0, 0, ra) : NULL;
+    if (!q) {
+        q = ml_real.malloc(n);
+        if (q && d == ML_EXACT)
+            ml_exact_record(n, ra);
+    }
     if (q) {
         memcpy(q, p, old < n ? old : n);
         ml_sampled_free(p);

@@ -22,8 +22,15 @@ void ml_reset(void)
     ml_stacks_zero_alloc();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
+    atomic_store(&ml_cfg.dropped_bytes, 0);
     atomic_store(&ml_cfg.unwind_fallbacks, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
+}
+
+static void add_inuse(struct ml_stack *r, void *arg)
+{
+    int64_t b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
+    *(uint64_t *)arg += b > 0 ? (uint64_t)b : 0;
 }
 
 void ml_get_status(struct ml_status *st)
@@ -35,4 +42,6 @@ void ml_get_status(struct ml_status *st)
     st->stacks = ml_stack_count();
     st->truncated = atomic_load(&ml_cfg.truncated);
     st->dropped = atomic_load(&ml_cfg.dropped);
+    st->inuse_bytes = 0;
+    ml_stacks_each(add_inuse, &st->inuse_bytes);
 }

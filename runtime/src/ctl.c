@@ -1,14 +1,18 @@
 /* The control socket: lets `memlens ctl PID …` start, stop, dump and query a running process without its
  * cooperation.
  *
- * One detached thread blocks in poll()/accept() on `$MEMLENS_CTL_DIR/<pid>.sock` (default
- * `/tmp/memlens-<euid>`). Each connection carries one request line and gets one reply line:
+ * One thread blocks in poll()/accept() on `$MEMLENS_CTL_DIR/<pid>.<pidns>.sock` (default
+ * `/tmp/memlens-<euid>`; <pidns> is the inode of our pid namespace, so containers sharing the
+ * directory with equal pids never meet). Each connection carries one request line (at most
+ * CTL_LINE_MAX bytes, within CTL_REQUEST_MS) and gets one reply line:
  *
  *     start [INTERVAL]   -> ok active=1 interval=N was=0|1
  *     stop               -> ok active=0 was=0|1
- *     dump PATH          -> ok dumped PATH            (a raw dump, written by this process)
+ *     dump NAME          -> ok dumped NAME            (a raw dump this process writes into the
+ *                                                      socket directory; the CLI moves it out)
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
+ *                           inuse_bytes=N dropped_bytes=N
  *     anything else      -> error …
  *
  * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
@@ -21,7 +25,9 @@
  * - it never keeps the process alive: if main() called pthread_exit() and every other thread is gone,
  *   it leaves too (polling once a second), which lets glibc end the process as it would without us;
  * - fork: the child closes the inherited socket and, after 200 ms (lazily: most children exec or exit
- *   first), listens on its own `<childpid>.sock`;
+ *   first), listens on its own `<childpid>.<pidns>.sock`;
+ * - unshare/setns (ns.c) need a single-threaded process for some namespaces: ml_ctl_pause ends the
+ *   thread around them and ml_ctl_resume starts it again;
  * - the socket file is unlinked at exit by the process that created it. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -43,13 +49,19 @@
 #include "internal.h"
 #include "rt.h"
 
-#define CTL_LINE_MAX 4200 /* a command word and a PATH_MAX path */
+#define CTL_LINE_MAX 512     /* a command word and a file name */
+#define CTL_REQUEST_MS 2000  /* the whole request line must arrive within this */
 #define CTL_STACK (256 * 1024)
 #define CTL_CHILD_DELAY_MS 200 /* a forked child binds its socket after this */
 
 static int ctl_fd = -1;        /* listening socket, or -1 */
 static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */
 static char ctl_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static char ctl_dirpath[sizeof ctl_path];
+/* The thread: NONE, RUNNING, or STOPPING (ml_ctl_pause asked it to end and will join it). */
+enum { T_NONE, T_RUNNING, T_STOPPING };
+static _Atomic int thread_state;
+static pthread_t ctl_thread;
 
 /* ---- small malloc-free string building ---- */
 
@@ -67,15 +79,9 @@ static void put_str(struct buf *b, const char *s)
 
 static void put_u64(struct buf *b, uint64_t v)
 {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n && b->len + 1 < b->cap)
-        b->p[b->len++] = tmp[--n];
-    b->p[b->len] = 0;
+    char tmp[ML_FMT_MAX];
+    ml_fmt_u64(tmp, v, 0);
+    put_str(b, tmp);
 }
 
 static void put_kv(struct buf *b, const char *key, uint64_t v)
@@ -99,8 +105,8 @@ static int ctl_dir(char *dir, size_t cap)
 {
     struct buf b = {dir, 0, cap};
     dir[0] = 0;
-    const char *env = getenv("MEMLENS_CTL_DIR");
-    if (env && *env) {
+    const char *env = ml_ctl_dir_env; /* copied at start-up: the environment may be overwritten */
+    if (*env) {
         put_str(&b, env);
     } else {
         put_str(&b, "/tmp/memlens-");
@@ -123,10 +129,22 @@ static int ensure_dir(const char *dir)
     return 0;
 }
 
-/* Remove `<pid>.sock` files of processes that no longer exist (killed, or ended with _exit, which
- * skips our destructor), so the directory does not fill up over a machine's lifetime. */
-static void sweep_stale(const char *dir)
+/* Inode of our pid namespace (0 without /proc): part of the socket name. */
+static uint64_t pidns(void)
 {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Remove `<pid>.<pidns>.sock` files of processes that no longer exist (killed, or ended with _exit, which
+ * skips our destructor), so the directory does not fill up over a machine's lifetime. */
+static void sweep_stale(const char *dir, uint64_t ns)
+{
+    char suffix[32];
+    struct buf sb = {suffix, 0, sizeof suffix};
+    put_str(&sb, ".");
+    put_u64(&sb, ns);
+    put_str(&sb, ".sock");
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return;
@@ -140,7 +158,8 @@ static void sweep_stale(const char *dir)
             uint64_t pid = 0;
             for (const char *c = d->d_name; c < dot && *c >= '0' && *c <= '9'; c++)
                 pid = pid * 10 + (uint64_t)(*c - '0');
-            if (!dot || strcmp(dot, ".sock") != 0 || pid == 0 || pid > INT32_MAX)
+            /* Only pids of our own namespace can be asked whether they live. */
+            if (!dot || strcmp(dot, suffix) != 0 || pid == 0 || pid > INT32_MAX)
                 continue;
             if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
                 unlinkat(dfd, d->d_name, 0);
@@ -149,24 +168,30 @@ static void sweep_stale(const char *dir)
     close(dfd);
 }
 
-/* Bind and listen on `<dir>/<pid>.sock`. Returns the fd or -1 (the reason is logged). */
-static int ctl_listen(void)
+/* Bind and listen on `<dir>/<pid>.<pidns>.sock`. Returns the fd or -1 (the reason is logged
+ * unless `quiet`). */
+static int ctl_listen(int quiet)
 {
-    char dir[sizeof(ctl_path)];
-    if (ctl_dir(dir, sizeof dir - 24) != 0) {
-        ml_log("control socket disabled: MEMLENS_CTL_DIR is too long for a unix socket path");
+    char *dir = ctl_dirpath;
+    if (ctl_dir(dir, sizeof ctl_dirpath - 48) != 0) {
+        if (!quiet)
+            ml_log("control socket disabled: MEMLENS_CTL_DIR is too long for a unix socket path");
         return -1;
     }
     if (ensure_dir(dir) != 0) {
-        ml_log("control socket disabled: cannot use its directory (it must be ours and not writable "
-               "by others; set MEMLENS_CTL_DIR)");
+        if (!quiet)
+            ml_log("control socket disabled: cannot use its directory (it must be ours and not "
+                   "writable by others; set MEMLENS_CTL_DIR)");
         return -1;
     }
-    sweep_stale(dir);
+    uint64_t ns = pidns();
+    sweep_stale(dir, ns);
     struct buf b = {ctl_path, 0, sizeof ctl_path};
     put_str(&b, dir);
     put_str(&b, "/");
     put_u64(&b, (uint64_t)getpid());
+    put_str(&b, ".");
+    put_u64(&b, ns);
     put_str(&b, ".sock");
 
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -178,7 +203,8 @@ static int ctl_listen(void)
     unlink(ctl_path);
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(ctl_path, 0600) != 0 ||
         listen(fd, 8) != 0) {
-        ml_log("control socket disabled: cannot bind it");
+        if (!quiet)
+            ml_log("control socket disabled: cannot bind it");
         close(fd);
         return -1;
     }
@@ -279,6 +305,8 @@ static void do_status(struct buf *r)
     put_kv(r, "stacks", s.stacks);
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);
+    put_kv(r, "inuse_bytes", s.inuse_bytes);
+    put_kv(r, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
 }
 
 static void do_start(const char *arg, struct buf *r)
@@ -301,22 +329,49 @@ static void do_start(const char *arg, struct buf *r)
     put_kv(r, "was", (uint64_t)(was != 0));
 }
 
-static void do_dump(const char *path, struct buf *r)
+/* A dump file name: letters, digits, '.', '_', '-', not starting with '.', so that the dump stays
+ * in the socket directory (no '/', no "..") and is never one of our sockets. */
+static int dump_name_ok(const char *name)
 {
-    if (*path == 0) {
-        put_str(r, "error dump: missing PATH");
+    size_t n = strlen(name);
+    if (n == 0 || n > 128 || name[0] == '.' || (n >= 5 && !strcmp(name + n - 5, ".sock")))
+        return 0;
+    for (const char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '_' || *c == '-'))
+            return 0;
+    return 1;
+}
+
+/* The dump is written into the socket directory only: a peer with our uid must not be able to make
+ * this process write files elsewhere with its rights. The CLI copies it out. */
+static void do_dump(const char *name, struct buf *r)
+{
+    if (*name == 0) {
+        put_str(r, "error dump: missing NAME");
         return;
     }
-    int e = ml_dump(path, "ctl");
+    if (!dump_name_ok(name)) {
+        put_str(r, "error dump: NAME must be a plain file name (letters, digits, '.', '_', '-'); "
+                   "the dump is written into the control directory");
+        return;
+    }
+    char path[sizeof ctl_dirpath + 160];
+    struct buf pb = {path, 0, sizeof path};
+    put_str(&pb, ctl_dirpath);
+    put_str(&pb, "/");
+    put_str(&pb, name);
+    const char *path_ = path;
+    int e = ml_dump(path_, "ctl");
     if (e != 0) {
         put_str(r, "error cannot write dump ");
-        put_str(r, path);
+        put_str(r, path_);
         put_str(r, ": ");
         put_str(r, err_text(-e));
         return;
     }
     put_str(r, "ok dumped ");
-    put_str(r, path);
+    put_str(r, name);
 }
 
 /* Execute request `line` (NUL-terminated, no newline) and write the reply into r. */
@@ -346,13 +401,29 @@ static void handle(char *line, struct buf *r)
     }
 }
 
-/* Read one line from c into line[cap]; returns its length or -1. */
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read one line from c into line[cap] within CTL_REQUEST_MS in all (a client trickling bytes must
+ * not hold the only control thread). Returns its length, -1 (nothing, or too late), or -2 (longer
+ * than the buffer: rejected, never executed cut short). */
 static ssize_t read_line(int c, char *line, size_t cap)
 {
     size_t len = 0;
-    while (len + 1 < cap) {
-        ssize_t n = recv(c, line + len, cap - 1 - len, 0);
-        if (n < 0 && errno == EINTR)
+    int64_t deadline = now_ms() + CTL_REQUEST_MS;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        struct pollfd p = {.fd = c, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)left) == 0)
+            return -1;
+        if (len + 1 >= cap)
+            return -2;
+        ssize_t n = recv(c, line + len, cap - 1 - len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0)
             break;
@@ -381,8 +452,7 @@ static int peer_allowed(int c)
 static void serve(int c)
 {
     /* A client that connects and says nothing must not hold the channel forever. */
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct timeval tv = {.tv_sec = 2};
     setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     char line[CTL_LINE_MAX], reply[CTL_LINE_MAX + 256];
     struct buf r = {reply, 0, sizeof reply - 1};
@@ -392,8 +462,10 @@ static void serve(int c)
     ssize_t len = read_line(c, line, sizeof line);
     if (!peer_allowed(c))
         put_str(&r, "error permission denied: only the owner of this process (or root) may control it");
+    else if (len == -2)
+        put_str(&r, "error request too long (one line of at most 511 bytes)");
     else if (len < 0)
-        put_str(&r, "error empty request");
+        put_str(&r, "error empty request (or not sent within 2 s)");
     else
         handle(line, &r);
     reply[r.len++] = '\n';
@@ -408,6 +480,17 @@ static void serve(int c)
 }
 
 /* ---- the thread ---- */
+
+static int stopping(void) { return atomic_load(&thread_state) == T_STOPPING; }
+
+/* The thread ends on its own (the channel is lost, or the process is done): nobody will join it. */
+static void *thread_done(void)
+{
+    int running = T_RUNNING;
+    if (atomic_compare_exchange_strong(&thread_state, &running, T_NONE))
+        pthread_detach(pthread_self());
+    return NULL;
+}
 
 /* The program closed our descriptor (daemons close every fd they did not open): the number may
  * already belong to one of its own files, so leave it alone and give up the channel. */
@@ -426,15 +509,19 @@ static void *ctl_main(void *arg)
     if (fd < 0) {
         /* Forked child: most children exec or exit at once; binding only after a pause keeps them
          * from creating (and, with _exit, leaving) socket files nobody will use. */
-        struct timespec d = {.tv_nsec = CTL_CHILD_DELAY_MS * 1000 * 1000};
-        nanosleep(&d, NULL);
-        if ((fd = ctl_listen()) < 0)
-            return NULL;
+        for (int waited = 0; waited < CTL_CHILD_DELAY_MS && !stopping(); waited += 10) {
+            struct timespec d = {.tv_nsec = 10 * 1000 * 1000};
+            nanosleep(&d, NULL);
+        }
+        if (stopping() || (fd = ctl_listen(0)) < 0)
+            return thread_done();
         ctl_fd = fd;
     }
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int n = poll(&p, 1, 1000);
+        if (stopping())
+            return NULL; /* ml_ctl_pause shut the socket down to wake us, and joins us */
         if (n == 0) {
             if (others_gone())
                 break;
@@ -444,13 +531,13 @@ static void *ctl_main(void *arg)
             continue;
         if (n < 0 || (p.revents & POLLNVAL)) {
             ctl_lost();
-            return NULL;
+            return thread_done();
         }
         int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) {
             if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL || errno == EOPNOTSUPP) {
                 ctl_lost();
-                return NULL;
+                return thread_done();
             }
             if (errno != EINTR && errno != ECONNABORTED) {
                 /* Out of descriptors or memory: the pending connection stays readable, so pause
@@ -468,26 +555,27 @@ static void *ctl_main(void *arg)
     ctl_unlink();
     ctl_fd = -1;
     close(fd);
-    return NULL;
+    return thread_done();
 }
 
 /* Start the thread serving `fd` (or, with fd < 0, binding its own after a pause) with every signal
  * blocked: it inherits the mask, so signals keep going to the program's own threads. */
-static void ctl_spawn(int fd)
+static void ctl_spawn(int fd, int quiet)
 {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, CTL_STACK);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    int e = pthread_create(&t, &attr, ctl_main, (void *)(intptr_t)fd);
+    atomic_store(&thread_state, T_RUNNING);
+    int e = pthread_create(&ctl_thread, &attr, ctl_main, (void *)(intptr_t)fd);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (e != 0) {
-        ml_log("control socket disabled: cannot create its thread");
+        atomic_store(&thread_state, T_NONE);
+        if (!quiet)
+            ml_log("control socket disabled: cannot create its thread");
         if (fd >= 0) {
             ctl_unlink();
             ctl_fd = -1;
@@ -496,16 +584,48 @@ static void ctl_spawn(int fd)
     }
 }
 
+int ml_ctl_thread_running(void) { return atomic_load(&thread_state) == T_RUNNING; }
+
 /* At start-up the socket is bound before main() runs, so `memlens ctl` works from the first moment. */
 void ml_ctl_start(void)
 {
     if (ctl_fd >= 0)
         return;
-    int fd = ctl_listen();
+    int fd = ctl_listen(0);
     if (fd < 0)
         return;
     ctl_fd = fd;
-    ctl_spawn(fd);
+    ctl_spawn(fd, 0);
+}
+
+/* End the control thread so that the process is single-threaded again (unshare(CLONE_NEWUSER) and
+ * setns need that). Returns 1 if a thread was ended (ml_ctl_resume starts a new one). */
+int ml_ctl_pause(void)
+{
+    int running = T_RUNNING;
+    if (!atomic_compare_exchange_strong(&thread_state, &running, T_STOPPING))
+        return 0;
+    if (ctl_fd >= 0)
+        shutdown(ctl_fd, SHUT_RDWR); /* wakes its poll() at once */
+    pthread_join(ctl_thread, NULL);
+    if (ctl_fd >= 0) {
+        ctl_unlink();
+        close(ctl_fd);
+        ctl_fd = -1;
+    }
+    atomic_store(&thread_state, T_NONE);
+    return 1;
+}
+
+/* Listen again after ml_ctl_pause, quietly: in a new user namespace the directory may no longer
+ * look like ours, and the program's output must not change because of it. */
+void ml_ctl_resume(void)
+{
+    int fd = ctl_listen(1);
+    if (fd < 0)
+        return;
+    ctl_fd = fd;
+    ctl_spawn(fd, 1);
 }
 
 void ml_ctl_atfork_child(void)
@@ -516,7 +636,8 @@ void ml_ctl_atfork_child(void)
         close(ctl_fd);
     ctl_fd = -1;
     ctl_owner = 0;
-    ctl_spawn(-1);
+    atomic_store(&thread_state, T_NONE);
+    ctl_spawn(-1, 0);
 }
 
 __attribute__((destructor)) static void ctl_fini(void)

@@ -10,18 +10,48 @@
 #include "views.h"
 
 static _Atomic int dump_lock;
+static _Atomic int dump_owner; /* tid holding dump_lock, 0 if none */
 static _Atomic uint64_t seq;
+/* Only with the dump lock held: the output buffer and scratch space live here rather than on the
+ * stack, so a dump from _exit in a signal handler fits on a small sigaltstack. */
+static struct ml_out out;
+static char scratch[4096];
+
+#define LOCK_WAIT_US 100
+#define LOCK_TRIES 50000 /* 5 s: a dump of another thread is long finished by then */
 
 void ml_dump_lock(void)
 {
     while (atomic_exchange_explicit(&dump_lock, 1, memory_order_acquire))
-        usleep(100);
+        usleep(LOCK_WAIT_US);
+    atomic_store(&dump_owner, (int)gettid());
 }
-void ml_dump_unlock(void) { ml_spin_unlock(&dump_lock); }
+void ml_dump_unlock(void)
+{
+    atomic_store(&dump_owner, 0);
+    ml_spin_unlock(&dump_lock);
+}
 void ml_dump_lock_reset(void)
 {
+    atomic_store(&dump_owner, 0);
     atomic_store(&dump_lock, 0);
     atomic_store(&seq, 0);
+}
+
+/* The lock for one dump, never waiting for ourselves (a signal handler that dumps, or calls _exit,
+ * while its thread was dumping) nor forever. 0 or -errno. */
+static int dump_trylock(void)
+{
+    int me = (int)gettid();
+    if (atomic_load(&dump_owner) == me)
+        return -EDEADLK;
+    for (int i = 0; atomic_exchange_explicit(&dump_lock, 1, memory_order_acquire); i++) {
+        if (i == LOCK_TRIES)
+            return -EBUSY;
+        usleep(LOCK_WAIT_US);
+    }
+    atomic_store(&dump_owner, me);
+    return 0;
 }
 
 static void line_u(struct ml_out *o, const char *key, uint64_t v)
@@ -45,10 +75,10 @@ static void write_maps(struct ml_out *o)
     ml_out_str(o, "maps\n");
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        char buf[4096];
+        char *buf = scratch; /* the exe path in it is written by now */
         int last_nl = 1;
         for (;;) {
-            ssize_t r = read(fd, buf, sizeof buf - 1);
+            ssize_t r = read(fd, buf, sizeof scratch - 1);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0)
@@ -72,7 +102,8 @@ static uint64_t dump_samples;
 static void write_stack(struct ml_stack *r, void *arg)
 {
     struct ml_out *o = arg;
-    uint64_t samples = atomic_load_explicit(&r->samples, memory_order_relaxed);
+    int stale = ml_stack_stale(r); /* fork child: the parent's cumulative counts */
+    uint64_t samples = stale ? 0 : atomic_load_explicit(&r->samples, memory_order_relaxed);
     int64_t inuse_fx = atomic_load_explicit(&r->inuse_fx, memory_order_relaxed);
     int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
     if (!samples && !inuse_fx && !inuse_b)
@@ -81,9 +112,9 @@ static void write_stack(struct ml_stack *r, void *arg)
     ml_out_str(o, "stack ");
     ml_out_u64(o, samples);
     ml_out_str(o, " ");
-    ml_out_u64(o, atomic_load_explicit(&r->alloc_fx, memory_order_relaxed));
+    ml_out_u64(o, stale ? 0 : atomic_load_explicit(&r->alloc_fx, memory_order_relaxed));
     ml_out_str(o, " ");
-    ml_out_u64(o, atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed));
+    ml_out_u64(o, stale ? 0 : atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed));
     ml_out_str(o, " ");
     ml_out_i64(o, inuse_fx < 0 ? 0 : inuse_fx);
     ml_out_str(o, " ");
@@ -100,13 +131,15 @@ static void write_stack(struct ml_stack *r, void *arg)
 
 static void write_dump(struct ml_out *o, const char *reason)
 {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *exe = scratch;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof scratch - 1);
     exe[n > 0 ? n : 0] = 0;
     ml_out_str(o, "memlens-raw 1\n");
     line_u(o, "pid", (uint64_t)getpid());
     line_u(o, "ppid", (uint64_t)getppid());
-    line_s(o, "exe", exe);
+    ml_out_str(o, "exe ");
+    ml_out_path(o, exe);
+    ml_out_str(o, "\n");
     line_u(o, "interval", atomic_load(&ml_cfg.interval));
     line_s(o, "unwinder", ml_unwinder_name(ml_cfg.unwinder));
     line_u(o, "active", (uint64_t)atomic_load(&ml_cfg.active));
@@ -120,75 +153,106 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "dropped", atomic_load(&ml_cfg.dropped));
     line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
+    line_u(o, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;
     ml_stacks_each(write_stack, o);
     ml_out_flush(o); /* patch before `end`: a file with `end` is complete */
-    char digits[20];
-    uint64_t v = dump_samples;
-    for (int i = 19; i >= 0; i--, v /= 10)
-        digits[i] = (char)('0' + v % 10);
-    if (samples_at >= 0 && pwrite(o->fd, digits, sizeof digits, samples_at) != (ssize_t)sizeof digits)
+    char digits[ML_FMT_MAX];
+    ml_fmt_u64(digits, dump_samples, 20);
+    if (samples_at >= 0 && pwrite(o->fd, digits, 20, samples_at) != 20)
         o->err = errno;
     ml_views_write(o);
     ml_out_str(o, "end\n");
 }
 
+/* Write one dump to `path`; the dump lock is held. */
+static int dump_to(const char *path, const char *reason)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    out.fd = fd;
+    out.err = 0;
+    out.n = 0;
+    write_dump(&out, reason);
+    ml_out_flush(&out);
+    int err = out.err;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    return -err;
+}
+
 int ml_dump(const char *path, const char *reason)
 {
-    struct ml_out o;
     ml_tls.busy++;
-    ml_dump_lock();
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    int err = fd < 0 ? errno : 0;
-    if (fd >= 0) {
-        o.fd = fd;
-        o.err = 0;
-        o.n = 0;
-        write_dump(&o, reason);
-        ml_out_flush(&o);
-        err = o.err;
-        if (close(fd) != 0 && !err)
-            err = errno;
+    int r = dump_trylock();
+    if (r == 0) {
+        r = dump_to(path, reason);
+        ml_dump_unlock();
     }
-    ml_dump_unlock();
     ml_tls.busy--;
-    return -err;
+    return r;
+}
+
+static size_t put(char *buf, size_t at, size_t cap, const char *s)
+{
+    while (*s && at + 1 < cap)
+        buf[at++] = *s++;
+    buf[at] = 0;
+    return at;
+}
+
+static size_t put_u(char *buf, size_t at, size_t cap, uint64_t v)
+{
+    char tmp[ML_FMT_MAX];
+    ml_fmt_u64(tmp, v, 0);
+    return put(buf, at, cap, tmp);
 }
 
 /* `<prefix>.<pid>.<seq>.raw` into buf; the sequence keeps dumps of one pid apart (exec keeps the pid). */
 static void auto_name(char *buf, size_t cap, uint64_t s)
 {
-    struct ml_out o = {.fd = -1};
-    ml_out_str(&o, ml_cfg.out);
-    ml_out_str(&o, ".");
-    ml_out_u64(&o, (uint64_t)getpid());
-    ml_out_str(&o, ".");
-    ml_out_u64(&o, s);
-    ml_out_str(&o, ".raw");
-    size_t n = o.n < cap - 1 ? o.n : cap - 1;
-    memcpy(buf, o.buf, n);
-    buf[n] = 0;
+    size_t at = put(buf, 0, cap, ml_cfg.out);
+    at = put(buf, at, cap, ".");
+    at = put_u(buf, at, cap, (uint64_t)getpid());
+    at = put(buf, at, cap, ".");
+    at = put_u(buf, at, cap, s);
+    put(buf, at, cap, ".raw");
 }
 
-int ml_dump_auto_path(const char *reason, char *path, size_t cap)
+int ml_dump_auto_seq(const char *reason, uint64_t *which)
 {
     if (!ml_cfg.out)
         return -EINVAL;
-    if (strlen(ml_cfg.out) > cap - 64)
+    if (strlen(ml_cfg.out) > sizeof out.buf - 64)
         return -ENAMETOOLONG;
-    for (int tries = 0; tries < 10000; tries++) {
-        auto_name(path, cap, atomic_fetch_add(&seq, 1));
-        int r = ml_dump(path, reason);
-        if (r != -EEXIST)
-            return r;
+    ml_tls.busy++;
+    int r = dump_trylock();
+    if (r == 0) {
+        /* The name is built in the output buffer's own space: nothing path-sized on the stack. */
+        static char path[sizeof out.buf];
+        for (int tries = 0; tries < 10000; tries++) {
+            uint64_t s = atomic_fetch_add(&seq, 1);
+            auto_name(path, sizeof path, s);
+            r = dump_to(path, reason);
+            if (which)
+                *which = s;
+            if (r != -EEXIST)
+                break;
+        }
+        ml_dump_unlock();
     }
-    return -EEXIST;
+    ml_tls.busy--;
+    return r;
 }
 
-int ml_dump_auto(const char *reason)
+void ml_dump_auto_remove(uint64_t which)
 {
-    char path[4096];
-    return ml_dump_auto_path(reason, path, sizeof path);
+    char path[4096 + 64]; /* after a failed exec: the dump is over, its stack is free again */
+    auto_name(path, sizeof path, which);
+    unlink(path);
 }
+
+int ml_dump_auto(const char *reason) { return ml_dump_auto_seq(reason, NULL); }

@@ -31,6 +31,7 @@ static __thread struct entry cache[WAYS];
 static _Atomic uint64_t code_gen = 1;
 
 struct reads {
+    int foreign; /* walking a stack that is not the thread's own: check every page first */
     int n; /* -1: too many to cache */
     uint32_t off[MAX_READS];
     uintptr_t val[MAX_READS];
@@ -42,16 +43,20 @@ void ml_dwarf_code_unloaded(void)
     ml_cfi_forget();
 }
 
-static inline uintptr_t load(uintptr_t addr, uintptr_t sp0, struct reads *rd)
+/* A word of the stack; on a foreign stack (rd->foreign) only after the kernel said it is readable. */
+static inline int load(uintptr_t addr, uintptr_t sp0, struct reads *rd, uintptr_t *out)
 {
+    if (unlikely(rd->foreign) && !ml_readable(addr))
+        return 0;
     uintptr_t v = *(const uintptr_t *)addr;
+    *out = v;
     if (rd->n >= 0 && rd->n < MAX_READS) {
         rd->off[rd->n] = (uint32_t)(addr - sp0);
         rd->val[rd->n++] = v;
     } else {
         rd->n = -1;
     }
-    return v;
+    return 1;
 }
 
 /* Walk from malloc's caller; -1 if some frame cannot be followed. */
@@ -64,18 +69,21 @@ static int walk(uintptr_t ra, uintptr_t sp0, uintptr_t rbp0, uintptr_t hi, uintp
     for (;;) {
         uint64_t r = ml_cfi_rule(pc);
         if (r & ML_RULE_UNSUPPORTED)
-            return -1;
+            return rd->foreign ? (*trunc = 1, n) : -1; /* foreign: no fallback, keep what we have */
         if (r & ML_RULE_OUTERMOST)
             break;
         uintptr_t cfa = ((r & ML_RULE_CFA_RBP) ? bp : sp) + (uintptr_t)ml_rule_cfa_off(r);
         if (cfa < sp + 8 || cfa > hi)
             return -1; /* a frame that does not grow towards the stack top: not a stack we follow */
-        uintptr_t next = load(cfa - 8, sp0, rd);
+        uintptr_t next;
+        if (!load(cfa - 8, sp0, rd, &next))
+            goto unreadable;
         if (r & ML_RULE_RBP_SAVED) {
             uintptr_t at = cfa + (uintptr_t)ml_rule_rbp_off(r);
             if (at < sp || at + 8 > cfa)
                 return -1;
-            bp = load(at, sp0, rd);
+            if (!load(at, sp0, rd, &bp))
+                goto unreadable;
         }
         sp = cfa;
         pc = next;
@@ -87,6 +95,9 @@ static int walk(uintptr_t ra, uintptr_t sp0, uintptr_t rbp0, uintptr_t hi, uintp
         }
         pcs[n++] = pc;
     }
+    return n;
+unreadable: /* a foreign stack ended (or its frames are garbage): keep what was found */
+    *trunc = 1;
     return n;
 }
 
@@ -128,20 +139,33 @@ static int find_start(uintptr_t ra, uintptr_t hi, uintptr_t *sp0, uintptr_t *rbp
 int ml_dwarf_stack(uintptr_t ra, int max, uint32_t *id, int *trunc)
 {
     uintptr_t hi = ml_stack_top(), here = (uintptr_t)__builtin_frame_address(0), sp0, rbp0;
-    if (!ra || here >= hi || hi - here > MAX_SPAN || !find_start(ra, hi, &sp0, &rbp0))
+    /* A coroutine's, fiber's or sigaltstack's frames are not bounded by the thread's stack: walk
+     * them with every page checked, never cached (their memory may be freed and reused), and never
+     * hand them to the fallback unwinder (which would read them unchecked). */
+    int foreign = !ml_on_own_stack(here, hi);
+    if (foreign)
+        hi = here + MAX_SPAN < here ? UINTPTR_MAX : here + MAX_SPAN;
+    if (!ra || !find_start(ra, hi, &sp0, &rbp0))
         return 0;
     uint64_t gen = atomic_load_explicit(&code_gen, memory_order_acquire);
     struct entry *e = way(ra, sp0);
-    if (e->ra == ra && e->sp0 == sp0 && e->rbp0 == rbp0 && e->gen == gen && still_valid(e, sp0)) {
+    if (!foreign && e->ra == ra && e->sp0 == sp0 && e->rbp0 == rbp0 && e->gen == gen &&
+        still_valid(e, sp0)) {
         *id = e->stack;
         *trunc = e->trunc;
         return 1;
     }
     uintptr_t pcs[ML_MAX_DEPTH];
     struct reads rd;
-    rd.n = 0;
+    rd.n = foreign ? -1 : 0;
+    rd.foreign = foreign;
     int t = 0;
     int n = walk(ra, sp0, rbp0, hi, pcs, max, &t, &rd);
+    if (n < 0 && foreign) {
+        pcs[0] = ra; /* a frame we cannot follow on a foreign stack: the caller alone */
+        n = 1;
+        t = 1;
+    }
     if (n < 0)
         return 0;
     *trunc = t;

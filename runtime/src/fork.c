@@ -29,9 +29,10 @@ static void child(void)
     ml_cfg.pid = getpid();
     ml_cfg.is_fork_child = 1;
     atomic_store(&ml_cfg.exit_dumped, 0);
-    ml_stacks_zero_alloc();
+    ml_stacks_fork_child();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
+    atomic_store(&ml_cfg.dropped_bytes, 0);
     atomic_store(&ml_cfg.unwind_fallbacks, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     if (ml_ctl_atfork_child)

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +114,30 @@ static int64_t parse_size(const char *s)
     return *end ? -1 : (int64_t)(v << shift);
 }
 
+static char out_buf[4000];
+char ml_ctl_dir_env[4000];
+
+/* Copy environment variable `name` into buf; returns buf, or NULL when it is unset, empty or does
+ * not fit (a truncated path would be another path). */
+static const char *ml_env_copy(const char *name, char *buf, size_t cap)
+{
+    const char *s = getenv(name);
+    size_t n = s ? strlen(s) : 0;
+    buf[0] = 0;
+    if (!n)
+        return NULL;
+    if (n >= cap) {
+        struct ml_out o = {.fd = 2};
+        ml_out_str(&o, "memlens: ");
+        ml_out_str(&o, name);
+        ml_out_str(&o, " is too long; ignored\n");
+        ml_out_flush(&o);
+        return NULL;
+    }
+    memcpy(buf, s, n + 1);
+    return buf;
+}
+
 static void read_config(void)
 {
     const char *s = getenv("MEMLENS_INTERVAL");
@@ -144,8 +169,10 @@ static void read_config(void)
         else
             ml_log("MEMLENS_UNWINDER must be dwarf, fp, libgcc or libunwind; using the default");
     }
-    s = getenv("MEMLENS_OUT");
-    ml_cfg.out = s && *s ? s : NULL;
+    /* Copied, not pointed at: programs that set their process title (redis, nginx, PostgreSQL)
+     * overwrite the environment strings in place. */
+    ml_cfg.out = ml_env_copy("MEMLENS_OUT", out_buf, sizeof out_buf);
+    ml_env_copy("MEMLENS_CTL_DIR", ml_ctl_dir_env, sizeof ml_ctl_dir_env);
 }
 
 static void *next_sym(const char *name)

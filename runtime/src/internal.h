@@ -30,6 +30,7 @@ struct ml_status {
     int active;
     uint64_t interval;
     uint64_t samples, alloc_bytes, stacks, truncated, dropped;
+    uint64_t inuse_bytes; /* live heap estimated from the samples (for memlens serve's metrics) */
 };
 void ml_get_status(struct ml_status *st);
 

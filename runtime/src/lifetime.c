@@ -103,6 +103,7 @@ void ml_views_free(struct ml_block *b, struct ml_stack *st)
     uint64_t anchor = ml_views_anchor(), now = __rdtsc();
     if (st) {
         uint64_t life = now > b->pad ? now - b->pad : 0;
+        ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
         atomic_fetch_add_explicit(&st->life[life_bucket(life)], b->w_bytes, memory_order_relaxed);
         atomic_fetch_sub_explicit(&st->age_sum, b->w_bytes * age_units(b->pad, anchor),
                                   memory_order_relaxed);
@@ -130,9 +131,10 @@ void ml_views_write_stack(struct ml_out *o, struct ml_stack *r)
     ml_out_str(o, " ");
     ml_out_i64(o, r->dumped_inuse);
     r->dumped_inuse = inuse < 0 ? 0 : inuse;
+    int stale = ml_stack_stale(r); /* fork child: the parent's lifetimes */
     for (int i = 0; i < ML_LIFE_BUCKETS; i++) {
         ml_out_str(o, " ");
-        ml_out_u64(o, atomic_load_explicit(&r->life[i], memory_order_relaxed));
+        ml_out_u64(o, stale ? 0 : atomic_load_explicit(&r->life[i], memory_order_relaxed));
     }
     ml_out_str(o, "\n");
 }

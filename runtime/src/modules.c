@@ -5,6 +5,10 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/single_threaded.h>
 #include <unistd.h>
 
 #include "rt.h"
@@ -24,6 +28,18 @@ static struct module unloaded[MAX_UNLOADED];
 static int nunloaded;
 static _Atomic int lock;
 static int (*real_dlclose)(void *);
+
+/* Our lock, but never forever: a signal handler that dumps (or calls _exit) may have interrupted
+ * this thread inside dlclose's remember(). Returns 0 if it was not taken. */
+static int lock_bounded(void)
+{
+    for (int i = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); i++) {
+        if (i == 1000)
+            return 0;
+        usleep(100);
+    }
+    return 1;
+}
 
 static void capture(struct module *m, struct dl_phdr_info *info)
 {
@@ -55,11 +71,10 @@ static void capture(struct module *m, struct dl_phdr_info *info)
         }
     }
     const char *name = info->dlpi_name;
-    char exe[sizeof m->path];
-    if (!name || !*name) {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        exe[n > 0 ? n : 0] = 0;
-        name = exe;
+    if (!name || !*name) { /* the main program: read its path straight into the record */
+        ssize_t n = readlink("/proc/self/exe", m->path, sizeof m->path - 1);
+        m->path[n > 0 ? n : 0] = 0;
+        return;
     }
     size_t len = strlen(name);
     if (len >= sizeof m->path)
@@ -82,7 +97,7 @@ static void write_module(struct ml_out *o, const struct module *m, const char *s
     ml_out_str(o, " ");
     ml_out_str(o, state);
     ml_out_str(o, " ");
-    ml_out_str(o, m->path);
+    ml_out_path(o, m->path);
     ml_out_str(o, "\n");
     for (int i = 0; i < m->nseg; i++) {
         char fl[4] = {m->seg[i].flags & PF_R ? 'r' : '-', m->seg[i].flags & PF_W ? 'w' : '-',
@@ -108,12 +123,13 @@ static int write_loaded(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct write_ctx *c = arg;
-    struct module m;
+    static struct module m; /* only dumps come here, one at a time (dump lock): off the stack */
     capture(&m, info);
     if (!m.nseg)
         return 0;
     write_module(c->o, &m, "loaded");
-    ml_spin_lock(&lock);
+    if (!lock_bounded())
+        return 0;
     for (int i = 0; i < nunloaded; i++)
         if (unloaded[i].base == m.base && !strcmp(unloaded[i].path, m.path))
             c->still_loaded[i] = 1;
@@ -121,12 +137,71 @@ static int write_loaded(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
+/* dl_iterate_phdr without the loader's lock, for a single-threaded process: a fork child inherits
+ * that lock as it was, and if another thread of the parent held it, dl_iterate_phdr would wait
+ * forever. With one thread nobody can change the list while we read it; each module's program
+ * headers are found from its first mapping (its ELF header) via the lock-free _dl_find_object. */
+static void iterate_single_threaded(int (*fn)(struct dl_phdr_info *, size_t, void *), void *arg)
+{
+    for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
+        struct dl_find_object fo;
+        if (!lm->l_ld || _dl_find_object((void *)lm->l_ld, &fo) != 0 || !fo.dlfo_map_start)
+            continue;
+        const ElfW(Ehdr) *eh = fo.dlfo_map_start;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+            continue;
+        struct dl_phdr_info info = {
+            .dlpi_addr = lm->l_addr,
+            .dlpi_name = lm->l_name,
+            .dlpi_phdr = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff),
+            .dlpi_phnum = eh->e_phnum,
+        };
+        if (fn(&info, sizeof info, arg))
+            return;
+    }
+}
+
+extern int ml_ctl_thread_running(void) __attribute__((weak));
+
+/* Threads of this process (entries of /proc/self/task), or a large number if unknown. */
+static int count_threads(void)
+{
+    int dfd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC), n = 0;
+    if (dfd < 0)
+        return 1 << 30;
+    char ents[1024] __attribute__((aligned(8)));
+    long got;
+    while ((got = syscall(SYS_getdents64, dfd, ents, sizeof ents)) > 0)
+        for (long off = 0; off < got;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            n += d->d_name[0] != '.';
+        }
+    close(dfd);
+    return n;
+}
+
+/* Nobody but this thread can be loading or unloading code: the program has one thread, or two of
+ * which the other is our control thread (a fork child runs one from the start). */
+static int alone(void)
+{
+    if (__libc_single_threaded)
+        return 1;
+    return ml_ctl_thread_running && ml_ctl_thread_running() && count_threads() <= 2;
+}
+
 void ml_modules_write(struct ml_out *o)
 {
     struct write_ctx c = {.o = o};
-    /* Lock order is always loader lock, then ours (dlclose takes them that way too). */
-    dl_iterate_phdr(write_loaded, &c);
-    ml_spin_lock(&lock);
+    /* Lock order is always loader lock, then ours (dlclose takes them that way too). In a fork
+     * child the loader's lock may have been inherited held: without other threads it is not
+     * needed. */
+    if (ml_cfg.is_fork_child && alone())
+        iterate_single_threaded(write_loaded, &c);
+    else
+        dl_iterate_phdr(write_loaded, &c);
+    if (!lock_bounded())
+        return;
     for (int i = 0; i < nunloaded; i++)
         if (!c.still_loaded[i])
             write_module(o, &unloaded[i], "unloaded");

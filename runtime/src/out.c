@@ -38,15 +38,27 @@ static void out_bytes(struct ml_out *o, const char *s, size_t len)
 
 void ml_out_str(struct ml_out *o, const char *s) { out_bytes(o, s, strlen(s)); }
 
+/* A path in a dump: control bytes (a newline would start a forged record) and the backslash are
+ * written as \xHH; every other byte as it is (the reader takes non-UTF-8 bytes as they come). */
+void ml_out_path(struct ml_out *o, const char *s)
+{
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c && c >= 0x20 && c != 0x7f && c != '\\')
+            continue;
+        out_bytes(o, run, (size_t)(s - run));
+        if (!c)
+            return;
+        char esc[4] = {'\\', 'x', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]};
+        out_bytes(o, esc, sizeof esc);
+        run = s + 1;
+    }
+}
+
 void ml_out_u64(struct ml_out *o, uint64_t v)
 {
-    char tmp[24];
-    int i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+    char tmp[ML_FMT_MAX];
+    out_bytes(o, tmp, ml_fmt_u64(tmp, v, 0));
 }
 
 void ml_out_i64(struct ml_out *o, int64_t v)
@@ -61,15 +73,8 @@ void ml_out_i64(struct ml_out *o, int64_t v)
 
 void ml_out_hex(struct ml_out *o, uint64_t v)
 {
-    char tmp[20];
-    int i = sizeof tmp;
-    do {
-        tmp[--i] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    tmp[--i] = 'x';
-    tmp[--i] = '0';
-    out_bytes(o, tmp + i, sizeof tmp - (size_t)i);
+    char tmp[ML_FMT_MAX];
+    out_bytes(o, tmp, ml_fmt_hex(tmp, v));
 }
 
 void ml_log(const char *msg)

@@ -1,29 +1,57 @@
 /* The private address range: sampled blocks and the boot arena live here, so free() recognises them
  * with one unsigned compare and never touches an unsampled block.
  *
- * Layout: [boot arena | chunks...]. Chunks are powers of two (64 B .. the whole range) served from a
- * bump pointer and recycled through per-class free lists. The range is reserved PROT_NONE with
- * MAP_NORESERVE and made read-write in 2 MiB steps as the bump pointer advances. Sampling is rare
- * (one block per interval R), so one spin lock is enough here. */
+ * Layout: [boot arena | pages...], managed in 4 KiB pages by a bitmap (bit set = page in use):
+ *   - large blocks (more than SMALL_MAX with the header) take a run of whole pages, first fit. Free
+ *     neighbours merge by construction (a run is just clear bits) and a run is split by taking only
+ *     what is needed. Freed pages stay resident up to RETAIN (a program that frees and allocates big
+ *     buffers in a loop would otherwise fault every page in again, which it does not do over its own
+ *     allocator); beyond that they go back to the kernel (MADV_DONTNEED). A second bitmap marks the
+ *     retained, dirty pages: calloc clears those and only those, so a sparse calloc stays sparse;
+ *   - small blocks come from size classes a quarter of a power of two apart (at most 25% slack),
+ *     carved from slabs of pages and recycled through per-class free lists.
+ * A large block can grow and shrink in place (realloc), when the pages after it are free.
+ *
+ * The range never costs a program under `ulimit -v` its address space: with no limit it is one
+ * 64 GiB PROT_NONE/MAP_NORESERVE reservation made read-write in 2 MiB steps; under a limit nothing
+ * is reserved ahead, the range is mapped step by step at a fixed place (MAP_FIXED_NOREPLACE) and
+ * ml_range_span covers only what is mapped. A failed mapping stops profiling (said once on stderr);
+ * a full range drops the sample, counted in `dropped` and `dropped_bytes`. Sampling is rare (one
+ * block per interval R), so one spin lock is enough here. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "rt.h"
 
 #define RANGE_SIZE (64ull << 30)
+#define PAGE 4096u
+#define NPAGES (RANGE_SIZE / PAGE)
 #define BOOT_SIZE (256u << 10)
 #define COMMIT_STEP (2u << 20)
-#define MIN_CLASS 6
-#define NCLASS 40
+#define SMALL_MAX (32u << 10) /* largest small chunk */
+#define SLAB (256u << 10)     /* small chunks are carved from runs of this size */
+#define NSMALL 37             /* classes 64, 80, 96, 112, 128, 160, ... 32 KiB */
+#define LARGE 0xffffu         /* `cls` of a large block */
 #define HDR sizeof(struct ml_block)
+#define GROW_HINT 0x3f0000000000ull /* where an unreserved range is mapped (48+ TiB: nobody's) */
 
 uintptr_t ml_range_base, ml_range_span;
-static uintptr_t boot_used;         /* bytes of the boot arena handed out */
-static uintptr_t bump = BOOT_SIZE;  /* offset of the first never-used byte */
-static uintptr_t committed;         /* offset up to which the range is read-write */
-static void *free_list[NCLASS];
+static uintptr_t boot_used;   /* bytes of the boot arena handed out */
+static uintptr_t committed;   /* bytes from the base that are read-write */
+static uintptr_t limit = RANGE_SIZE; /* bytes the range may grow to */
+static int grow_mode;         /* nothing reserved ahead: map on demand */
+static uint64_t used[NPAGES / 64];
+static uint64_t dirty[NPAGES / 64]; /* free pages that hold old data (retained, not given back) */
+static uintptr_t retained;          /* how many */
+#define RETAIN ((64u << 20) / PAGE)
+static uintptr_t hiwater;     /* page index past the highest page ever used */
+static uintptr_t lowfree;     /* no free page below this index */
+static void *free_list[NSMALL];
+static uintptr_t carve[NSMALL], carve_end[NSMALL];
 static _Atomic int lock;
 static char fallback_boot[BOOT_SIZE] __attribute__((aligned(64)));
 
@@ -38,21 +66,101 @@ void ml_range_lock(void)
 void ml_range_unlock(void) { ml_spin_unlock(&lock); }
 void ml_range_reset_lock(void) { atomic_store(&lock, 0); }
 
-int ml_range_init(void)
+/* Set (on) or clear n bits of map from page `from`, a word at a time (a 4 GiB block is 2^20
+ * pages). */
+static void set_bits(uint64_t *map, uintptr_t from, uintptr_t n, int on)
 {
-    void *p = mmap(NULL, RANGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED || mprotect(p, BOOT_SIZE, PROT_READ | PROT_WRITE) != 0) {
-        /* Keep the boot arena working (dlsym needs it) from a static buffer; sampling stays off. */
+    while (n) {
+        uintptr_t bit = from % 64, k = 64 - bit < n ? 64 - bit : n;
+        uint64_t m = (k == 64 ? ~0ull : (1ull << k) - 1) << bit;
+        if (on)
+            map[from / 64] |= m;
+        else
+            map[from / 64] &= ~m;
+        from += k;
+        n -= k;
+    }
+}
+
+static void mark(uintptr_t from, uintptr_t n, int on) { set_bits(used, from, n, on); }
+
+/* Pages [from, from+n) were just taken: they are no longer retained; with `zero`, the dirty ones
+ * are cleared (the others are zero already). Lock held. */
+static void claim(uintptr_t from, uintptr_t n, int zero)
+{
+    if (!retained)
+        return;
+    for (uintptr_t i = from; i < from + n;) {
+        uint64_t w = dirty[i / 64] >> (i % 64);
+        if (!w) {
+            i += 64 - i % 64;
+            continue;
+        }
+        if (!(w & 1)) {
+            i += (uintptr_t)__builtin_ctzll(w); /* to the next dirty page */
+            continue;
+        }
+        dirty[i / 64] &= ~(1ull << (i % 64));
+        retained--;
+        if (zero)
+            memset((void *)(ml_range_base + i * PAGE), 0, PAGE);
+        i++;
+    }
+}
+
+static int map_at(uintptr_t addr, size_t len)
+{
+    void *p = mmap((void *)addr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    if ((uintptr_t)p != addr) { /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+        munmap(p, len);
+        errno = EEXIST;
+        return -1;
+    }
+    return 0;
+}
+
+static int reserve(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY) {
+        void *p = mmap(NULL, RANGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED && mprotect(p, BOOT_SIZE, PROT_READ | PROT_WRITE) == 0) {
+            ml_range_base = (uintptr_t)p;
+            ml_range_span = RANGE_SIZE;
+            return 0;
+        }
         if (p != MAP_FAILED)
             munmap(p, RANGE_SIZE);
+    }
+    /* Under an address-space limit (or when the reservation is refused): map only what is used. */
+    for (uintptr_t hint = GROW_HINT; hint >= (1ull << 40); hint -= (1ull << 40)) {
+        if (map_at(hint, BOOT_SIZE) == 0) {
+            grow_mode = 1;
+            ml_range_base = hint;
+            ml_range_span = BOOT_SIZE;
+            return 0;
+        }
+        if (errno != EEXIST)
+            break;
+    }
+    return -1;
+}
+
+int ml_range_init(void)
+{
+    if (reserve() != 0) {
+        /* Keep the boot arena working (dlsym needs it) from a static buffer; sampling stays off. */
         ml_range_base = (uintptr_t)fallback_boot;
         ml_range_span = BOOT_SIZE;
-        bump = committed = BOOT_SIZE;
+        limit = committed = BOOT_SIZE;
         return -1;
     }
     committed = BOOT_SIZE;
-    ml_range_base = (uintptr_t)p;
-    ml_range_span = RANGE_SIZE;
+    hiwater = lowfree = BOOT_SIZE / PAGE;
+    mark(0, BOOT_SIZE / PAGE, 1);
     return 0;
 }
 
@@ -67,64 +175,211 @@ void *ml_boot_alloc(size_t size)
         boot_used += need;
         b->kind = ML_KIND_BOOT;
         b->size = size;
+        b->cap = need - HDR;
         user = b + 1;
     }
     ml_range_unlock();
     return user;
 }
 
-static unsigned class_of(size_t need)
+/* Make the range read-write up to `end` bytes from the base. Called with the lock held. */
+static int commit(uintptr_t end)
 {
-    unsigned c = need <= (1u << MIN_CLASS) ? MIN_CLASS : 64 - (unsigned)__builtin_clzll(need - 1);
-    return c;
+    if (end <= committed)
+        return 0;
+    uintptr_t want = (end + COMMIT_STEP - 1) & ~(uintptr_t)(COMMIT_STEP - 1);
+    if (want > limit)
+        want = limit;
+    int r;
+    if (grow_mode) {
+        r = map_at(ml_range_base + committed, want - committed);
+        if (r != 0 && errno == EEXIST) {
+            limit = committed; /* someone else's mapping follows: the range is as big as it gets */
+            return -1;
+        }
+    } else {
+        r = mprotect((void *)(ml_range_base + committed), want - committed, PROT_READ | PROT_WRITE);
+    }
+    if (r != 0) {
+        limit = committed;
+        ml_fail("cannot map memory for sampled blocks (address-space limit or out of memory)");
+        return -1;
+    }
+    committed = want;
+    if (grow_mode) /* only now may free() take these addresses for ours */
+        __atomic_store_n(&ml_range_span, want, __ATOMIC_RELEASE);
+    return 0;
 }
 
-/* A chunk of class c, or 0. Called with the lock held. */
-static uintptr_t chunk_get(unsigned c)
+/* First fit: the lowest run of n free pages; marks it used. Page index or 0. Lock held. The bitmap
+ * is read a word at a time: used pages and free runs are skipped with a count of trailing zeros. */
+static uintptr_t pages_get(uintptr_t n)
+{
+    uintptr_t max = limit / PAGE, start = hiwater, i = lowfree;
+    while (i < hiwater) {
+        uint64_t f = ~used[i / 64] >> (i % 64); /* free pages from i on, in this word */
+        if (!f) {
+            i = (i | 63) + 1;
+            continue;
+        }
+        i += (uintptr_t)__builtin_ctzll(f);
+        if (i >= hiwater)
+            break;
+        uintptr_t s = i;
+        int ended = 0; /* the run met a used page */
+        while (i < hiwater && i - s < n) {
+            uint64_t u = used[i / 64] >> (i % 64);
+            if (u) {
+                i += (uintptr_t)__builtin_ctzll(u);
+                ended = 1;
+                break;
+            }
+            i = (i | 63) + 1;
+        }
+        if (i - s >= n || !ended) { /* long enough, or free up to the high-water mark */
+            start = s;
+            break;
+        }
+    }
+    if (start + n > max || start + n < start)
+        return 0;
+    if (start + n > hiwater) { /* extend past the high-water mark */
+        if (commit((start + n) * PAGE) != 0)
+            return 0;
+        hiwater = start + n;
+    }
+    mark(start, n, 1);
+    if (start == lowfree)
+        lowfree = start + n;
+    return start;
+}
+
+static void pages_put(uintptr_t first, uintptr_t n)
+{
+    if (retained + n <= RETAIN) {
+        set_bits(dirty, first, n, 1);
+        retained += n;
+    } else {
+        madvise((void *)(ml_range_base + first * PAGE), n * PAGE, MADV_DONTNEED);
+    }
+    mark(first, n, 0);
+    if (first < lowfree)
+        lowfree = first;
+}
+
+/* Class index and chunk size of a small need (<= SMALL_MAX). */
+static unsigned small_class(size_t need, size_t *size)
+{
+    if (need <= 64) {
+        *size = 64;
+        return 0;
+    }
+    unsigned e = 63 - (unsigned)__builtin_clzll(need - 1);
+    *size = ((need - 1) | (((size_t)1 << (e - 2)) - 1)) + 1;
+    return 4 * (e - 6) + (unsigned)(((need - 1) >> (e - 2)) & 3) + 1;
+}
+
+/* A small chunk of class c; *dirty says whether it held data before. Lock held. */
+static uintptr_t small_get(unsigned c, size_t size, int *dirty)
 {
     if (free_list[c]) {
         void *p = free_list[c];
         free_list[c] = ((void **)p)[1];
+        *dirty = 1;
         return (uintptr_t)p;
     }
-    uintptr_t size = (uintptr_t)1 << c;
-    if (bump + size > ml_range_span || bump + size < bump)
-        return 0;
-    if (bump + size > committed) {
-        uintptr_t want = (bump + size + COMMIT_STEP - 1) & ~(uintptr_t)(COMMIT_STEP - 1);
-        if (want > ml_range_span)
-            want = ml_range_span;
-        if (mprotect((void *)(ml_range_base + committed), want - committed, PROT_READ | PROT_WRITE) != 0)
+    if (carve[c] + size > carve_end[c]) {
+        uintptr_t pg = pages_get(SLAB / PAGE);
+        if (!pg)
             return 0;
-        committed = want;
+        claim(pg, SLAB / PAGE, 1); /* carved chunks count as fresh: zero */
+        carve[c] = ml_range_base + pg * PAGE;
+        carve_end[c] = carve[c] + SLAB;
     }
-    uintptr_t off = bump;
-    bump += size;
-    return ml_range_base + off;
+    uintptr_t chunk = carve[c];
+    carve[c] += size;
+    *dirty = 0;
+    return chunk;
 }
 
-void *ml_range_alloc(size_t size, size_t align)
+void *ml_range_alloc(size_t size, size_t align, int zero)
 {
     if (align < 16)
         align = 16;
     if (size > (RANGE_SIZE >> 1) || align > (RANGE_SIZE >> 4))
         return NULL;
-    size_t need = HDR + size + (align - 16);
-    unsigned c = class_of(need);
-    if (c >= NCLASS)
-        return NULL;
+    size_t need = HDR + size + (align - 16), cap;
+    uintptr_t chunk;
+    unsigned c = LARGE;
+    int dirty = 0;
     ml_range_lock();
-    uintptr_t chunk = chunk_get(c);
+    if (need <= SMALL_MAX) {
+        c = small_class(need, &cap);
+        chunk = small_get(c, cap, &dirty);
+    } else {
+        uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n);
+        if (pg)
+            claim(pg, n, zero);
+        chunk = pg ? ml_range_base + pg * PAGE : 0;
+        cap = n * PAGE;
+    }
     ml_range_unlock();
     if (!chunk)
         return NULL;
     uintptr_t user = (chunk + HDR + align - 1) & ~(uintptr_t)(align - 1);
     struct ml_block *b = (struct ml_block *)user - 1;
+    if (zero && dirty)
+        memset((void *)user, 0, size); /* fresh and large chunks are zero already */
     b->kind = ML_KIND_SAMPLED;
     b->cls = (uint16_t)c;
     b->size = size;
     b->off = user - chunk;
+    b->cap = cap;
     return (void *)user;
+}
+
+/* Room for `size` bytes at p without moving it: within the chunk, or by taking (or giving back) the
+ * pages that follow a large chunk. Returns 1 and sets the block's size, or 0. */
+int ml_range_resize(void *p, size_t size)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED || size > (RANGE_SIZE >> 1))
+        return 0;
+    size_t need = b->off + size;
+    if (b->cls != LARGE) {
+        if (need > b->cap)
+            return 0;
+        b->size = size;
+        return 1;
+    }
+    uintptr_t chunk = (uintptr_t)p - b->off, first = (chunk - ml_range_base) / PAGE;
+    uintptr_t have = b->cap / PAGE, want = (need + PAGE - 1) / PAGE;
+    int ok = 1;
+    ml_range_lock();
+    if (want > have) {
+        uintptr_t end = first + want;
+        for (uintptr_t i = first + have; ok && i < end && i < hiwater; i++)
+            ok = !(used[i / 64] & (1ull << (i % 64)));
+        if (ok && end > hiwater) {
+            ok = end <= limit / PAGE && commit(end * PAGE) == 0;
+            if (ok)
+                hiwater = end;
+        }
+        if (ok) {
+            mark(first + have, want - have, 1);
+            claim(first + have, want - have, 0); /* realloc leaves new bytes undefined */
+        }
+    } else if (want < have / 2) {
+        pages_put(first + want, have - want); /* shrunk a lot: give the tail back */
+    } else {
+        want = have;
+    }
+    if (ok) {
+        b->cap = want * PAGE;
+        b->size = size;
+    }
+    ml_range_unlock();
+    return ok;
 }
 
 void ml_range_free(void *p)
@@ -133,15 +388,12 @@ void ml_range_free(void *p)
     unsigned c = b->cls;
     uintptr_t chunk = (uintptr_t)p - b->off;
     b->kind = 0; /* a second free of the same pointer is then ignored rather than corrupting the list */
-    /* Give big chunks' pages back to the kernel; keep the address range for reuse. */
-    if (c >= 18) {
-        uintptr_t from = (chunk + 4096 + 4095) & ~(uintptr_t)4095;
-        uintptr_t to = (chunk + ((uintptr_t)1 << c)) & ~(uintptr_t)4095; /* never touch a neighbour's page */
-        if (to > from)
-            madvise((void *)from, to - from, MADV_DONTNEED);
-    }
     ml_range_lock();
-    ((void **)chunk)[1] = free_list[c]; /* [1]: keep the header's kind word intact */
-    free_list[c] = (void *)chunk;
+    if (c == LARGE) {
+        pages_put((chunk - ml_range_base) / PAGE, b->cap / PAGE);
+    } else {
+        ((void **)chunk)[1] = free_list[c]; /* [1]: keep the header's kind word intact */
+        free_list[c] = (void *)chunk;
+    }
     ml_range_unlock();
 }

@@ -85,11 +85,14 @@ struct ml_config {
     _Atomic uint64_t dropped;
     _Atomic uint64_t unwind_fallbacks; /* samples the dwarf unwinder handed to libunwind/libgcc */
     char pad_[40];
+    _Atomic uint64_t dropped_bytes; /* estimated bytes of the dropped samples (weight x size) */
 };
 extern struct ml_config ml_cfg;
 
 /* init.c */
 void ml_init(void);
+/* MEMLENS_CTL_DIR as it was at start-up ("" if unset): a copy, the environment may be overwritten. */
+extern char ml_ctl_dir_env[4000];
 void ml_fail(const char *why);
 uint64_t ml_now_ns(void);
 const char *ml_unwinder_name(int u);
@@ -99,7 +102,7 @@ extern uintptr_t ml_range_base, ml_range_span;
 static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
 int ml_range_init(void);
 void *ml_boot_alloc(size_t size);
-/* Header right before every block in the range (48 bytes, keeps 16-byte alignment). */
+/* Header right before every block in the range (64 bytes, keeps 16-byte alignment). */
 struct ml_block {
     uint32_t stack;        /* stack record id, or ML_NO_STACK */
     uint16_t kind, cls;    /* ML_KIND_*, size class of the chunk */
@@ -107,10 +110,15 @@ struct ml_block {
     uint64_t w_fx, w_bytes; /* weights added to the stack's inuse counters, subtracted on free */
     uint64_t off;          /* user pointer - chunk start */
     uint64_t pad;          /* allocation tick (views.h); 0 = not tracked */
+    uint64_t cap;          /* bytes of the chunk (range.c) */
+    uint64_t spare_;       /* keeps the header a multiple of 16 bytes */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
-void *ml_range_alloc(size_t size, size_t align);
+/* A chunk for a sampled block; with `zero`, its bytes are zero (written only when reused). */
+void *ml_range_alloc(size_t size, size_t align, int zero);
+/* Grow or shrink a sampled block in place: 1 (and the block's size is `size`) or 0. */
+int ml_range_resize(void *p, size_t size);
 void ml_range_free(void *p);
 static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
 void ml_range_lock(void);
@@ -128,6 +136,10 @@ int ml_unwind(uintptr_t *buf, int max, int *truncated, uintptr_t ra, const uintp
 void ml_unwind_setup(void);
 /* Top of the current thread's stack (above every frame). */
 uintptr_t ml_stack_top(void);
+/* Is sp on the thread's own stack (below top `hi`), rather than a coroutine's or a sigaltstack? */
+int ml_on_own_stack(uintptr_t sp, uintptr_t hi);
+/* Can the aligned word at addr be read (checked with the kernel; for foreign stacks)? */
+int ml_readable(uintptr_t addr);
 /* dwarf.c: the stack of the current allocation as a stack id, via CFI rules and the per-thread
  * stack cache; 0 if this stack needs another unwinder. */
 int ml_dwarf_stack(uintptr_t ra, int max, uint32_t *id, int *trunc);
@@ -159,19 +171,34 @@ void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg);
 /* The same, in creation order, over a dense list: cheap enough for a peak snapshot. */
 void ml_stacks_each_listed(void (*fn)(struct ml_stack *, void *), void *arg);
+/* Fork child: cumulative counts restart at zero without writing every record (stacks.c). */
+void ml_stacks_fork_child(void);
+/* The record still holds the parent's cumulative counts (read them as zero). */
+int ml_stack_stale(const struct ml_stack *r);
+/* Call before adding to a record's cumulative counts. */
+void ml_stack_touch(struct ml_stack *r);
 
 /* dump.c / modules.c */
 int ml_dump_reason(const char *reason);
 void ml_modules_write(struct ml_out *o);
-int ml_dump_auto_path(const char *reason, char *path, size_t cap);
+/* Dump to the next `<MEMLENS_OUT>.<pid>.<seq>.raw`, telling which <seq>; 0 or -errno. */
+int ml_dump_auto_seq(const char *reason, uint64_t *which);
+void ml_dump_auto_remove(uint64_t which);
 void ml_dump_lock_reset(void);
 void ml_modules_reset_lock(void);
 void ml_dump_lock(void);
 void ml_dump_unlock(void);
 
+/* fmt.c: digits without stdio or malloc. buf holds at least ML_FMT_MAX bytes; both return the length
+ * written (a NUL follows). ml_fmt_u64 pads with zeros to `width` digits (0: no padding, width < 21). */
+#define ML_FMT_MAX 24
+size_t ml_fmt_u64(char *buf, uint64_t v, int width);
+size_t ml_fmt_hex(char *buf, uint64_t v); /* "0x…" */
+
 /* out.c: a small buffered writer for dumps and log lines (no stdio, no malloc) */
 struct ml_out { int fd; int err; size_t n; char buf[4096]; };
 void ml_out_str(struct ml_out *o, const char *s);
+void ml_out_path(struct ml_out *o, const char *s);
 void ml_out_u64(struct ml_out *o, uint64_t v);
 void ml_out_i64(struct ml_out *o, int64_t v);
 void ml_out_hex(struct ml_out *o, uint64_t v);

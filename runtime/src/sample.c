@@ -145,8 +145,10 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
     }
     if (id == ML_NO_STACK) {
         atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, w_bytes, memory_order_relaxed);
     } else {
         struct ml_stack *st = ml_stack_get(id);
+        ml_stack_touch(st);
         atomic_fetch_add_explicit(&st->samples, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->alloc_fx, w_fx, memory_order_relaxed);
         atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
@@ -164,13 +166,14 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
 
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
 {
-    void *p = ml_range_alloc(size, align);
+    void *p = ml_range_alloc(size, align, zero);
     if (!p) {
+        struct ml_thread *t = &ml_tls;
+        weights(t, size, t->armed);
         atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, t->w_bytes, memory_order_relaxed);
         return NULL; /* the caller serves it unsampled */
     }
-    if (zero)
-        memset(p, 0, size);
     record(ml_block_of(p), size, ml_tls.armed, ra);
     return p;
 }
@@ -190,4 +193,20 @@ void ml_sampled_free(void *p)
     }
     ml_views_free(b, st);
     ml_range_free(p);
+}
+
+/* realloc resized sampled block p in place to `size` bytes. The old sample is gone (as if the
+ * block moved); the new size is recorded for this call when the countdown sampled it, else the block
+ * stays in the range unrecorded (moving it out would cost a copy for nothing). */
+void ml_sample_resized(void *p, size_t size, int sampled, uintptr_t ra)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->stack != ML_NO_STACK) {
+        struct ml_stack *st = ml_stack_get(b->stack);
+        atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
+    }
+    b->stack = ML_NO_STACK;
+    if (sampled)
+        record(b, size, ml_tls.armed, ra);
 }

@@ -6,13 +6,18 @@
  * the arena is full the sample is counted as dropped; nothing blocks and nothing crashes. */
 #define _GNU_SOURCE
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "rt.h"
 
 #define SLOT_BITS 18
 #define NSLOTS (1u << SLOT_BITS)
 #define MAX_PROBE 512
-#define ARENA_SIZE (256ull << 20) /* records; reserved, pages used on touch */
+#define ARENA_MAX (256ull << 20) /* records; reserved, pages used on touch */
+/* Under an address-space limit (ulimit -v) the reservation counts against the program: take a small
+ * share of the limit instead. */
+static uint64_t arena_size = ARENA_MAX;
+#define ARENA_SIZE arena_size
 
 static _Atomic uint32_t *slots;
 static _Atomic uint32_t *listed; /* record id + 1 in creation order (0 = being published) */
@@ -22,6 +27,9 @@ static _Atomic uint32_t nstacks;
 
 int ml_stacks_init(void)
 {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 64 < ARENA_MAX)
+        arena_size = rl.rlim_cur / 64 < (1u << 20) ? (1u << 20) : (rl.rlim_cur / 64) & ~4095ull;
     void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -136,6 +144,8 @@ struct totals {
 static void add_totals(struct ml_stack *r, void *arg)
 {
     struct totals *t = arg;
+    if (ml_stack_stale(r))
+        return;
     t->samples += atomic_load_explicit(&r->samples, memory_order_relaxed);
     t->bytes += atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed);
 }
@@ -159,3 +169,47 @@ static void zero_alloc(struct ml_stack *r, void *arg)
 }
 
 void ml_stacks_zero_alloc(void) { ml_stacks_each(zero_alloc, NULL); }
+
+/* After a fork, the child's cumulative counts start at zero, but zeroing every record would copy
+ * the whole arena (copy-on-write, up to 256 MiB) in every child. Instead the child keeps one bit
+ * per record id, set the first time it samples into the record (which zeroes it then); a record
+ * without its bit still holds the parent's cumulative counts, which read as zero. Live (inuse)
+ * counts are the child's own from the start: it inherited the blocks. */
+static _Atomic(uint64_t *) fresh;
+#define FRESH_BYTES (ARENA_SIZE / 8 / 8)
+
+static uint64_t fresh_bit(const struct ml_stack *r, uint64_t **word)
+{
+    uint64_t id = (uint64_t)((const char *)r - arena) / 8;
+    *word = atomic_load_explicit(&fresh, memory_order_acquire);
+    if (*word)
+        *word += id / 64;
+    return 1ull << (id % 64);
+}
+
+int ml_stack_stale(const struct ml_stack *r)
+{
+    uint64_t *w, bit = fresh_bit(r, &w);
+    return w && !(__atomic_load_n(w, __ATOMIC_ACQUIRE) & bit);
+}
+
+void ml_stack_touch(struct ml_stack *r)
+{
+    uint64_t *w, bit = fresh_bit(r, &w);
+    if (!w || (__atomic_load_n(w, __ATOMIC_RELAXED) & bit))
+        return;
+    if (!(__atomic_fetch_or(w, bit, __ATOMIC_ACQ_REL) & bit))
+        zero_alloc(r, NULL);
+}
+
+void ml_stacks_fork_child(void)
+{
+    uint64_t *old = atomic_load(&fresh);
+    void *f = mmap(NULL, FRESH_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    atomic_store(&fresh, f == MAP_FAILED ? NULL : (uint64_t *)f);
+    if (old)
+        munmap(old, FRESH_BYTES);
+    if (f == MAP_FAILED)
+        ml_stacks_zero_alloc();
+}

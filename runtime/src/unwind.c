@@ -10,6 +10,9 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <unwind.h>
 
 #include "cfi.h"
@@ -40,16 +43,45 @@ uintptr_t ml_stack_top(void)
     return t->stack_hi;
 }
 
+/* How far below its top a thread's own stack may reach: the stack size limit, which is also
+ * glibc's default thread stack size (less a margin for the thread descriptor at its top). */
+static uintptr_t own_span = 8u << 20;
+
+int ml_on_own_stack(uintptr_t sp, uintptr_t hi) { return sp < hi && hi - sp < own_span; }
+
+/* Can the 8 bytes at addr be read? For walks on a stack that is not the thread's own (a coroutine,
+ * a fiber, a sigaltstack), whose bounds we do not know: the kernel tells, without a fault. One
+ * system call per page; the last good page is remembered. */
+static __thread uintptr_t readable_page;
+int ml_readable(uintptr_t addr)
+{
+    uintptr_t page = addr & ~(uintptr_t)4095;
+    if (addr & 7)
+        return 0;
+    if (page == readable_page)
+        return 1;
+    uintptr_t v;
+    struct iovec here = {&v, sizeof v}, there = {(void *)addr, sizeof v};
+    if (process_vm_readv(getpid(), &here, 1, &there, 1, 0) != (ssize_t)sizeof v)
+        return 0;
+    readable_page = page;
+    return 1;
+}
+
 static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
 {
     uintptr_t *fp = __builtin_frame_address(0);
     uintptr_t lo = (uintptr_t)fp, hi = ml_stack_top();
+    /* On a foreign stack the thread's bounds say nothing: every page is checked before it is read. */
+    int foreign = !ml_on_own_stack(lo, hi);
+    if (foreign)
+        hi = UINTPTR_MAX;
     int n = 0;
     while (n < max) {
         uintptr_t f = (uintptr_t)fp;
-        if (f < lo || f + 16 > hi)
+        if (f < lo || f + 16 > hi || f + 16 < f)
             return n; /* left the stack: the chain ended (outermost frames often hold rbp = 0) */
-        if (f & 7) {
+        if ((f & 7) || (foreign && (!ml_readable(f) || !ml_readable(f + 8)))) {
             *trunc = 1;
             return n;
         }
@@ -205,5 +237,10 @@ void ml_unwind_setup(void)
         void *tmp[4];
         unw_backtrace_fn(tmp, 4);
     }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > (128u << 10))
+        own_span = rl.rlim_cur - (64u << 10);
+    else if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
+        own_span = 1ul << 30;
     ml_stack_top();
 }

@@ -1,4 +1,4 @@
-/* malloc_test: the synthetic malloc-test loop of the heap-profiling study (DESIGN.md, studies item 1).
+/* malloc_test: the synthetic malloc-test loop of the heap-profiling study (docs/published-studies.md, study 1).
  *
  *   malloc_test THREADS SIZE DEPTH OPS
  *

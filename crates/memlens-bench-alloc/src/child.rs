@@ -38,6 +38,7 @@ struct ChildLine {
     mallocs: u64,
     frees: u64,
     clock_cost: u64,
+    clock_jitter: u64,
     malloc: Quantiles,
     free: Quantiles,
     malloc_from: String,
@@ -51,6 +52,8 @@ pub struct Measured {
     pub mallocs: u64,
     pub frees: u64,
     pub clock_cost_ticks: u64,
+    /// The spread (p95 − p50) of that cost: per-call times below it are not resolved.
+    pub clock_jitter_ticks: u64,
     pub malloc_ticks: Quantiles,
     pub free_ticks: Quantiles,
     /// Peak resident set of the whole child (includes its ~2 MiB of program and libraries).
@@ -206,6 +209,7 @@ pub fn run(exe: &Path, alloc: &Allocator, job: &Job, timeout: Duration) -> Resul
         mallocs: c.mallocs,
         frees: c.frees,
         clock_cost_ticks: c.clock_cost,
+        clock_jitter_ticks: c.clock_jitter,
         malloc_ticks: c.malloc,
         free_ticks: c.free,
         max_rss_kib: ru.ru_maxrss as u64,

@@ -1,6 +1,7 @@
 //! `memlens bench alloc`: which allocator scales for a pattern of allocation. Each configuration
 //! (allocator × pattern × size × threads) runs in a fresh child process with the allocator preloaded;
 //! repeats are interleaved so drift on the machine hits every allocator alike.
+#![warn(missing_docs)]
 mod allocators;
 mod child;
 mod report;
@@ -93,6 +94,7 @@ pub struct AllocOptions {
     #[arg(long, default_value = "300s")]
     pub timeout: String,
     #[command(flatten)]
+    /// Result files (JSON, CSV, HTML).
     pub out: memlens_measure::output::OutputArgs,
     /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
     #[arg(long, value_name = "DIR")]
@@ -257,6 +259,7 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     );
 }
 
+/// Run `memlens bench alloc`; returns the exit status.
 pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     let args = *args.opts;
     let custom = args
@@ -346,21 +349,23 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         anyhow::bail!("every allocator failed (see the warnings above)");
     }
     let summary = report::summarize(&plan, &allocs, &runs);
-    print!("{}", report::text(&plan, &summary, &missing, &failed));
+    let svgs = report::svgs(&plan, &summary)?;
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, svg) in &svgs {
+            memlens_measure::output::write_text(&dir.join(name), svg)?;
+        }
+    }
+    let doc = report::document(&plan, &summary, &missing, &failed, svgs);
+    doc.print();
     if let Some(p) = &args.out.json {
         report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
     }
     if let Some(p) = &args.out.csv {
-        report::write_csv(p, &summary)?;
-    }
-    if let Some(dir) = &args.svg {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (name, svg) in report::svgs(&plan, &summary)? {
-            memlens_measure::output::write_text(&dir.join(name), &svg)?;
-        }
+        memlens_measure::output::write_csv_rows(p, &report::csv_rows(&summary))?;
     }
     if let Some(p) = &args.out.html {
-        memlens_measure::output::write_text(p, &report::html(&plan, &summary, &missing, &failed)?)?;
+        memlens_measure::output::write_text(p, &doc.to_html())?;
     }
     Ok(0)
 }

@@ -4,7 +4,7 @@ use crate::allocators::{Allocator, Missing};
 use crate::child::{Measured, Quantiles};
 use crate::Plan;
 use anyhow::Result;
-use memlens_measure::html::{Report, Section};
+use memlens_measure::doc::{not_measured, Document, Section, Table, NOT_MEASURED};
 use memlens_measure::plot::{line_chart, LineChart, Series};
 use memlens_measure::stats::{is_tie, Summary};
 use memlens_measure::tsc::Clock;
@@ -79,6 +79,9 @@ pub struct Outcome {
     pub verdicts: Vec<String>,
     pub clock_cost_ns: f64,
     pub tsc_step_ns: f64,
+    /// Per-call times below this are not resolved: the spread of the clock's own cost (median
+    /// over runs), or the TSC's step if larger.
+    pub resolution_ns: f64,
 }
 
 /// The smallest step the TSC is seen to advance by (a virtual machine may tick coarsely).
@@ -211,6 +214,8 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
         }
     }
     let clock_cost = median(runs.iter().map(|r| r.m.clock_cost_ticks as f64));
+    let jitter = median(runs.iter().map(|r| r.m.clock_jitter_ticks as f64));
+    let step = tsc_step_ticks() as f64;
     Outcome {
         baseline: format!(
             "{base_alloc} on {base_threads} thread{}",
@@ -222,7 +227,12 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
             .collect(),
         rows,
         clock_cost_ns: clock.ticks_to_ns(clock_cost),
-        tsc_step_ns: clock.ticks_to_ns(tsc_step_ticks() as f64),
+        tsc_step_ns: clock.ticks_to_ns(step),
+        resolution_ns: clock.ticks_to_ns(if jitter.is_nan() {
+            step
+        } else {
+            jitter.max(step)
+        }),
     }
 }
 
@@ -385,72 +395,76 @@ fn scaling(plan: &Plan, rows: &[Row]) -> Vec<String> {
     out
 }
 
-fn f1(v: Option<f64>) -> String {
+/// A latency in ns: `< N` below the resolution (the clock's own spread, or its step), so a call
+/// too fast to time never reads 0.
+fn ns(v: Option<f64>, resolution: f64) -> String {
     match v {
-        None => "n/a".into(),
+        None => NOT_MEASURED.into(),
+        Some(x) if x < resolution => format!("<{resolution:.1}"),
         Some(x) if x >= 1e4 => format!("{:.0}k", x / 1e3),
         Some(x) if x >= 100.0 => format!("{x:.0}"),
         Some(x) => format!("{x:.1}"),
     }
 }
 
-fn lat(l: &Latency) -> String {
+fn lat(l: &Latency, resolution: f64) -> String {
     if l.samples == 0 {
-        return "n/a".into();
+        return NOT_MEASURED.into();
     }
-    format!("{}/{}/{}/{}", f1(l.p50), f1(l.p99), f1(l.p999), f1(l.max))
+    let f = |v| ns(v, resolution);
+    format!("{}/{}/{}/{}", f(l.p50), f(l.p99), f(l.p999), f(l.max))
 }
 
-const HEADER: &[&str] = &[
-    "allocator",
-    "threads",
-    "time ms",
-    "min–max ms",
-    "rel %",
-    "ideal %",
-    "speedup",
-    "Mops/s",
-    "malloc ns p50/p99/p99.9/max",
-    "free ns p50/p99/p99.9/max",
-    "CPU ms (sys)",
-    "peak RSS MiB",
-    "minor faults",
-    "vs fastest",
-];
-
-fn table_rows(rows: &[&Row]) -> Vec<Vec<String>> {
-    rows.iter()
-        .map(|r| {
-            vec![
-                r.allocator.clone(),
-                r.threads.to_string(),
-                format!("{:.2}", r.time_ms.median),
-                format!("{:.2}–{:.2}", r.time_ms.min, r.time_ms.max),
-                r.rel_pct
-                    .map(|s| format!("{:.0}", s.median))
-                    .unwrap_or_else(|| "n/a".into()),
-                r.ideal_pct
-                    .map(|v| format!("{v:.0}"))
-                    .unwrap_or_else(|| "n/a".into()),
-                r.speedup
-                    .map(|v| format!("{v:.2}×"))
-                    .unwrap_or_else(|| "n/a".into()),
-                format!("{:.1}", r.mops),
-                lat(&r.malloc_ns),
-                lat(&r.free_ns),
-                format!("{:.1} ({:.1})", r.cpu_ms, r.sys_ms),
-                format!("{:.1}", r.rss_mib),
-                format!("{:.0}", r.minor_faults),
-                if r.rank == 1 {
-                    "fastest".into()
-                } else if r.tie_with_best {
-                    format!("+{:.0}% (tie)", r.vs_best_pct)
-                } else {
-                    format!("+{:.0}%", r.vs_best_pct)
-                },
-            ]
-        })
-        .collect()
+/// The table of one (pattern, size): what answers the question first (time and its ranking),
+/// then throughput, per-call latency and the child's resources.
+fn table(rows: &[&Row], resolution: f64) -> Table {
+    let mut t = Table::new(&["allocator", "threads"])
+        .topic(
+            "time",
+            &[
+                "time ms",
+                "min–max ms",
+                "vs fastest",
+                "rel %",
+                "ideal %",
+                "speedup",
+            ],
+        )
+        .topic("throughput", &["Mops/s"])
+        .topic(
+            "latency",
+            &["malloc ns p50/p99/p99.9/max", "free ns p50/p99/p99.9/max"],
+        )
+        .topic(
+            "resources",
+            &["CPU ms (sys)", "peak RSS MiB", "minor faults"],
+        );
+    let or_na = |v: Option<String>| v.unwrap_or_else(|| NOT_MEASURED.into());
+    for r in rows {
+        t.push(vec![
+            r.allocator.clone(),
+            r.threads.to_string(),
+            format!("{:.2}", r.time_ms.median),
+            format!("{:.2}–{:.2}", r.time_ms.min, r.time_ms.max),
+            if r.rank == 1 {
+                "fastest".into()
+            } else if r.tie_with_best {
+                format!("+{:.0}% (tie)", r.vs_best_pct)
+            } else {
+                format!("+{:.0}%", r.vs_best_pct)
+            },
+            or_na(r.rel_pct.map(|s| format!("{:.0}", s.median))),
+            or_na(r.ideal_pct.map(|v| format!("{v:.0}"))),
+            or_na(r.speedup.map(|v| format!("{v:.2}×"))),
+            format!("{:.1}", r.mops),
+            lat(&r.malloc_ns, resolution),
+            lat(&r.free_ns, resolution),
+            format!("{:.1} ({:.1})", r.cpu_ms, r.sys_ms),
+            format!("{:.1}", r.rss_mib),
+            format!("{:.0}", r.minor_faults),
+        ]);
+    }
+    t
 }
 
 fn groups<'a>(plan: &Plan, s: &'a Outcome) -> Vec<(String, &'static str, u64, Vec<&'a Row>)> {
@@ -483,11 +497,11 @@ fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> V
         ),
         if plan.sample_every > 0 {
             format!(
-                "latency: on average 1 call in {} timed (random gaps) with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; the TSC here advances in steps of {:.1} ns, so smaller values are at the resolution limit. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
-                plan.sample_every, s.clock_cost_ns, s.tsc_step_ns
+                "latency: on average 1 call in {} timed (random gaps) with lfence/rdtsc … rdtscp, clock cost {:.1} ns subtracted; <{:.1} = below the resolution (the spread of the clock's own cost, or the TSC's step of {:.1} ns): too fast to time one call at a time. CPU time, peak RSS and faults are the whole child's (wait4), start-up included.",
+                plan.sample_every, s.clock_cost_ns, s.resolution_ns, s.tsc_step_ns
             )
         } else {
-            "latency: not sampled (--sample-every 0)".into()
+            not_measured("latency: --sample-every 0")
         },
     ];
     for m in missing {
@@ -499,22 +513,31 @@ fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> V
     n
 }
 
-pub fn text(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> String {
-    let mut o = String::new();
+/// The report: one section (table and plot) per pattern and size, then how to read it; the
+/// verdicts are the answer. `svgs` are [`svgs`]'s charts, in the same order.
+pub fn document(
+    plan: &Plan,
+    s: &Outcome,
+    missing: &[Missing],
+    failed: &[Missing],
+    svgs: Vec<(String, String)>,
+) -> Document {
+    let mut d = Document::new("memlens bench alloc");
+    d.verdict = s.verdicts.clone();
+    let mut svgs = svgs.into_iter();
     for (title, _, _, rows) in groups(plan, s) {
-        o.push_str(&format!("\n{title}\n"));
-        o.push_str(&memlens_measure::output::table(HEADER, &table_rows(&rows)));
-        o.push('\n');
+        let mut sec = Section::new(title).table(table(&rows, s.resolution_ns));
+        if let Some((_, svg)) = svgs.next() {
+            sec = sec.plot(svg);
+        }
+        d.sections.push(sec);
     }
-    o.push('\n');
-    for v in &s.verdicts {
-        o.push_str(&format!("{v}\n"));
-    }
-    o.push('\n');
+    let mut how = Section::new("How to read the tables");
     for n in notes(plan, s, missing, failed) {
-        o.push_str(&format!("{n}\n"));
+        how = how.note(n);
     }
-    o
+    d.sections.push(how);
+    d
 }
 
 #[derive(Serialize)]
@@ -553,75 +576,76 @@ pub fn write_json(
     )
 }
 
-pub fn write_csv(path: &Path, s: &Outcome) -> Result<()> {
-    let header = [
-        "pattern",
-        "size",
-        "threads",
-        "allocator",
-        "repeats",
-        "time_ms_median",
-        "time_ms_min",
-        "time_ms_max",
-        "rel_pct",
-        "ideal_pct",
-        "speedup",
-        "mops",
-        "malloc_p50_ns",
-        "malloc_p99_ns",
-        "malloc_p999_ns",
-        "malloc_max_ns",
-        "free_p50_ns",
-        "free_p99_ns",
-        "free_p999_ns",
-        "free_max_ns",
-        "peak_rss_mib",
-        "cpu_ms",
-        "sys_ms",
-        "minor_faults",
-        "major_faults",
-        "rank",
-        "vs_fastest_pct",
-        "tie_with_fastest",
-    ];
-    let o = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
-    let rows: Vec<Vec<String>> = s
-        .rows
+/// One CSV line per configuration: every number of [`Row`], flat; an empty cell is not measured.
+#[derive(Serialize)]
+pub struct CsvRow<'a> {
+    pattern: &'static str,
+    size: u64,
+    threads: u64,
+    allocator: &'a str,
+    repeats: usize,
+    time_ms_median: f64,
+    time_ms_min: f64,
+    time_ms_max: f64,
+    rel_pct: Option<f64>,
+    ideal_pct: Option<f64>,
+    speedup: Option<f64>,
+    mops: f64,
+    malloc_p50_ns: Option<f64>,
+    malloc_p99_ns: Option<f64>,
+    malloc_p999_ns: Option<f64>,
+    malloc_max_ns: Option<f64>,
+    free_p50_ns: Option<f64>,
+    free_p99_ns: Option<f64>,
+    free_p999_ns: Option<f64>,
+    free_max_ns: Option<f64>,
+    latency_resolution_ns: f64,
+    peak_rss_mib: f64,
+    cpu_ms: f64,
+    sys_ms: f64,
+    minor_faults: f64,
+    major_faults: f64,
+    rank: usize,
+    vs_fastest_pct: f64,
+    tie_with_fastest: bool,
+}
+
+/// The CSV rows of `s`.
+pub fn csv_rows(s: &Outcome) -> Vec<CsvRow<'_>> {
+    s.rows
         .iter()
-        .map(|r| {
-            vec![
-                r.pattern.to_string(),
-                r.size.to_string(),
-                r.threads.to_string(),
-                r.allocator.clone(),
-                r.repeats.to_string(),
-                format!("{:.4}", r.time_ms.median),
-                format!("{:.4}", r.time_ms.min),
-                format!("{:.4}", r.time_ms.max),
-                o(r.rel_pct.map(|x| x.median)),
-                o(r.ideal_pct),
-                o(r.speedup),
-                format!("{:.3}", r.mops),
-                o(r.malloc_ns.p50),
-                o(r.malloc_ns.p99),
-                o(r.malloc_ns.p999),
-                o(r.malloc_ns.max),
-                o(r.free_ns.p50),
-                o(r.free_ns.p99),
-                o(r.free_ns.p999),
-                o(r.free_ns.max),
-                format!("{:.2}", r.rss_mib),
-                format!("{:.2}", r.cpu_ms),
-                format!("{:.2}", r.sys_ms),
-                format!("{:.0}", r.minor_faults),
-                format!("{:.0}", r.major_faults),
-                r.rank.to_string(),
-                format!("{:.2}", r.vs_best_pct),
-                r.tie_with_best.to_string(),
-            ]
+        .map(|r| CsvRow {
+            pattern: r.pattern,
+            size: r.size,
+            threads: r.threads,
+            allocator: &r.allocator,
+            repeats: r.repeats,
+            time_ms_median: r.time_ms.median,
+            time_ms_min: r.time_ms.min,
+            time_ms_max: r.time_ms.max,
+            rel_pct: r.rel_pct.map(|x| x.median),
+            ideal_pct: r.ideal_pct,
+            speedup: r.speedup,
+            mops: r.mops,
+            malloc_p50_ns: r.malloc_ns.p50,
+            malloc_p99_ns: r.malloc_ns.p99,
+            malloc_p999_ns: r.malloc_ns.p999,
+            malloc_max_ns: r.malloc_ns.max,
+            free_p50_ns: r.free_ns.p50,
+            free_p99_ns: r.free_ns.p99,
+            free_p999_ns: r.free_ns.p999,
+            free_max_ns: r.free_ns.max,
+            latency_resolution_ns: s.resolution_ns,
+            peak_rss_mib: r.rss_mib,
+            cpu_ms: r.cpu_ms,
+            sys_ms: r.sys_ms,
+            minor_faults: r.minor_faults,
+            major_faults: r.major_faults,
+            rank: r.rank,
+            vs_fastest_pct: r.vs_best_pct,
+            tie_with_fastest: r.tie_with_best,
         })
-        .collect();
-    memlens_measure::output::write_csv(path, &header, &rows)
+        .collect()
 }
 
 /// One chart per pattern and size: relative time vs threads, a line per allocator, ideal dashed.
@@ -668,35 +692,6 @@ pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
         ));
     }
     Ok(out)
-}
-
-pub fn html(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Result<String> {
-    let charts = svgs(plan, s)?;
-    let mut sections = vec![Section {
-        heading: "Verdicts".into(),
-        paragraphs: s
-            .verdicts
-            .iter()
-            .cloned()
-            .chain(notes(plan, s, missing, failed))
-            .collect(),
-        ..Default::default()
-    }];
-    for ((title, _, _, rows), (_, svg)) in groups(plan, s).into_iter().zip(charts) {
-        sections.push(Section {
-            heading: title,
-            tables: vec![(
-                HEADER.iter().map(|h| h.to_string()).collect(),
-                table_rows(&rows),
-            )],
-            svgs: vec![svg],
-            ..Default::default()
-        });
-    }
-    Ok(memlens_measure::html::render(&Report {
-        title: "memlens bench alloc".into(),
-        sections,
-    }))
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //! * `random`: a random single cycle through all elements (Sattolo's shuffle), defeating prefetch;
 //! * `page`: one element per 4 KiB page at a random 8-byte-aligned offset, pages visited in a random
 //!   single cycle: every load is a new page (a TLB miss once the pages outnumber the TLB).
-use crate::region::{Region, Rng, PAGE};
+use crate::region::{Region, PAGE};
 use anyhow::Result;
+use memlens_measure::rng::Rng;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -50,6 +50,7 @@ pub struct LatencyArgs {
     #[arg(long, hide = true, value_name = "EVENT")]
     pub test_break_event: Vec<String>,
     #[command(flatten)]
+    /// Result files (JSON, CSV, HTML).
     pub out: memlens_measure::output::OutputArgs,
     /// Write the latency-vs-working-set plot as SVG
     #[arg(long, value_name = "FILE")]
@@ -245,6 +246,7 @@ fn anon_huge_bytes() -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
+/// Run `memlens bench latency`; returns the exit status.
 pub fn run_latency(a: LatencyArgs) -> Result<i32> {
     let cfg = config(&a)?;
     let mode = counter_mode(&a.counters)?;

@@ -5,8 +5,10 @@ use crate::chase::Order;
 use crate::latency::{LatencyArgs, Point, Results};
 use crate::levels::{self, Level};
 use anyhow::Result;
-use memlens_measure::html::{self, Section};
-use memlens_measure::output::{table, write_csv, write_json, write_text};
+use memlens_measure::doc::{
+    not_measured, num, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED,
+};
+use memlens_measure::output::{write_csv, write_json, write_text};
 use memlens_measure::plot::{line_chart, LineChart, Series};
 use memlens_measure::stats::pearson;
 use memlens_measure::sysinfo::{caches, Cache};
@@ -55,7 +57,7 @@ fn metric(name: &str) -> MetricFn {
         .expect("known metric")
 }
 
-/// The published study (DESIGN.md item 3): normalised to sequential/8 B = 1 on a Sandy Bridge Xeon.
+/// The published study (docs/published-studies.md, study 3): normalised to sequential/8 B = 1 on a Sandy Bridge Xeon.
 const PUBLISHED: [(Order, u64, [f64; 5]); 5] = [
     (Order::Seq, 8, [1.0, 1.0, 1.0, 1.0, 1.0]),
     (Order::Seq, 64, [5.0, 6.25, 6.0, 12.0, 4.0]),
@@ -64,18 +66,6 @@ const PUBLISHED: [(Order, u64, [f64; 5]); 5] = [
     (Order::Random, 8, [46.0, 20.0, 18.0, 21.0, 42.0]),
 ];
 const REPR_METRICS: [&str; 5] = ["time", "CPI", "SCPI", "miss rate", "bus cycles/elem"];
-
-pub fn num(x: f64) -> String {
-    if !x.is_finite() {
-        "–".into()
-    } else if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
-}
 
 fn series_name(o: Order, e: u64) -> String {
     format!("{}/{e}B", o.name())
@@ -100,14 +90,13 @@ fn find(r: &Results, o: Order, e: u64, ws: u64) -> Option<&Point> {
 /// Relative spread above which a cell is flagged as noisy.
 const NOISY: f64 = 0.10;
 
-fn latency_table(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+fn latency_table(r: &Results) -> Table {
     let ser = series(r);
-    let mut header = vec!["working set".to_string()];
-    header.extend(
-        ser.iter()
-            .map(|&(o, e)| format!("{} ns (cyc)", series_name(o, e))),
-    );
-    let rows = r
+    let mut t = Table::new(&["working set"]);
+    for &(o, e) in &ser {
+        t = t.topic(o.name(), &[&format!("{} ns (cyc)", series_name(o, e))]);
+    }
+    t.rows = r
         .config
         .working_sets
         .iter()
@@ -121,13 +110,13 @@ fn latency_table(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
                         num(p.tsc_cycles.median),
                         if p.ns.rel_spread() > NOISY { "*" } else { "" }
                     ),
-                    None => "–".into(),
+                    None => NOT_MEASURED.into(),
                 });
             }
             row
         })
         .collect();
-    (header, rows)
+    t
 }
 
 /// The series levels are detected on: random order defeats the prefetchers, and 64 B elements put
@@ -155,17 +144,11 @@ fn detect_levels(r: &Results, cs: &[Cache]) -> Option<((Order, u64), Vec<Level>)
     Some(((o, e), levels::detect(&pts, cs)))
 }
 
-fn levels_table(lv: &[Level]) -> (Vec<String>, Vec<Vec<String>>) {
-    let header = [
-        "level",
-        "working sets",
-        "ns/elem",
-        "TSC cyc/elem",
-        "fits in (sysfs)",
-    ]
-    .map(String::from)
-    .to_vec();
-    let rows = lv
+fn levels_table(lv: &[Level]) -> Table {
+    let mut t = Table::new(&["level", "working sets"])
+        .topic("time", &["ns/elem", "TSC cyc/elem"])
+        .topic("cache", &["fits in (sysfs)"]);
+    t.rows = lv
         .iter()
         .enumerate()
         .map(|(i, l)| {
@@ -178,7 +161,7 @@ fn levels_table(lv: &[Level]) -> (Vec<String>, Vec<Vec<String>>) {
             ]
         })
         .collect();
-    (header, rows)
+    t
 }
 
 const COUNTER_COLS: [&str; 9] = [
@@ -206,35 +189,46 @@ fn na_reasons(r: &Results, names: &[&str]) -> Vec<String> {
             let f = metric(m);
             let errs: Vec<String> = r.points.iter().filter_map(|p| f(p).err()).collect();
             (errs.len() == r.points.len() && !r.points.is_empty())
-                .then(|| format!("{m}: n/a ({})", errs[0]))
+                .then(|| format!("{m}: {}", not_measured(&errs[0])))
         })
         .collect()
 }
 
-fn counters_table(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
+/// The topic a counter column is shown with when the table is split.
+fn counter_topic(m: &str) -> &'static str {
+    match m {
+        "core cycles/elem" | "CPI" | "task-clock ns/elem" => "time",
+        "SCPI" | "SCPI frontend" | "SCPI backend" => "stalls",
+        _ => "memory",
+    }
+}
+
+fn counters_table(r: &Results) -> Table {
     let ws = reference_ws(r);
-    let mut header = vec!["order/element".to_string(), "ns/elem".into()];
-    header.extend(COUNTER_COLS.iter().map(|s| s.to_string()));
-    header.push("page faults".into());
-    let rows = series(r)
+    let mut t = Table::new(&["order/element", "ns/elem"]);
+    for m in COUNTER_COLS {
+        t = t.topic(counter_topic(m), &[m]);
+    }
+    t = t.topic("memory", &["page faults"]);
+    t.rows = series(r)
         .iter()
         .filter_map(|&(o, e)| find(r, o, e, ws))
         .map(|p| {
             let mut row = vec![series_name(p.order, p.element_bytes), num(p.ns.median)];
-            row.extend(
-                COUNTER_COLS
-                    .iter()
-                    .map(|&m| metric(m)(p).map(num).unwrap_or_else(|_| "n/a".into())),
-            );
+            row.extend(COUNTER_COLS.iter().map(|&m| {
+                metric(m)(p)
+                    .map(num)
+                    .unwrap_or_else(|_| NOT_MEASURED.into())
+            }));
             row.push(
                 p.counter("page-faults")
                     .map(|f| num(f * p.loads_per_measurement as f64))
-                    .unwrap_or_else(|_| "n/a".into()),
+                    .unwrap_or_else(|_| NOT_MEASURED.into()),
             );
             row
         })
         .collect();
-    (header, rows)
+    t
 }
 
 #[derive(Debug, Serialize)]
@@ -277,22 +271,27 @@ fn representativeness(r: &Results) -> Vec<ReprRow> {
         .collect()
 }
 
-fn repr_table(rows: &[ReprRow]) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut header = vec!["order/element".to_string()];
-    header.extend(REPR_METRICS.iter().map(|m| format!("{m} here / study")));
-    let body = rows
+fn repr_table(rows: &[ReprRow]) -> Table {
+    let mut t = Table::new(&["order/element"]);
+    for m in REPR_METRICS {
+        t = t.topic(m, &[&format!("{m} here / study")]);
+    }
+    t.rows = rows
         .iter()
         .map(|r| {
             let mut row = vec![series_name(r.order, r.element_bytes)];
             for (i, m) in r.measured.iter().enumerate() {
-                let here = m.map(num).unwrap_or_else(|| "n/a".into());
-                let study = r.published.map(|p| num(p[i])).unwrap_or_else(|| "–".into());
+                let here = m.map(num).unwrap_or_else(|| NOT_MEASURED.into());
+                let study = r
+                    .published
+                    .map(|p| num(p[i]))
+                    .unwrap_or_else(|| NOT_APPLICABLE.into());
                 row.push(format!("{here} / {study}"));
             }
             row
         })
         .collect();
-    (header, body)
+    t
 }
 
 #[derive(Debug, Serialize)]
@@ -346,15 +345,17 @@ fn correlations(r: &Results) -> Vec<Correlation> {
         .collect()
 }
 
-fn corr_table(r: &Results, c: &[Correlation]) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut header = vec!["metric".to_string()];
-    header.extend(r.config.orders.iter().map(|o| format!("r ({})", o.name())));
-    header.push("r (all runs)".into());
+fn corr_table(r: &Results, c: &[Correlation]) -> Table {
+    let mut t = Table::new(&["metric"]);
+    for o in &r.config.orders {
+        t = t.topic(o.name(), &[&format!("r ({})", o.name())]);
+    }
+    t = t.topic("all", &["r (all runs)"]);
     let f = |x: Option<f64>| {
         x.map(|v| format!("{v:+.2}"))
-            .unwrap_or_else(|| "n/a".into())
+            .unwrap_or_else(|| NOT_MEASURED.into())
     };
-    let rows = c
+    t.rows = c
         .iter()
         .map(|c| {
             let mut row = vec![c.metric.clone()];
@@ -363,7 +364,7 @@ fn corr_table(r: &Results, c: &[Correlation]) -> (Vec<String>, Vec<Vec<String>>)
             row
         })
         .collect();
-    (header, rows)
+    t
 }
 
 fn chart(r: &Results, cs: &[Cache]) -> LineChart {
@@ -451,14 +452,86 @@ fn csv_rows(r: &Results) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
-fn refs(h: &[String]) -> Vec<&str> {
-    h.iter().map(|s| s.as_str()).collect()
+/// The answer in sentences: the plateaus found, and per order which metrics track time (the
+/// published finding: all of them for sequential and per-page order, only bus cycles for random).
+fn verdict(
+    r: &Results,
+    levels: &Option<((Order, u64), Vec<Level>)>,
+    corr: &[Correlation],
+) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(((o, e), lv)) = levels {
+        let steps: Vec<String> = lv
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} ns up to {} ({})",
+                    num(l.ns),
+                    format_size(l.to_ws),
+                    l.fits_in
+                )
+            })
+            .collect();
+        v.push(format!(
+            "{} plateau(s) of the {} series: {}.",
+            lv.len(),
+            series_name(*o, *e),
+            steps.join("; ")
+        ));
+    }
+    let has_counters = !r.points.first().is_none_or(|p| p.counters.is_empty());
+    if !has_counters {
+        v.push(format!(
+            "counter metrics: {}",
+            not_measured("--counters off")
+        ));
+        return v;
+    }
+    if corr
+        .iter()
+        .all(|c| c.by_order.iter().all(|x| x.1.is_none()))
+    {
+        v.push(format!(
+            "which metric tracks time: {}",
+            not_measured(
+                "no metric was counted on every point; the reasons are under the counters table"
+            )
+        ));
+    }
+    for (i, o) in r.config.orders.iter().enumerate() {
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
+        for c in corr {
+            match c.by_order.get(i).and_then(|x| x.1) {
+                Some(x) if x >= 0.9 => yes.push(c.metric.as_str()),
+                Some(_) => no.push(c.metric.as_str()),
+                None => {}
+            }
+        }
+        if yes.is_empty() && no.is_empty() {
+            continue;
+        }
+        let list = |l: &[&str]| {
+            if l.is_empty() {
+                "none".to_string()
+            } else {
+                l.join(", ")
+            }
+        };
+        v.push(format!(
+            "{} order: time is tracked (Pearson r ≥ 0.9) by {}; not by {}.",
+            o.name(),
+            list(&yes),
+            list(&no)
+        ));
+    }
+    v.push("Published (docs/published-studies.md, study 3): for sequential and per-page order every metric tracks time; for random order only bus cycles do.".into());
+    v
 }
 
 pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     let cs = caches();
     let cfg = &r.config;
-    let mut intro = vec![format!(
+    let mut lat = Section::new("Latency per element").note(format!(
         "Linked-list chase, reading only the 8-byte next pointer (dependent loads). {} thread(s), {} pages, {} repeats interleaved across orders, ~{:.0} ms per timed chase. \
          Each timed chase runs in 16 chunks; time per element = TSC ticks of the median chunk minus the measured cost of timing an empty chase ({:.0} ticks), divided by its loads (a preempted chunk does not skew the point); \
          TSC cycles at {:.3} GHz. Cells: median ns (TSC cycles); * = min–max spread above {:.0}% of the median.",
@@ -469,33 +542,25 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         r.timer_overhead_ticks,
         memlens_measure::tsc::Clock::get().hz / 1e9,
         NOISY * 100.0
-    )];
+    ));
     if cfg.orders.contains(&Order::Page) {
-        intro.push("page order: one element per 4 KiB page at a random offset, pages in a random cycle; its working set is the memory the pages span.".into());
+        lat = lat.note("page order: one element per 4 KiB page at a random offset, pages in a random cycle; its working set is the memory the pages span.");
     }
-    let mut sections = Vec::new();
-    let (h, rows) = latency_table(r);
-    println!("{}", intro.join("\n"));
-    println!("{}", table(&refs(&h), &rows));
+    lat = lat.table(latency_table(r));
     for s in &r.skipped {
-        println!("not measured: {s}");
+        lat = lat.note(format!("not measured: {s}"));
     }
     if let Some((mapped, huge)) = r.huge_pages_check {
-        let l = format!(
+        lat = lat.note(format!(
             "Huge pages: {} of the process's memory was backed by transparent huge pages (AnonHugePages) while {} of lists were mapped at the largest working set{}.",
             format_size(huge),
             format_size(mapped),
             if cfg.hugepages { " (--hugepages: MADV_HUGEPAGE)" } else { " (MADV_NOHUGEPAGE)" }
-        );
-        println!("{l}");
-        intro.push(l);
+        ));
     }
-    sections.push(Section {
-        heading: "Latency per element".into(),
-        paragraphs: intro.clone(),
-        tables: vec![(h, rows)],
-        ..Default::default()
-    });
+    let svg = line_chart(&chart(r, &cs))?;
+    let mut doc = Document::new("memlens bench latency");
+    doc.sections.push(lat.plot(svg.clone()));
 
     let declared = cs
         .iter()
@@ -511,58 +576,39 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         .join(", ");
     let levels = detect_levels(r, &cs);
     if let Some(((o, e), lv)) = &levels {
-        let (h, rows) = levels_table(lv);
-        let p = format!(
-            "Levels (plateaus within ±15%) of the {} series; caches declared by sysfs: {declared}.",
-            series_name(*o, *e)
+        doc.sections.push(
+            Section::new("Detected levels")
+                .note(format!(
+                    "Levels (plateaus within ±15%) of the {} series; caches declared by sysfs: {declared}.",
+                    series_name(*o, *e)
+                ))
+                .table(levels_table(lv)),
         );
-        println!("\n{p}\n{}", table(&refs(&h), &rows));
-        sections.push(Section {
-            heading: "Detected levels".into(),
-            paragraphs: vec![p],
-            tables: vec![(h, rows)],
-            ..Default::default()
-        });
     }
 
     let corr = correlations(r);
     let repr = representativeness(r);
     if !r.points.first().is_none_or(|p| p.counters.is_empty()) {
-        let (h, rows) = counters_table(r);
-        let mut paras = vec![format!("Counters per element at the {} working set (chaser 0; grouped, scaled by time enabled/running when multiplexed).", format_size(reference_ws(r)))];
+        let mut sec = Section::new("Counter metrics").note(format!("Counters per element at the {} working set (chaser 0; grouped, scaled by time enabled/running when multiplexed).", format_size(reference_ws(r))));
         for (ev, note) in &r.counter_probe {
-            paras.push(format!("probe {ev}: {note}"));
+            sec = sec.note(format!("probe {ev}: {note}"));
         }
-        let na = na_reasons(r, &COUNTER_COLS);
-        println!("\n{}\n{}", paras[0], table(&refs(&h), &rows));
-        for l in na.iter() {
-            println!("  {l}");
+        sec = sec.table(counters_table(r));
+        for l in na_reasons(r, &COUNTER_COLS) {
+            sec = sec.note(l);
         }
-        paras.extend(na);
-        let mut tables = vec![(h, rows)];
-        let mut svgs = Vec::new();
         if !repr.is_empty() {
-            let (h, rows) = repr_table(&repr);
-            let p = "Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; DESIGN.md study 3). SCPI = (stalled frontend + backend) / instructions.";
-            println!("\n{p}\n{}", table(&refs(&h), &rows));
-            paras.push(p.into());
-            tables.push((h, rows));
+            sec = sec
+                .note("Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.")
+                .table(repr_table(&repr));
         }
-        let (h, rows) = corr_table(r, &corr);
-        let p = "Pearson r of each metric with ns/elem across all measured points (n/a: the metric is missing on some point, or fewer than 3 points).";
-        println!("\n{p}\n{}", table(&refs(&h), &rows));
-        paras.push(p.into());
-        tables.push((h, rows));
-        if let Ok(svg) = line_chart(&chart(r, &cs)) {
-            svgs.push(svg);
-        }
-        sections.push(Section {
-            heading: "Counter metrics".into(),
-            paragraphs: paras,
-            tables,
-            svgs,
-        });
+        sec = sec
+            .note("Pearson r of each metric with ns/elem across all measured points (n/a: the metric is missing on some point, or fewer than 3 points).")
+            .table(corr_table(r, &corr));
+        doc.sections.push(sec);
     }
+    doc.verdict = verdict(r, &levels, &corr);
+    doc.print();
 
     #[derive(Serialize)]
     struct Out<'a> {
@@ -584,21 +630,13 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     }
     if let Some(p) = &a.out.csv {
         let (h, rows) = csv_rows(r);
-        write_csv(p, &refs(&h), &rows)?;
+        write_csv(p, &h.iter().map(String::as_str).collect::<Vec<_>>(), &rows)?;
     }
-    let svg = line_chart(&chart(r, &cs))?;
     if let Some(p) = &a.svg {
         write_text(p, &svg)?;
     }
     if let Some(p) = &a.out.html {
-        if sections.iter().all(|s| s.svgs.is_empty()) {
-            sections[0].svgs.push(svg);
-        }
-        let rep = html::Report {
-            title: "memlens bench latency".into(),
-            sections,
-        };
-        write_text(p, &html::render(&rep))?;
+        write_text(p, &doc.to_html())?;
     }
     Ok(())
 }

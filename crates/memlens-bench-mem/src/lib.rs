@@ -1,5 +1,6 @@
 //! `memlens bench latency` and `memlens bench bandwidth`: how access order, working-set size and
 //! indirection shape the time of data processing, and which counter metrics predict it.
+#![warn(missing_docs)]
 mod bandwidth;
 mod chase;
 mod counters;

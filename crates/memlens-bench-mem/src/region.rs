@@ -72,29 +72,6 @@ impl Drop for Region {
     }
 }
 
-/// SplitMix64: a small, fast, seedable generator; the benchmark needs reproducible shuffles, not
-/// cryptographic quality.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, n) (Lemire's multiply-shift; the tiny bias is irrelevant here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -102,11 +79,5 @@ mod tests {
         let r = super::Region::new(10_000, false).unwrap();
         assert_eq!(r.base() as usize % super::HUGE, 0);
         unsafe { r.base().add(9_999).write(7) };
-    }
-
-    #[test]
-    fn rng_below_stays_in_range() {
-        let mut g = super::Rng::new(1);
-        assert!((0..1000).all(|_| g.below(7) < 7));
     }
 }

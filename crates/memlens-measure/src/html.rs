@@ -3,7 +3,9 @@
 use std::fmt::Write;
 
 #[derive(Debug, Clone, Default)]
+/// A heading and what it holds.
 pub struct Section {
+    /// The heading.
     pub heading: String,
     /// Paragraphs of plain text (escaped on output).
     pub paragraphs: Vec<String>,
@@ -14,11 +16,15 @@ pub struct Section {
 }
 
 #[derive(Debug, Clone, Default)]
+/// A page: a title and its sections (the machine facts are added last).
 pub struct Report {
+    /// The page title.
     pub title: String,
+    /// The sections, in order.
     pub sections: Vec<Section>,
 }
 
+/// Escape `&`, `<`, `>` and `"` for HTML text and attributes.
 pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")

@@ -42,6 +42,14 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     t.to_string()
 }
 
+/// A table fitted to the terminal ([`crate::doc::terminal_width`]) by wrapping its cells: for
+/// tables whose wide column is a name or a stack, which must stay beside its numbers.
+pub fn fit_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut t = crate::doc::Table::new(&[]).topic("", header);
+    t.rows = rows.to_vec();
+    t.to_text(crate::doc::terminal_width())
+}
+
 /// Write `{ "machine": <sysinfo>, "command": <argv>, <payload fields…> }` as pretty JSON.
 pub fn write_json<T: Serialize>(path: &Path, payload: &T) -> Result<()> {
     let mut v = serde_json::to_value(payload)?;
@@ -66,6 +74,20 @@ pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(
     w.write_record(header)?;
     for r in rows {
         w.write_record(r)?;
+    }
+    w.flush()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Write flat rows (structs of numbers, strings and options; `None` is an empty cell) as CSV, the
+/// header from the field names.
+pub fn write_csv_rows<T: Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("cannot write {}", path.display()))?;
+    for r in rows {
+        w.serialize(r)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     w.flush()
         .with_context(|| format!("cannot write {}", path.display()))?;

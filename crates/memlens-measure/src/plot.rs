@@ -5,19 +5,28 @@ use plotters::prelude::*;
 /// One line of a [`LineChart`].
 #[derive(Debug, Clone)]
 pub struct Series {
+    /// Legend entry.
     pub name: String,
+    /// (x, y) points in drawing order.
     pub points: Vec<(f64, f64)>,
     /// Draw dashed (for reference lines such as "ideal scaling" or published figures).
     pub dashed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
+/// A line chart of one or more series, optionally on log axes.
 pub struct LineChart {
+    /// Chart title.
     pub title: String,
+    /// X axis label.
     pub x_label: String,
+    /// Y axis label.
     pub y_label: String,
+    /// Logarithmic x axis.
     pub log_x: bool,
+    /// Logarithmic y axis.
     pub log_y: bool,
+    /// The lines.
     pub series: Vec<Series>,
     /// Vertical markers, e.g. cache sizes: (x, label).
     pub markers: Vec<(f64, String)>,
@@ -26,9 +35,13 @@ pub struct LineChart {
 /// Grouped bars: one group per category, one bar per series.
 #[derive(Debug, Clone, Default)]
 pub struct BarChart {
+    /// Chart title.
     pub title: String,
+    /// Y axis label.
     pub y_label: String,
+    /// The groups along the x axis.
     pub categories: Vec<String>,
+    /// (legend entry, one value per category); NaN = no bar.
     pub series: Vec<(String, Vec<f64>)>,
 }
 

@@ -2,6 +2,7 @@
 //! (indicatif hides itself then), with the current step's name.
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// A progress bar on stderr (hidden when stderr is not a terminal).
 pub struct Progress(ProgressBar);
 
 impl Progress {
@@ -22,6 +23,7 @@ impl Progress {
         self.0.set_message(msg.into());
     }
 
+    /// One step done.
     pub fn inc(&self) {
         self.0.inc(1);
     }
@@ -31,6 +33,7 @@ impl Progress {
         self.0.suspend(|| eprintln!("{}", line.as_ref()));
     }
 
+    /// Remove the bar.
     pub fn finish(&self) {
         self.0.finish_and_clear();
     }

@@ -4,10 +4,15 @@ use serde::Serialize;
 /// Median and spread of a set of repeats.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Summary {
+    /// Number of values.
     pub n: usize,
+    /// Median.
     pub median: f64,
+    /// Arithmetic mean.
     pub mean: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Largest value.
     pub max: f64,
 }
 
@@ -43,7 +48,7 @@ impl Summary {
     }
 }
 
-/// Quantile `q` in [0,1] of already sorted data, linear interpolation between closest ranks.
+/// Quantile `q` (0 ≤ q ≤ 1) of already sorted data, linear interpolation between closest ranks.
 pub fn quantile_sorted(v: &[f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;

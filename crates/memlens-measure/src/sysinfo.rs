@@ -3,29 +3,48 @@ use serde::Serialize;
 use std::fs;
 
 #[derive(Debug, Clone, Serialize)]
+/// One CPU cache as sysfs declares it.
 pub struct Cache {
+    /// 1, 2, 3…
     pub level: u32,
+    /// `Data`, `Instruction` or `Unified`.
     pub kind: String,
+    /// Capacity.
     pub size_bytes: u64,
+    /// Line size.
     pub line_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// The facts of the machine a result was measured on.
 pub struct SysInfo {
+    /// Host name.
     pub hostname: String,
+    /// CPU model name (/proc/cpuinfo).
     pub cpu_model: String,
+    /// Logical CPUs online.
     pub logical_cpus: usize,
+    /// Total memory.
     pub memory_bytes: u64,
+    /// Kernel release.
     pub kernel: String,
+    /// glibc version.
     pub glibc: String,
+    /// Running under a hypervisor.
     pub virtualized: bool,
+    /// Caches of CPU 0.
     pub caches: Vec<Cache>,
+    /// Transparent huge pages setting.
     pub thp: String,
+    /// Calibrated TSC rate.
     pub tsc_hz: f64,
+    /// The CPU says its TSC is invariant.
     pub tsc_invariant: bool,
+    /// Cost of one TSC read.
     pub tsc_read_ns: f64,
     /// `None` when hardware counters work, else why they don't.
     pub pmu_unavailable: Option<String>,
+    /// Version of memlens that measured.
     pub memlens_version: String,
 }
 

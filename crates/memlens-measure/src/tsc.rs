@@ -36,10 +36,12 @@ impl Clock {
         CLOCK.get_or_init(calibrate)
     }
 
+    /// Convert TSC ticks to nanoseconds.
     pub fn ticks_to_ns(&self, ticks: f64) -> f64 {
         ticks * 1e9 / self.hz
     }
 
+    /// Convert TSC ticks to seconds.
     pub fn ticks_to_secs(&self, ticks: f64) -> f64 {
         ticks / self.hz
     }

@@ -3,12 +3,15 @@
 //! Artifacts are extracted into a directory named after a hash of their contents
 //! (`$XDG_CACHE_HOME/memlens/<hash>`, else `~/.cache/memlens/<hash>`, else `/tmp/memlens-<uid>/<hash>`),
 //! so every build of memlens finds its own runtime with no environment variable and two builds never
-//! mix their libraries.
+//! mix their libraries. Since the runtime is preloaded into the user's programs, the directories must
+//! be the user's own and not writable by others, and a file is trusted only if its bytes are the
+//! embedded ones.
+#![warn(missing_docs)]
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
@@ -27,28 +30,85 @@ pub fn reference_allocators() -> Vec<&'static str> {
         .collect()
 }
 
-fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+/// The cache base, whether it is memlens's own fallback in /tmp, and below it the directory of this
+/// build's artifacts.
+fn cache_dirs() -> (PathBuf, bool, PathBuf) {
+    let chosen = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(format!("/tmp/memlens-{}", unsafe { libc::getuid() })));
-    base.join("memlens").join(CONTENT_HASH)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        });
+    let fallback = chosen.is_none();
+    // SAFETY: geteuid has no preconditions.
+    let base = chosen
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/memlens-{}", unsafe { libc::geteuid() })));
+    let dir = base.join("memlens").join(CONTENT_HASH);
+    (base, fallback, dir)
 }
 
-/// Path of an embedded artifact on disk, writing it out first if needed.
+/// A directory we preload code from must be a real directory (not a symlink), ours, and writable by
+/// nobody else: otherwise another local user could plant a library in it.
+fn check_private_dir(dir: &Path) -> Result<()> {
+    let m = fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let hint = "remove it, or set XDG_CACHE_HOME to a directory of your own";
+    if !m.file_type().is_dir() {
+        bail!("{} is not a directory ({hint})", dir.display());
+    }
+    if m.uid() != me {
+        bail!(
+            "{} belongs to uid {}, not to you (uid {me}): memlens will not load its runtime from there ({hint})",
+            dir.display(),
+            m.uid()
+        );
+    }
+    if m.mode() & 0o022 != 0 {
+        bail!(
+            "{} is writable by other users (mode {:o}): memlens will not load its runtime from there ({hint})",
+            dir.display(),
+            m.mode() & 0o7777
+        );
+    }
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+}
+
+/// Path of an embedded artifact on disk, writing it out first if needed. The directories memlens
+/// creates are checked (ours, not writable by others) and an existing file is used only when its
+/// content is exactly the embedded one; anything else is rewritten.
 pub fn path(name: &str) -> Result<PathBuf> {
     let Some((_, bytes)) = ARTIFACTS.iter().find(|(n, _)| *n == name) else {
         bail!("memlens was built without {name}");
     };
-    let dir = cache_dir();
+    let (base, fallback, dir) = cache_dirs();
+    if !base.exists() {
+        fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
+    }
+    let mine = base.join("memlens");
+    // /tmp/memlens-<uid> lives in a directory everybody may write to: check it too.
+    if fallback {
+        create_private_dir(&base)?;
+        check_private_dir(&base)?;
+    }
+    for d in [&mine, &dir] {
+        create_private_dir(d)?;
+        check_private_dir(d)?;
+    }
     let dest = dir.join(name);
-    if fs::metadata(&dest)
-        .map(|m| m.len() == bytes.len() as u64)
-        .unwrap_or(false)
-    {
+    if fs::read(&dest).is_ok_and(|b| b == *bytes) {
         return Ok(dest);
     }
-    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // Write to a private temporary name and rename, so concurrent memlens processes never see a
     // half-written library.
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));

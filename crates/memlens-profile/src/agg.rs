@@ -9,15 +9,19 @@ use std::collections::{HashMap, HashSet};
 pub struct Stack {
     /// Innermost first; file/line of the first sample met with these names.
     pub frames: Vec<Frame>,
+    /// Values per sample index, in [`SampleIndex`] order.
     pub values: [f64; 4],
+    /// Samples merged into this stack.
     pub samples: u64,
 }
 
 impl Stack {
+    /// The function names, innermost first: what stacks are merged by.
     pub fn key(&self) -> Vec<String> {
         self.frames.iter().map(|f| f.function.clone()).collect()
     }
 
+    /// The value of one sample index.
     pub fn get(&self, i: SampleIndex) -> f64 {
         self.values[i as usize]
     }
@@ -56,12 +60,17 @@ pub fn stacks(p: &Profile) -> Vec<Stack> {
 /// cum = stacks it appears in at all (counted once per stack, also when recursive).
 #[derive(Debug, Clone, Default)]
 pub struct Func {
+    /// Function name.
     pub name: String,
+    /// Source file, when known.
     pub file: String,
+    /// Flat values per sample index.
     pub flat: [f64; 4],
+    /// Cumulative values per sample index.
     pub cum: [f64; 4],
 }
 
+/// Flat and cumulative values of every function in `stacks`.
 pub fn functions(stacks: &[Stack]) -> Vec<Func> {
     let mut out: Vec<Func> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();

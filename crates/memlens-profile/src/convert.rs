@@ -10,13 +10,17 @@ use std::path::Path;
 /// What `convert_raw` produced, for `memlens run` to print.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ConvertSummary {
+    /// Process id of the profiled program.
     pub pid: u32,
+    /// Its executable.
     pub exe: String,
     /// Samples the runtime recorded.
     pub samples: u64,
     /// Distinct stacks in the profile.
     pub stacks: usize,
+    /// Estimated bytes allocated.
     pub alloc_bytes: f64,
+    /// Estimated bytes in use at the dump.
     pub inuse_bytes: f64,
     /// Share of samples whose stack was truncated (0..1).
     pub truncated_share: f64,

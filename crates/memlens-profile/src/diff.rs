@@ -21,8 +21,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Output of `memlens diff`.
 pub enum DiffFormat {
+    /// Tables of the functions and stacks that grew.
     Table,
+    /// Every function and stack with both values, as JSON.
     Json,
 }
 
@@ -56,33 +59,55 @@ pub struct DiffArgs {
 /// One stack's values in both profiles.
 #[derive(Debug, Clone, Serialize)]
 pub struct StackDelta {
+    /// Value in the base profile.
     pub base: f64,
+    /// Value in the new profile.
     pub new: f64,
+    /// new − base.
     pub delta: f64,
+    /// Innermost first.
     pub frames: Vec<Frame>,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One function's flat and cumulative values in both profiles.
 pub struct FuncDelta {
+    /// Function name.
     pub function: String,
+    /// Flat value in the base profile.
     pub flat_base: f64,
+    /// Flat value in the new profile.
     pub flat_new: f64,
+    /// Flat new − base.
     pub flat_delta: f64,
+    /// Cumulative value in the base profile.
     pub cum_base: f64,
+    /// Cumulative value in the new profile.
     pub cum_new: f64,
+    /// Cumulative new − base.
     pub cum_delta: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// The difference of two profiles for one sample index.
 pub struct Diff {
+    /// Base file.
     pub base: String,
+    /// New file.
     pub new: String,
+    /// The value compared.
     pub sample_index: SampleIndex,
+    /// Its unit (`bytes` or `count`).
     pub unit: &'static str,
+    /// Total of the base profile.
     pub base_total: f64,
+    /// Total of the new profile.
     pub new_total: f64,
+    /// new − base of the totals.
     pub delta: f64,
+    /// Functions, by growth.
     pub functions: Vec<FuncDelta>,
+    /// Stacks, by growth.
     pub stacks: Vec<StackDelta>,
 }
 
@@ -207,6 +232,7 @@ fn default_index(base: &Profile, new: &Profile) -> SampleIndex {
     }
 }
 
+/// Run `memlens diff`; returns the exit status.
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
     let base = crate::convert::load(&a.base)?;
     let new = crate::convert::load(&a.new)?;
@@ -273,11 +299,11 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
                     v(f.flat_base),
                     v(f.flat_new),
                     dv(f.cum_delta),
-                    f.function.clone(),
+                    memlens_measure::names::short_name(&f.function),
                 ]
             })
             .collect();
-        s += &memlens_measure::output::table(
+        s += &memlens_measure::output::fit_table(
             &["flat Δ", "share", "base", "new", "cum Δ", "function"],
             &rows,
         );
@@ -297,7 +323,7 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
                 ]
             })
             .collect();
-        s += &memlens_measure::output::table(&["Δ", "share", "base", "new", "stack"], &rows);
+        s += &memlens_measure::output::fit_table(&["Δ", "share", "base", "new", "stack"], &rows);
         s += "\n";
     }
     let shrank: Vec<&StackDelta> = d.stacks.iter().filter(|x| x.delta < 0.0).collect();

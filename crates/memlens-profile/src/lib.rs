@@ -9,6 +9,7 @@
 //! * [`life`] and [`views`]: peak set, lifetimes, leaks, timeline and `memlens report --view`.
 //! * [`agg`]: stacks merged by function names, flat/cum per function.
 //! * [`report`] and [`diff`]: the two commands.
+#![warn(missing_docs)]
 pub mod agg;
 pub mod convert;
 pub mod diff;

@@ -49,6 +49,7 @@ pub fn life_of(r: &RawLife, tsc_hz: u64, lg0: u32) -> Life {
     }
 }
 
+/// The process-wide `view` and `tl` lines in model units.
 pub fn views_of(r: &RawViews) -> Views {
     let opt = |v: i64| (v >= 0).then_some(v as f64);
     Views {

@@ -10,13 +10,18 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum SampleIndex {
+    /// Objects allocated (cumulative).
     AllocObjects,
+    /// Bytes allocated (cumulative).
     AllocSpace,
+    /// Objects live at the dump.
     InuseObjects,
+    /// Bytes live at the dump.
     InuseSpace,
 }
 
 impl SampleIndex {
+    /// Every sample index, in pprof's order.
     pub const ALL: [SampleIndex; 4] = [
         SampleIndex::AllocObjects,
         SampleIndex::AllocSpace,
@@ -42,6 +47,7 @@ impl SampleIndex {
         }
     }
 
+    /// True for the byte-valued indexes.
     pub fn is_bytes(self) -> bool {
         self.unit() == "bytes"
     }
@@ -50,16 +56,23 @@ impl SampleIndex {
 /// Facts about the profiled process and how it was profiled.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Meta {
+    /// Process id.
     pub pid: u32,
+    /// Parent process id.
     pub ppid: u32,
+    /// Executable path.
     pub exe: String,
     /// Mean sampling interval in bytes; 0 = exact mode.
     pub interval: u64,
+    /// Unwinder that captured the stacks.
     pub unwinder: String,
+    /// Sampling was on when the dump was written.
     pub active: bool,
     /// Why the dump was written (exit, exec, ctl, api, fork-child-exit).
     pub reason: String,
+    /// CLOCK_REALTIME ns when the runtime started (or was reset).
     pub start_ns: u64,
+    /// CLOCK_REALTIME ns of the dump.
     pub time_ns: u64,
     /// Samples recorded by the runtime since start.
     pub samples: u64,
@@ -69,7 +82,10 @@ pub struct Meta {
     pub dropped: u64,
     /// Samples whose stack the dwarf unwinder handed to its fallback (libunwind or libgcc).
     pub unwind_fallbacks: u64,
+    /// Frames kept per stack.
     pub max_depth: u32,
+    /// Estimated bytes of the dropped samples (their weight times their size).
+    pub dropped_bytes: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -90,23 +106,36 @@ impl Meta {
 /// A loaded module (or one PT_LOAD segment of it) in the profiled address space.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Mapping {
+    /// First run-time address.
     pub start: u64,
+    /// One past the last run-time address.
     pub limit: u64,
+    /// File offset of `start`.
     pub offset: u64,
+    /// Path of the mapped file.
     pub filename: String,
     /// Hex build ID, empty when unknown.
     pub build_id: String,
+    /// Functions are symbolized.
     pub has_functions: bool,
+    /// File names are known.
     pub has_filenames: bool,
+    /// Line numbers are known.
     pub has_line_numbers: bool,
+    /// Inlined frames are expanded.
     pub has_inline_frames: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+/// A function, as pprof names it.
 pub struct Function {
+    /// Demangled name.
     pub name: String,
+    /// Name as in the symbol table (mangled).
     pub system_name: String,
+    /// Source file.
     pub filename: String,
+    /// First line of the function.
     pub start_line: i64,
 }
 
@@ -115,10 +144,12 @@ pub struct Function {
 pub struct Line {
     /// Index + 1 into `Profile::functions`.
     pub function: u64,
+    /// Source line (0 = unknown).
     pub line: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A code address and the source lines it stands for.
 pub struct Location {
     /// Index + 1 into `Profile::mappings`; 0 = none.
     pub mapping: u64,
@@ -129,12 +160,17 @@ pub struct Location {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// One stack and its values.
 pub struct Sample {
     /// Index + 1 into `Profile::locations`, innermost (allocating function) first.
     pub locations: Vec<u64>,
+    /// Estimated objects allocated.
     pub alloc_objects: f64,
+    /// Estimated bytes allocated.
     pub alloc_bytes: f64,
+    /// Estimated objects in use.
     pub inuse_objects: f64,
+    /// Estimated bytes in use.
     pub inuse_bytes: f64,
     /// Samples taken for this stack (0 when the source does not say).
     pub samples: u64,
@@ -148,6 +184,7 @@ pub struct Sample {
 /// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at
 /// or above the previous bound); the last bucket is open.
 pub const LIFE_BOUNDS_NS: [f64; 9] = [1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11];
+/// Number of lifetime decades (the bounds plus the open last one).
 pub const LIFE_BUCKETS: usize = LIFE_BOUNDS_NS.len() + 1;
 
 /// The views' values of one stack (unbiased estimates like the four values).
@@ -155,6 +192,7 @@ pub const LIFE_BUCKETS: usize = LIFE_BOUNDS_NS.len() + 1;
 pub struct Life {
     /// Live at the heap's (estimated) high-water mark.
     pub peak_objects: f64,
+    /// Bytes live at the high-water mark.
     pub peak_bytes: f64,
     /// Bytes freed, by lifetime decade (see [`LIFE_BOUNDS_NS`]).
     pub freed: [f64; LIFE_BUCKETS],
@@ -165,6 +203,7 @@ pub struct Life {
 }
 
 impl Life {
+    /// All bytes freed (every decade).
     pub fn freed_total(&self) -> f64 {
         self.freed.iter().sum()
     }
@@ -200,6 +239,7 @@ impl Life {
         None
     }
 
+    /// Add another stack's values (merging stacks; the live age is merged by the caller).
     pub fn add(&mut self, o: &Life) {
         self.peak_objects += o.peak_objects;
         self.peak_bytes += o.peak_bytes;
@@ -217,9 +257,11 @@ pub struct TimePoint {
     pub time_ns: u64,
     /// Estimated live heap (unbiased, from the samples).
     pub heap_bytes: f64,
+    /// Resident set size of the process.
     pub rss_bytes: Option<f64>,
     /// The allocator's own figures (plus the sampled blocks it does not see), when it exposes them.
     pub allocator_in_use: Option<f64>,
+    /// What the allocator holds from the system (glibc: arenas + mmapped; jemalloc: resident).
     pub allocator_footprint: Option<f64>,
 }
 
@@ -230,18 +272,22 @@ pub struct Views {
     pub heap_bytes: f64,
     /// Highest estimate seen, and when.
     pub heap_max_bytes: f64,
+    /// CLOCK_REALTIME ns of the highest estimate.
     pub heap_max_ns: u64,
     /// The estimate when the peak set was taken, and when.
     pub peak_bytes: f64,
+    /// CLOCK_REALTIME ns of the peak snapshot.
     pub peak_ns: u64,
     /// Where the allocator figures come from: glibc, jemalloc, tcmalloc or none.
     pub allocator: String,
     /// The runtime had its views switched off (MEMLENS_VIEWS=0): no peak, lifetimes or timeline.
     pub disabled: bool,
+    /// The memory timeline, oldest first.
     pub timeline: Vec<TimePoint>,
 }
 
 impl Sample {
+    /// The value of one sample index.
     pub fn value(&self, i: SampleIndex) -> f64 {
         match i {
             SampleIndex::AllocObjects => self.alloc_objects,
@@ -251,6 +297,7 @@ impl Sample {
         }
     }
 
+    /// The four values in [`SampleIndex`] order.
     pub fn values(&self) -> [f64; 4] {
         [
             self.alloc_objects,
@@ -260,6 +307,7 @@ impl Sample {
         ]
     }
 
+    /// Set the four values in [`SampleIndex`] order.
     pub fn set_values(&mut self, v: [f64; 4]) {
         [
             self.alloc_objects,
@@ -271,11 +319,17 @@ impl Sample {
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A heap profile: every input becomes one, every output is made from one.
 pub struct Profile {
+    /// Process and sampling facts.
     pub meta: Meta,
+    /// Mapped modules.
     pub mappings: Vec<Mapping>,
+    /// Functions (referenced by index + 1).
     pub functions: Vec<Function>,
+    /// Locations (referenced by index + 1).
     pub locations: Vec<Location>,
+    /// One per distinct stack.
     pub samples: Vec<Sample>,
     /// Present when the runtime tracked peak, lifetimes and the timeline.
     pub views: Option<Views>,
@@ -284,11 +338,15 @@ pub struct Profile {
 /// One frame of a stack as a report shows it: a function (or an address when unsymbolized).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Frame {
+    /// Function name (or `module+0xOFFSET` when unsymbolized).
     pub function: String,
     #[serde(skip_serializing_if = "String::is_empty")]
+    /// Source file, when known.
     pub file: String,
     #[serde(skip_serializing_if = "is_zero")]
+    /// Source line (0 = unknown).
     pub line: i64,
+    /// Inlined into the next frame.
     pub inlined: bool,
 }
 

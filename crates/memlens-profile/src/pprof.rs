@@ -14,7 +14,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 pub mod proto {
-    //! The subset of profile.proto memlens uses (field numbers as in the upstream file).
+    //! The subset of profile.proto memlens uses. Messages and fields are named and numbered as in
+    //! that file, whose comments document them; they are not repeated here.
+    #![allow(missing_docs)]
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Profile {
         #[prost(message, repeated, tag = "1")]
@@ -498,7 +500,7 @@ fn meta_comments(m: &Meta) -> Vec<String> {
     };
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
-         truncated={} dropped={} unwind_fallbacks={} max_depth={}{view} exe={}",
+         truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
         m.pid,
         m.ppid,
         m.interval,
@@ -511,6 +513,7 @@ fn meta_comments(m: &Meta) -> Vec<String> {
         m.dropped,
         m.unwind_fallbacks,
         m.max_depth,
+        m.dropped_bytes,
         m.exe
     )]
 }
@@ -537,6 +540,7 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "samples" => m.samples = n(),
             "truncated" => m.truncated = n(),
             "dropped" => m.dropped = n(),
+            "dropped_bytes" => m.dropped_bytes = n(),
             "max_depth" => m.max_depth = n() as u32,
             "view" => m.view = v.to_string(),
             _ => {}
@@ -780,6 +784,7 @@ mod tests {
                 dropped: 1,
                 unwind_fallbacks: 0,
                 max_depth: 64,
+                dropped_bytes: 4096,
                 view: String::new(),
             },
             mappings: vec![Mapping {

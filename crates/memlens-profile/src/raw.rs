@@ -3,15 +3,23 @@
 //! Strict: every malformed line is an error naming the line number, and a dump without its final
 //! `end` line is "truncated" (the process died while writing it). Unknown `key value` lines in the
 //! header are skipped so that the runtime can add facts without breaking older readers.
+//!
+//! Paths (`exe`, `module`) are written by the runtime with control bytes and `\\` escaped as `\xHH`,
+//! so a file name with a newline cannot forge records; bytes that are not UTF-8 (in paths or
+//! the maps section) are read as U+FFFD instead of rejecting the dump.
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
 /// One PT_LOAD program header of a module.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
+    /// ELF virtual address (p_vaddr).
     pub vaddr: u64,
+    /// Size in memory (p_memsz).
     pub memsz: u64,
+    /// File offset (p_offset).
     pub offset: u64,
+    /// `rwx`, `-` for unset.
     pub flags: String,
 }
 
@@ -22,8 +30,11 @@ pub struct Module {
     pub base: u64,
     /// Lower-case hex, empty when the module has none.
     pub build_id: String,
+    /// Still loaded at the dump (else dlclose'd since start).
     pub loaded: bool,
+    /// Path of the module.
     pub path: String,
+    /// Its PT_LOAD segments.
     pub segments: Vec<Segment>,
 }
 
@@ -40,11 +51,17 @@ impl Module {
 /// One `stack` line: values are already unbiased by the runtime.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawStack {
+    /// Samples of this stack.
     pub samples: u64,
+    /// Objects allocated, fixed point (16 fractional bits).
     pub alloc_objects_fx: i64,
+    /// Bytes allocated.
     pub alloc_bytes: i64,
+    /// Objects in use, fixed point (16 fractional bits).
     pub inuse_objects_fx: i64,
+    /// Bytes in use.
     pub inuse_bytes: i64,
+    /// Bit 0: truncated stack.
     pub flags: u64,
     /// Return addresses, innermost first.
     pub pcs: Vec<u64>,
@@ -55,7 +72,9 @@ pub struct RawStack {
 /// A `life` line: the views' per-stack columns (see `runtime/README.md`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RawLife {
+    /// Live objects at the last peak snapshot (16.16 fixed point).
     pub peak_objects_fx: i64,
+    /// Live bytes at the last peak snapshot.
     pub peak_bytes: i64,
     /// Mean age of the live bytes at the dump, in ticks.
     pub age_ticks: u64,
@@ -69,25 +88,38 @@ pub struct RawLife {
 /// The process-wide `view` and `tl` lines.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RawViews {
+    /// The views were on (`MEMLENS_VIEWS` not 0).
     pub enabled: bool,
+    /// TSC ticks per second (0 when nothing was sampled).
     pub tsc_hz: u64,
+    /// log2 of the first lifetime bucket's bound, in ticks.
     pub life_lg0: u32,
+    /// Estimated live heap at the dump.
     pub heap: i64,
+    /// Highest estimate seen.
     pub heap_max: i64,
+    /// When it was seen (CLOCK_REALTIME ns).
     pub heap_max_ns: u64,
+    /// The estimate when the peak set was taken.
     pub peak: u64,
+    /// When the peak set was taken (CLOCK_REALTIME ns).
     pub peak_ns: u64,
+    /// Source of the allocator figures: jemalloc, tcmalloc, glibc, none or unknown.
     pub allocator: String,
     /// `tl` points: ns, estimated heap, RSS, allocator in use, allocator footprint (-1 unknown).
     pub timeline: Vec<[i64; 5]>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
+/// A raw dump, as read.
 pub struct RawDump {
+    /// Process and sampling facts.
     pub meta: crate::model::Meta,
+    /// Loaded (and unloaded) modules.
     pub modules: Vec<Module>,
     /// Verbatim /proc/self/maps lines.
     pub maps: Vec<String>,
+    /// One per distinct stack.
     pub stacks: Vec<RawStack>,
     /// Present when the runtime wrote `view` lines.
     pub views: Option<RawViews>,
@@ -96,14 +128,15 @@ pub struct RawDump {
 /// Read and parse a raw dump file.
 pub fn read(path: &Path) -> Result<RawDump> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        anyhow!(
-            "{}: not a memlens raw dump (invalid UTF-8 at byte {})",
-            path.display(),
-            e.valid_up_to()
-        )
-    })?;
-    parse(text).with_context(|| format!("{}", path.display()))
+    if !looks_raw(&bytes) {
+        bail!(
+            "{}: not a memlens raw dump (first line is not 'memlens-raw 1')",
+            path.display()
+        );
+    }
+    // A path that is not UTF-8 must not cost the whole profile: such bytes become U+FFFD.
+    let text = String::from_utf8_lossy(&bytes);
+    parse(&text).with_context(|| format!("{}", path.display()))
 }
 
 /// True when `bytes` start like a raw dump (used to pick the reader).
@@ -210,7 +243,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
     match key {
         "pid" => (m.pid, seen.pid) = (num(v, key)?, true),
         "ppid" => m.ppid = num(v, key)?,
-        "exe" => (m.exe, seen.exe) = (v.to_string(), true),
+        "exe" => (m.exe, seen.exe) = (unescape(v), true),
         "interval" => (m.interval, seen.interval) = (num(v, key)?, true),
         "unwinder" => m.unwinder = v.to_string(),
         "active" => m.active = num::<u8>(v, key)? != 0,
@@ -222,6 +255,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "dropped" => m.dropped = num(v, key)?,
         "unwind_fallbacks" => m.unwind_fallbacks = num(v, key)?,
         "max_depth" => m.max_depth = num(v, key)?,
+        "dropped_bytes" => m.dropped_bytes = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key
@@ -230,6 +264,39 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         _ => bail!("unrecognised record '{key}'"),
     }
     Ok(())
+}
+
+/// Undo the runtime's path escaping: `\xHH` is the byte HH (a control byte or `\\`).
+pub fn unescape(v: &str) -> String {
+    if !v.contains("\\x") {
+        return v.to_string();
+    }
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 2..i + 4)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], b.get(i + 1), hex) {
+            (b'\\', Some(b'x'), Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A counter the runtime writes as u64, kept as i64 by the model: saturate rather than fail.
+fn counter(v: &str, what: &str) -> Result<i64> {
+    let n: u64 = num(v, what)?;
+    Ok(n.min(i64::MAX as u64) as i64)
 }
 
 fn num<T: std::str::FromStr>(v: &str, what: &str) -> Result<T> {
@@ -265,7 +332,7 @@ fn parse_module(rest: &str) -> Result<Module> {
         base: hex(base, "module base")?,
         build_id,
         loaded,
-        path: path.to_string(),
+        path: unescape(path),
         segments: Vec::new(),
     })
 }
@@ -290,8 +357,8 @@ fn parse_stack(rest: &str) -> Result<RawStack> {
     }
     Ok(RawStack {
         samples: num(f[0], "samples")?,
-        alloc_objects_fx: num(f[1], "alloc_objects_fx")?,
-        alloc_bytes: num(f[2], "alloc_bytes")?,
+        alloc_objects_fx: counter(f[1], "alloc_objects_fx")?,
+        alloc_bytes: counter(f[2], "alloc_bytes")?,
         inuse_objects_fx: num(f[3], "inuse_objects_fx")?,
         inuse_bytes: num(f[4], "inuse_bytes")?,
         flags: num(f[5], "flags")?,
@@ -467,6 +534,34 @@ end
         );
         assert!(format!("{:#}", parse("memlens-raw 7\nend\n").unwrap_err()).contains("version '7'"));
         assert!(format!("{:#}", parse("").unwrap_err()).contains("not a memlens raw dump"));
+    }
+
+    #[test]
+    fn escaped_and_non_utf8_paths_and_u64_counters() {
+        // A module whose name holds a newline and a forged record: one module, one stack.
+        let forged = GOOD.replace(
+            "/lib/with space.so",
+            "/lib/evil\\x0astack 1 1 1 1 1 0 0x1\\x5cx.so",
+        );
+        let d = parse(&forged).unwrap();
+        assert_eq!(d.modules[1].path, "/lib/evil\nstack 1 1 1 1 1 0 0x1\\x.so");
+        assert_eq!(d.stacks.len(), 2);
+        // Counters above i64::MAX saturate instead of rejecting the dump.
+        let big = GOOD.replace("stack 1 65536 100", "stack 1 18446744073709551615 100");
+        assert_eq!(parse(&big).unwrap().stacks[1].alloc_objects_fx, i64::MAX);
+        // A path that is not UTF-8 does not cost the whole dump.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("d.raw");
+        let mut bytes = GOOD.as_bytes().to_vec();
+        let at = GOOD.find("with space").unwrap();
+        bytes[at] = 0xff;
+        std::fs::write(&f, bytes).unwrap();
+        let d = read(&f).unwrap();
+        assert!(
+            d.modules[1].path.contains('\u{fffd}'),
+            "{}",
+            d.modules[1].path
+        );
     }
 
     #[test]

@@ -19,13 +19,20 @@
 use crate::agg::{self, fmt_value, pct, share, Func, Stack};
 use crate::model::{Frame, Meta, Profile, SampleIndex};
 use anyhow::{Context, Result};
+use memlens_measure::doc::{terminal_width, wrap};
+use memlens_measure::names::short_name;
+use memlens_measure::output::fit_table;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Output of `memlens report`.
 pub enum Format {
+    /// Top functions and stacks as tables.
     Table,
+    /// Every function and stack, as JSON.
     Json,
+    /// Folded stacks (`root;…;leaf value`).
     Folded,
 }
 
@@ -111,6 +118,7 @@ struct JsonReport<'a> {
     stacks: Vec<JsonStack<'a>>,
 }
 
+/// Run `memlens report`; returns the exit status.
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
     if let Some(out) = &a.html {
@@ -261,6 +269,12 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
             pct(m.truncated_share()),
             m.dropped
         );
+        if m.dropped_bytes > 0 {
+            s += &format!(
+                " ({} not in this profile)",
+                fmt_value(m.dropped_bytes as f64, SampleIndex::AllocSpace, false)
+            );
+        }
     }
     s += "\n";
     let t = totals(p);
@@ -292,7 +306,7 @@ pub fn stack_cell(frames: &[Frame], max: usize) -> String {
             format!(
                 "{}{}{at}",
                 if f.inlined { "(inline) " } else { "" },
-                f.function
+                short_name(&f.function)
             )
         })
         .collect();
@@ -312,7 +326,7 @@ fn table(
 ) -> String {
     let total = p.total(idx);
     let i = idx as usize;
-    let mut s = header(p, file, idx);
+    let mut s = wrap(&header(p, file, idx), terminal_width(), "  ");
     if p.samples.is_empty() || total == 0.0 {
         s += &format!("no {} recorded in this profile\n", idx.name());
         return s;
@@ -331,11 +345,11 @@ fn table(
                 pct(share(f.flat[i], total)),
                 fmt_value(f.cum[i], idx, false),
                 pct(share(f.cum[i], total)),
-                f.name.clone(),
+                short_name(&f.name),
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
+    s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {} (innermost frame first)\n", idx.name());
     let rows: Vec<Vec<String>> = stacks
         .iter()
@@ -350,7 +364,7 @@ fn table(
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(&[idx.name(), "share", "samples", "stack"], &rows);
+    s += &fit_table(&[idx.name(), "share", "samples", "stack"], &rows);
     s += "\n";
     s
 }

@@ -12,11 +12,15 @@ use std::collections::HashMap;
 /// One frame at an address, as the debug info describes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SymFrame {
+    /// Function name, demangled.
     pub name: String,
+    /// Source file.
     pub file: String,
+    /// Source line (0 = unknown).
     pub line: u32,
 }
 
+/// Symbolizes module addresses offline, caching what it read.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     demangled: HashMap<String, String>,
@@ -31,6 +35,7 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
+    /// A symbolizer with code info and inlined frames on.
     pub fn new() -> Self {
         let inner = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(true)

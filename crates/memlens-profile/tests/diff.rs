@@ -57,14 +57,13 @@ fn growth_is_found_per_stack_and_function_across_processes() {
 
 #[test]
 fn go_tool_pprof_diff_base_works_on_our_files() {
-    if !Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("SKIPPED: `go` is not installed, cannot check go tool pprof -diff_base");
-        return;
-    }
+    assert!(
+        Command::new("go")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "`go` is not installed: scripts/install-deps.sh installs golang-go, which provides `go tool pprof`"
+    );
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = two_dumps(dir.path());
     let (ga, gb) = (dir.path().join("a.pb.gz"), dir.path().join("b.pb.gz"));

@@ -123,12 +123,10 @@ fn go_available() -> bool {
 
 #[test]
 fn go_tool_pprof_reads_our_names_and_lines_without_binaries() {
-    if !go_available() {
-        eprintln!(
-            "SKIPPED: `go` is not installed, cannot check that go tool pprof reads our files"
-        );
-        return;
-    }
+    assert!(
+        go_available(),
+        "`go` is not installed: scripts/install-deps.sh installs golang-go, which provides `go tool pprof`"
+    );
     let dir = tempfile::tempdir().unwrap();
     let raw = common::build_and_dump(dir.path());
     let rp = dir.path().join("dump.raw");

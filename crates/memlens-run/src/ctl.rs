@@ -1,6 +1,6 @@
 //! `memlens ctl PID …`: talk to the control socket of a process running under the runtime.
 //!
-//! The runtime (runtime/src/ctl.c) listens on `$MEMLENS_CTL_DIR/<pid>.sock` (default
+//! The runtime (runtime/src/ctl.c) listens on `$MEMLENS_CTL_DIR/<pid>.<pidns>.sock` (default
 //! `/tmp/memlens-<euid>`, directory 0700, socket 0600) and checks every peer's credentials
 //! (SO_PEERCRED: our uid or root). One request line, one reply line (`ok …` / `error …`).
 //! This module is also the client used by `memlens run --start-on-growth/--dump-every`.
@@ -31,10 +31,12 @@ pub struct CtlArgs {
     #[arg(value_name = "PID")]
     pub pid: String,
     #[command(subcommand)]
+    /// What to do.
     pub action: CtlAction,
 }
 
 #[derive(Debug, clap::Subcommand)]
+/// The requests `memlens ctl` sends.
 pub enum CtlAction {
     /// Start sampling
     Start {
@@ -59,6 +61,7 @@ pub enum CtlAction {
     Status,
 }
 
+/// Run `memlens ctl`; returns the exit status.
 pub fn run_ctl(args: CtlArgs) -> Result<i32> {
     let pid = parse_pid(&args.pid)?;
     let t = Target::find(pid)?;
@@ -162,7 +165,11 @@ fn print_status(t: &Target, r: &Reply) {
     println!("  allocated      {bytes} (estimated from the samples)");
     println!("  stacks         {}", n("stacks"));
     println!("  truncated      {} ({share})", n("truncated"));
-    println!("  dropped        {}", n("dropped"));
+    let dropped_bytes = match r.num("dropped_bytes") {
+        Some(b) if b > 0 => format!(" ({} not in the profile)", format_size(b)),
+        _ => String::new(),
+    };
+    println!("  dropped        {}{dropped_bytes}", n("dropped"));
 }
 
 fn parse_pid(s: &str) -> Result<i32> {
@@ -203,15 +210,18 @@ pub fn default_dump_name(comm: &str, pid: i32, raw: bool) -> PathBuf {
 /// A reply line `ok key=value …` split into its fields.
 #[derive(Debug, Clone)]
 pub struct Reply {
+    /// The whole line.
     pub text: String,
 }
 
 impl Reply {
+    /// The value of `key=value`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.text
             .split_whitespace()
             .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
     }
+    /// The value of `key=value` as a number.
     pub fn num(&self, key: &str) -> Option<u64> {
         self.get(key)?.parse().ok()
     }
@@ -220,10 +230,15 @@ impl Reply {
 /// A process we may control, and where its control socket is.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// Process id.
     pub pid: i32,
+    /// Its owner.
     pub uid: u32,
+    /// Its command name.
     pub comm: String,
+    /// Directory of its control socket.
     pub dir: PathBuf,
+    /// The control socket.
     pub sock: PathBuf,
 }
 
@@ -253,7 +268,7 @@ impl Target {
             bail!("permission denied: process {pid} belongs to uid {uid} (only its owner or root can control it)");
         }
         let dir = ctl_dir(pid, uid);
-        let sock = dir.join(format!("{pid}.sock"));
+        let sock = socket_path(&dir, pid, &status);
         Ok(Target {
             pid,
             uid,
@@ -332,10 +347,12 @@ impl Target {
         UnixStream::connect(&self.sock).is_ok()
     }
 
+    /// Ask for the status line.
     pub fn status(&self) -> Result<Reply> {
         self.request("status")
     }
 
+    /// Start sampling, optionally at a new interval.
     pub fn start(&self, interval: Option<u64>) -> Result<Reply> {
         match interval {
             Some(iv) => self.request(&format!("start {iv}")),
@@ -343,37 +360,44 @@ impl Target {
         }
     }
 
+    /// Stop sampling.
     pub fn stop(&self) -> Result<Reply> {
         self.request("stop")
     }
 
-    /// Ask the process to write a raw dump to `path` (absolute; written with the process's rights).
+    /// Ask the process for a raw dump and copy it to `path`. The process writes dumps only into its
+    /// control directory (a peer must not make it write anywhere else); memlens copies the file out
+    /// with its own rights and removes it.
     pub fn dump_raw(&self, path: &Path) -> Result<()> {
-        let p = path
-            .to_str()
-            .ok_or_else(|| anyhow!("dump path {} is not UTF-8", path.display()))?;
-        if p.contains('\n') {
-            return Err(usage(format!("dump path {p:?} contains a newline")));
-        }
-        self.request(&format!("dump {p}"))?;
-        Ok(())
+        let raw = self.dump_in_dir()?;
+        let r = std::fs::copy(&raw, path)
+            .map(|_| ())
+            .with_context(|| format!("cannot write {}", path.display()));
+        std::fs::remove_file(&raw).ok();
+        r
     }
 
-    /// Dump to a raw file in the socket directory (the process may write there), convert it to pprof
-    /// at `out`, and remove the raw file.
-    pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
+    /// Have the process write a raw dump into its control directory; returns its path there.
+    fn dump_in_dir(&self) -> Result<PathBuf> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let raw = self.dir.join(format!(
+        let name = format!(
             "{}.dump-{}-{nanos}-{}.raw",
             self.pid,
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        self.dump_raw(&raw)?;
+        );
+        self.request(&format!("dump {name}"))?;
+        Ok(self.dir.join(name))
+    }
+
+    /// Dump to a raw file in the socket directory (the process may write there), convert it to pprof
+    /// at `out`, and remove the raw file.
+    pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
+        let raw = self.dump_in_dir()?;
         let r = convert(&raw, out).with_context(|| {
             format!(
                 "cannot convert the dump of process {} to {}",
@@ -401,6 +425,27 @@ impl Target {
 /// Raw dump → gzipped pprof (the profile crate's reader, symbolizer and writer).
 fn convert(raw: &Path, out: &Path) -> Result<memlens_profile::ConvertSummary> {
     memlens_profile::convert_raw(raw, out)
+}
+
+/// The control socket of `pid` in `dir`: `<pid>.<pidns>.sock`, named by the process's own pid and
+/// the inode of its pid namespace (so containers sharing the directory never collide). A process in
+/// another pid namespace knows itself by the last `NSpid:` entry of its status.
+fn socket_path(dir: &Path, pid: i32, status: &str) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let own_pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last()?.parse::<i32>().ok())
+        .unwrap_or(pid);
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .map(|m| m.ino())
+        .unwrap_or(0);
+    let sock = dir.join(format!("{own_pid}.{ns}.sock"));
+    let legacy = dir.join(format!("{own_pid}.sock"));
+    if !sock.exists() && legacy.exists() {
+        return legacy; // a runtime older than the namespace-qualified names
+    }
+    sock
 }
 
 /// The socket directory of process `pid`: ours if MEMLENS_CTL_DIR is set here, else the one in the

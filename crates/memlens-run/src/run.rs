@@ -35,9 +35,13 @@ pub struct RunArgs {
     /// Also keep the runtime's raw dumps in DIR (format: runtime/README.md)
     #[arg(long, value_name = "DIR")]
     pub keep_raw: Option<PathBuf>,
-    /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (growth.rs)
+    /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (live.rs)
     #[command(flatten)]
-    pub live: crate::growth::LiveArgs,
+    pub live: crate::live::LiveArgs,
+    /// Also serve the program's pprof endpoints (/debug/pprof/heap, /debug/pprof/allocs, /metrics)
+    /// on HOST:PORT while it runs, as `memlens serve --pid` does
+    #[arg(long, value_name = "HOST:PORT")]
+    pub serve: Option<String>,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -45,7 +49,9 @@ pub struct RunArgs {
 
 /// A program started under the runtime.
 pub struct Launch {
+    /// The running program.
     pub child: Child,
+    /// Its process id.
     pub pid: u32,
     /// Basename of the program, for default file names.
     pub name: String,
@@ -87,7 +93,9 @@ fn spawn_failure(cmd: &OsString, e: &std::io::Error) -> (String, i32) {
 /// Error returned when the program cannot be started; `run_run` turns it into exit 126/127.
 #[derive(Debug)]
 pub struct SpawnError {
+    /// What went wrong.
     pub message: String,
+    /// Exit status memlens returns (126 or 127).
     pub code: i32,
 }
 impl std::fmt::Display for SpawnError {
@@ -214,8 +222,11 @@ pub fn exit_code(st: ExitStatus) -> i32 {
 /// One raw dump: `<prefix>.<pid>.<seq>.raw`.
 #[derive(Debug, Clone)]
 pub struct Dump {
+    /// Where it is.
     pub path: PathBuf,
+    /// Process it came from.
     pub pid: u32,
+    /// Sequence number within that process.
     pub seq: u64,
 }
 
@@ -352,9 +363,21 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
     Ok(written)
 }
 
+/// `--serve`: binds the endpoint (so a bad address fails before the program starts) and returns
+/// what starts serving the program's pid. Installed by the binary: the server crate depends on
+/// this one, not the reverse.
+pub type ServeHook = fn(&str) -> Result<Box<dyn FnOnce(i32) + Send>>;
+/// Where the binary installs its [`ServeHook`] at start-up (unset: `--serve` is refused).
+pub static SERVE_HOOK: std::sync::OnceLock<ServeHook> = std::sync::OnceLock::new();
+
 /// The whole `memlens run`.
 pub fn run_run(args: RunArgs) -> Result<i32> {
     let live = args.live.plan()?;
+    let serve = match (&args.serve, SERVE_HOOK.get()) {
+        (Some(addr), Some(bind)) => Some(bind(addr)?),
+        (Some(_), None) => anyhow::bail!("--serve is not available in this build"),
+        (None, _) => None,
+    };
     let env: Vec<(&str, String)> = live
         .active_env()
         .map(|v| ("MEMLENS_ACTIVE", v.to_string()))
@@ -374,7 +397,10 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
-    let watcher = crate::growth::Watcher::spawn(&live, launch.pid as i32, &main_out);
+    if let Some(start) = serve {
+        start(launch.pid as i32);
+    }
+    let watcher = crate::watcher::Watcher::spawn(&live, launch.pid as i32, &main_out);
     let status = wait(&mut launch, &mut |_| Ok(()));
     watcher.finish();
     let status = status?;

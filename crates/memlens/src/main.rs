@@ -12,6 +12,7 @@ Examples:
   memlens run -- ./server --port 8080        profile a program, write memlens.server.<pid>.pb.gz
   memlens report memlens.server.1234.pb.gz   top allocating stacks and functions
   memlens ctl 1234 start                     switch profiling on in a running process
+  memlens serve                              pprof endpoints for Pyroscope / Parca to scrape
   memlens study                              what profiling costs, by sampling interval
   memlens bench alloc --sizes 128,1K         which allocator scales for a pattern
   memlens bench latency                      latency of each level of the memory hierarchy
@@ -30,6 +31,8 @@ enum Cmd {
     Run(memlens_run::RunArgs),
     /// Control a process running under the memlens runtime (start, stop, dump, reset, status)
     Ctl(memlens_run::CtlArgs),
+    /// Serve pprof endpoints of the processes under memlens, for Pyroscope, Parca, go tool pprof
+    Serve(memlens_serve::ServeArgs),
     /// Show the top allocating stacks and functions of a profile
     Report(memlens_profile::ReportArgs),
     /// What grew between two profiles, per stack and per function
@@ -81,6 +84,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
     match cmd {
         Cmd::Run(a) => memlens_run::run_run(a),
         Cmd::Ctl(a) => memlens_run::run_ctl(a),
+        Cmd::Serve(a) => memlens_serve::run_serve(a),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
         Cmd::Study(a) => memlens_study::run_study(a),
@@ -116,7 +120,52 @@ fn one_line_clap_error(e: &clap::Error) -> String {
     }
 }
 
+/// Is this failure a closed output pipe (`memlens report … | head`)? Then the reader has all it
+/// wanted: memlens stops quietly, as a filter killed by SIGPIPE would.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// No panic trace ever reaches the user, whatever RUST_BACKTRACE says: `println!` into a closed
+/// pipe ends the process quietly, any other panic becomes one `memlens: error:` line (exit 1).
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        if msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let line = format!(
+            "memlens: error: internal error{at}: {} (please report this)\n",
+            msg.replace('\n', " ")
+        );
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(line.as_bytes());
+        std::process::exit(1);
+    }));
+}
+
 fn main() -> ExitCode {
+    install_panic_hook();
+    // The test suite's way to check the hook above with a real panic.
+    if std::env::var_os("MEMLENS_DEBUG_PANIC").is_some() {
+        panic!("MEMLENS_DEBUG_PANIC is set");
+    }
+    // `memlens run --serve` starts the endpoint of `memlens serve` (a crate that depends on run's).
+    memlens_run::run::SERVE_HOOK
+        .set(memlens_serve::serve_run)
+        .ok();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -138,6 +187,7 @@ fn main() -> ExitCode {
     };
     match dispatch(cli.cmd) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` joins the context chain on one line: "cannot read x.pb.gz: No such file…".
             let msg = format!("{e:#}").replace('\n', " ");

@@ -1,12 +1,10 @@
-//! Live control of a program started by `memlens run`: `--inactive`, `--start-on-growth`,
-//! `--profile-for` and `--dump-every`.
-//!
-//! A watcher thread in memlens polls the child's resident memory (`/proc/PID/statm`, every 100 ms) and
-//! talks to the child's control socket (see ctl.rs) exactly as `memlens ctl` would.
+//! The watcher thread of a program started by `memlens run` with a [`LivePlan`]: it polls the
+//! child's resident memory (`/proc/PID/statm`, every 100 ms) to start sampling on growth, writes
+//! the periodic and growth dumps, and talks to the child's control socket exactly as
+//! `memlens ctl` would.
 use crate::ctl::Target;
-use anyhow::Result;
-use memlens_measure::error::usage;
-use memlens_measure::units::{format_size, parse_duration, parse_size};
+use crate::live::{stem_of, LivePlan};
+use memlens_measure::units::format_size;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,94 +12,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const POLL: Duration = Duration::from_millis(100);
-
-/// Options of `memlens run` for profiling on demand (flattened into RunArgs).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct LiveArgs {
-    /// Load the runtime with sampling off; switch it on later with `memlens ctl PID start`
-    #[arg(long)]
-    pub inactive: bool,
-    /// Start sampling when resident memory grows by SIZE within DURATION, e.g. 200M/10s (starts inactive)
-    #[arg(long, value_name = "SIZE/DURATION")]
-    pub start_on_growth: Option<String>,
-    /// With --start-on-growth: after sampling this long, write <stem>.growth.pb.gz and stop sampling
-    #[arg(long, value_name = "DURATION", requires = "start_on_growth")]
-    pub profile_for: Option<String>,
-    /// While the program runs, write a numbered profile <stem>.<n>.pb.gz every DURATION
-    #[arg(long, value_name = "DURATION")]
-    pub dump_every: Option<String>,
-}
-
-/// The validated plan.
-#[derive(Debug, Clone, Default)]
-pub struct LivePlan {
-    pub inactive: bool,
-    pub growth: Option<(u64, Duration)>,
-    pub profile_for: Option<Duration>,
-    pub dump_every: Option<Duration>,
-}
-
-impl LiveArgs {
-    /// Check the options (usage errors) before the program is started.
-    pub fn plan(&self) -> Result<LivePlan> {
-        let growth = self
-            .start_on_growth
-            .as_deref()
-            .map(parse_growth)
-            .transpose()?;
-        let profile_for = self
-            .profile_for
-            .as_deref()
-            .map(parse_duration)
-            .transpose()?;
-        let dump_every = self.dump_every.as_deref().map(parse_duration).transpose()?;
-        if dump_every.is_some_and(|d| d < POLL) {
-            return Err(usage("--dump-every must be at least 100ms"));
-        }
-        Ok(LivePlan {
-            inactive: self.inactive || growth.is_some(),
-            growth,
-            profile_for,
-            dump_every,
-        })
-    }
-}
-
-impl LivePlan {
-    /// Value for MEMLENS_ACTIVE in the child's environment, if the plan sets one.
-    pub fn active_env(&self) -> Option<&'static str> {
-        self.inactive.then_some("0")
-    }
-
-    fn needs_watcher(&self) -> bool {
-        self.growth.is_some() || self.dump_every.is_some()
-    }
-}
-
-fn parse_growth(s: &str) -> Result<(u64, Duration)> {
-    let (size, dur) = s.split_once('/').ok_or_else(|| {
-        usage(format!(
-            "--start-on-growth wants SIZE/DURATION (e.g. 200M/10s), got '{s}'"
-        ))
-    })?;
-    let size = parse_size(size)?;
-    let dur = parse_duration(dur)?;
-    if size == 0 || dur < POLL {
-        return Err(usage(format!(
-            "--start-on-growth '{s}': SIZE must be > 0 and DURATION at least 100ms"
-        )));
-    }
-    Ok((size, dur))
-}
-
-/// `prof.pb.gz` → `prof`: the stem numbered and growth dumps are named after.
-pub fn stem_of(out: &Path) -> PathBuf {
-    let s = out.to_string_lossy();
-    let s = s.strip_suffix(".gz").unwrap_or(&s);
-    let s = s.strip_suffix(".pb").unwrap_or(s);
-    PathBuf::from(s)
-}
+/// How often the watcher reads the child's resident memory.
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// The running watcher; `finish` it when the program has exited.
 pub struct Watcher {
@@ -121,6 +33,7 @@ impl Watcher {
         Watcher { done, handle }
     }
 
+    /// Stop the watcher and wait for it.
     pub fn finish(mut self) {
         self.done.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
@@ -284,36 +197,4 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * if page > 0 { page as u64 } else { 4096 })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn growth_spec() {
-        assert_eq!(
-            parse_growth("200M/10s").unwrap(),
-            (200 << 20, Duration::from_secs(10))
-        );
-        assert!(parse_growth("200M").is_err());
-        assert!(parse_growth("0/1s").is_err());
-        assert!(parse_growth("1M/1ms").is_err());
-    }
-
-    #[test]
-    fn stems() {
-        assert_eq!(stem_of(Path::new("a/prof.pb.gz")), PathBuf::from("a/prof"));
-        assert_eq!(stem_of(Path::new("prof")), PathBuf::from("prof"));
-    }
-
-    #[test]
-    fn plan_implies_inactive() {
-        let a = LiveArgs {
-            start_on_growth: Some("1M/1s".into()),
-            ..Default::default()
-        };
-        assert_eq!(a.plan().unwrap().active_env(), Some("0"));
-        assert_eq!(LiveArgs::default().plan().unwrap().active_env(), None);
-    }
 }

@@ -1,0 +1,877 @@
+//! A program must never behave differently under memlens: real programs (redis-server, unshare, the C
+//! programs in runtime/tests) run with and without the runtime, and the failure modes the runtime
+//! used to have (lost profiles, quadratic realloc, resident calloc, hangs and crashes in _exit, fork
+//! and exec, foreign stacks, exhausted or unmappable ranges, hostile control peers, odd paths) are
+//! each provoked on purpose.
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A C program of runtime/tests compiled into `dir`.
+fn prog(dir: &Path, name: &str) -> PathBuf {
+    let inc = format!("-I{}", root().join("runtime/include").display());
+    compile(
+        &root().join(format!("runtime/tests/{name}.c")),
+        dir,
+        name,
+        &[inc.as_str(), "-fno-omit-frame-pointer"],
+    )
+}
+
+/// `memlens run -o OUT --keep-raw DIR/raw [extra] -- cmd…` in `cwd`.
+fn memlens_run(cwd: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Output {
+    memlens()
+        .current_dir(cwd)
+        .arg("run")
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("cannot start memlens")
+}
+
+/// `memlens report FILE --format json`, parsed.
+fn report_json(file: &Path) -> serde_json::Value {
+    let o = memlens()
+        .args(["report", "--format", "json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "report failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn total(r: &serde_json::Value, key: &str) -> f64 {
+    r["totals"][key].as_f64().unwrap()
+}
+
+/// Wait for a child with a deadline; kills it and fails the test when it hangs.
+fn wait_deadline(mut c: Child, secs: u64, what: &str) -> Output {
+    let t0 = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(secs) {
+            c.kill().ok();
+            c.wait().ok();
+            panic!("{what}: still running after {secs} s (hung)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
+/// Value of `key N` in a program's output.
+fn value(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no '{key}' in: {out}"))
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+// ---------- the cases real programs ran into ----------
+
+/// redis-server overwrites its environment for its process title: the profile must still be
+/// written where asked, and nothing left in the working directory.
+#[test]
+fn redis_keeps_its_profile_and_the_working_directory_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let out = tmp.path().join("redis.pb.gz");
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let server = memlens()
+        .current_dir(&cwd)
+        .args(["run", "-o"])
+        .arg(&out)
+        .args([
+            "--",
+            "redis-server",
+            "--port",
+            &port,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("redis-server (scripts/install-deps.sh installs it)");
+    let cli = |args: &[&str]| {
+        Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli")
+    };
+    let t0 = Instant::now();
+    while stdout(&cli(&["ping"])).trim() != "PONG" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "redis did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..200 {
+        let v = "x".repeat(1000 + i * 100);
+        assert_eq!(stdout(&cli(&["set", &format!("k{i}"), &v])).trim(), "OK");
+    }
+    cli(&["shutdown", "nosave"]);
+    let o = wait_deadline(server, 30, "redis-server under memlens");
+    let err = stderr(&o);
+    assert!(o.status.success(), "exit {:?}: {err}", o.status);
+    assert!(out.exists(), "no profile: {err}");
+    assert!(!err.contains("left no profile"), "{err}");
+    assert_eq!(names_in(&cwd), Vec::<String>::new(), "stray files in cwd");
+    let r = report_json(&out);
+    assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "{r}");
+}
+
+/// A buffer grown by 64 KiB steps to 64 MiB: as fast and as small as without memlens (within 2x),
+/// and still sampled: the live buffer is in the profile at its full size.
+#[test]
+fn realloc_growth_is_linear_and_still_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "realloc_grow");
+    let t0 = Instant::now();
+    let alone = Command::new(&p).env("KEEP", "1").output().unwrap();
+    let t_alone = t0.elapsed().as_secs_f64();
+    let out = tmp.path().join("g.pb.gz");
+    let t0 = Instant::now();
+    let o = memlens()
+        .args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&p)
+        .env("KEEP", "1")
+        .output()
+        .unwrap();
+    let t_memlens = t0.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (a, b) = (stdout(&alone), stdout(&o));
+    assert_eq!(a.lines().next(), b.lines().next(), "output differs");
+    // memlens itself (start-up, conversion) is part of the second time: allow it a second.
+    assert!(
+        t_memlens < 2.0 * t_alone + 1.0,
+        "{t_memlens:.2} s under memlens vs {t_alone:.2} s alone"
+    );
+    let (rss_a, rss_m) = (value(&a, "maxrss_kib"), value(&b, "maxrss_kib"));
+    assert!(
+        rss_m < 2.0 * rss_a + 8192.0,
+        "peak RSS {rss_m} KiB vs {rss_a} KiB"
+    );
+    let r = report_json(&out);
+    let inuse = total(&r, "inuse_space");
+    let want = 64.0 * 1048576.0;
+    assert!(
+        (inuse - want).abs() < 0.02 * want,
+        "the live 64 MiB buffer shows as {inuse} bytes in use"
+    );
+}
+
+/// calloc(1, 4 GiB) with 16 pages touched: no memset, the pages stay untouched.
+#[test]
+fn sparse_calloc_stays_sparse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "calloc_sparse");
+    let t0 = Instant::now();
+    let alone = Command::new(&p).output().unwrap();
+    let t_alone = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let o = memlens_run(
+        tmp.path(),
+        &tmp.path().join("c.pb.gz"),
+        &[],
+        &[p.to_str().unwrap()],
+    );
+    let t_memlens = t0.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (a, b) = (stdout(&alone), stdout(&o));
+    assert_eq!(value(&a, "sum"), 0.0);
+    assert_eq!(value(&b, "sum"), 0.0);
+    let (rss_a, rss_m) = (value(&a, "maxrss_kib"), value(&b, "maxrss_kib"));
+    assert!(
+        rss_m < 2.0 * rss_a + 8192.0,
+        "peak RSS {rss_m} KiB vs {rss_a} KiB"
+    );
+    assert!(
+        t_memlens < 2.0 * t_alone + 1.0,
+        "{t_memlens:.2} s vs {t_alone:.2} s"
+    );
+}
+
+/// `unshare -U` needs a single-threaded process: the control thread must step aside.
+#[test]
+fn unshare_succeeds_under_memlens() {
+    let tmp = tempfile::tempdir().unwrap();
+    // -m needs privileges (root, or -U with it); -U alone does not.
+    let mut cases = vec![
+        vec!["unshare", "-U", "true"],
+        vec!["unshare", "-U", "id", "-u"],
+    ];
+    if Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        cases.push(vec!["unshare", "-m", "true"]);
+    } else {
+        cases.push(vec!["unshare", "-Urm", "true"]);
+    }
+    for (i, cmd) in cases.iter().enumerate() {
+        let alone = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+        let out = tmp.path().join(format!("u{i}.pb.gz"));
+        let o = memlens_run(tmp.path(), &out, &[], cmd);
+        assert_eq!(
+            o.status.code(),
+            alone.status.code(),
+            "{cmd:?}: {}",
+            stderr(&o)
+        );
+        assert!(o.status.success(), "{cmd:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&alone), "{cmd:?}");
+        assert!(!stderr(&o).contains("unshare"), "{cmd:?}: {}", stderr(&o));
+    }
+}
+
+/// Every command piped into `head -1` stops quietly (RUST_BACKTRACE set or not); a panic is one
+/// `memlens: error:` line.
+#[test]
+fn every_command_into_head_exits_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "realloc_grow");
+    let prof = tmp.path().join("p.pb.gz");
+    let o = memlens_run(
+        tmp.path(),
+        &prof,
+        &["--interval", "4K"],
+        &[p.to_str().unwrap(), "8"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = prof.to_str().unwrap();
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["report", f, "--format", "folded"],
+        vec!["report", f, "--format", "json"],
+        vec!["report", f, "--top", "1000"],
+        vec!["diff", f, f],
+        vec!["sysinfo"],
+        vec!["--help"],
+        vec!["report", "--help"],
+        vec!["run", "--", "seq", "100000"],
+    ];
+    for bt in ["0", "1", "full"] {
+        for c in &cmds {
+            let mut child = memlens()
+                .current_dir(tmp.path())
+                .args(c)
+                .env("RUST_BACKTRACE", bt)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut first = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            // The reader (`head -1`) is gone now.
+            let o = wait_deadline(child, 60, "memlens into a closed pipe");
+            let e = stderr(&o);
+            assert!(!first.is_empty(), "{c:?}: no output");
+            assert!(
+                !e.contains("panicked") && !e.contains("Broken pipe"),
+                "{c:?}: {e}"
+            );
+            assert!(
+                !e.contains("memlens: error"),
+                "{c:?}: a closed pipe is not an error: {e}"
+            );
+            if c[0] != "run" {
+                assert!(o.status.success(), "{c:?}: {:?} {e}", o.status);
+            }
+        }
+        let o = memlens()
+            .arg("sysinfo")
+            .env("RUST_BACKTRACE", bt)
+            .env("MEMLENS_DEBUG_PANIC", "1")
+            .output()
+            .unwrap();
+        assert_one_line_error(&o);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(!stderr(&o).contains("backtrace"), "{}", stderr(&o));
+    }
+}
+
+// ---------- the review's findings, one test each ----------
+
+/// 1. The extracted runtime is trusted for its content, not its length, and only from directories
+///    that are ours and not writable by others.
+#[test]
+fn runtime_cache_is_verified() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let run = |out: &str| {
+        memlens()
+            .current_dir(tmp.path())
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["run", "-o", out, "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let o = run("a.pb.gz");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let hashdir = std::fs::read_dir(cache.join("memlens"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let lib = hashdir.join("libmemlens.so");
+    let len = std::fs::metadata(&lib).unwrap().len() as usize;
+    // A planted library of the same length is replaced, not preloaded.
+    std::fs::write(&lib, vec![0x42u8; len]).unwrap();
+    let o = run("b.pb.gz");
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(tmp.path().join("b.pb.gz").exists(), "no profile: {e}");
+    assert!(!e.contains("cannot be preloaded"), "{e}");
+    assert_ne!(std::fs::read(&lib).unwrap(), vec![0x42u8; len]);
+    // A directory others may write to is refused.
+    std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run("c.pb.gz");
+    assert_one_line_error(&o);
+    assert!(
+        stderr(&o).contains("writable by other users"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // So is one owned by someone else (needs root to arrange).
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0 {
+        std::os::unix::fs::chown(&hashdir, Some(65534), Some(65534)).unwrap();
+        let o = run("d.pb.gz");
+        assert_one_line_error(&o);
+        assert!(
+            stderr(&o).contains("belongs to uid 65534"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// 2. The exit dump from _exit in a signal handler: on an 8 KiB sigaltstack, while the thread
+///    was dumping itself, and in a fork child whose parent had the loader lock taken.
+#[test]
+fn exit_dumps_are_signal_safe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "exit_signal");
+    let spawn = |args: &[&str]| {
+        memlens()
+            .current_dir(tmp.path())
+            .args(["run", "-o"])
+            .arg(tmp.path().join(format!("{}.pb.gz", args[0])))
+            .arg("--")
+            .arg(&p)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let o = wait_deadline(spawn(&["altstack"]), 30, "_exit on a sigaltstack");
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(tmp.path().join("altstack.pb.gz").exists(), "{}", stderr(&o));
+    let d = tmp.path().join("dumps");
+    std::fs::create_dir(&d).unwrap();
+    let o = wait_deadline(
+        spawn(&["dumping", d.to_str().unwrap()]),
+        30,
+        "_exit while dumping",
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+
+    let f = prog(tmp.path(), "fork_lock");
+    let child = memlens()
+        .current_dir(tmp.path())
+        .args(["run", "-o"])
+        .arg(tmp.path().join("f.pb.gz"))
+        .arg("--")
+        .arg(&f)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_deadline(child, 30, "fork child of a thread in dl_iterate_phdr");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "child exited 0");
+}
+
+/// 3. The private range: freed space merges and serves a bigger block, a size just over a power
+///    of two does not take twice the room, and a full range is reported, never silent.
+#[test]
+fn range_reuses_space_and_reports_what_it_drops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "range_pressure");
+    // 40 live blocks of 1 GiB + 8 KiB (64 GiB of room), freed, then one of 4 GiB.
+    let out = tmp.path().join("r.pb.gz");
+    let o = memlens_run(
+        tmp.path(),
+        &out,
+        &[],
+        &[p.to_str().unwrap(), "40", "1048576", "4194304"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "ok");
+    let r = report_json(&out);
+    assert_eq!(r["meta"]["dropped"], 0, "{}", r["meta"]);
+    assert_eq!(total(&r, "alloc_objects").round(), 41.0);
+    assert!((total(&r, "inuse_space") - 4294975488.0).abs() < 1e6);
+
+    // 70 blocks of 1 GiB cannot all fit: the rest is dropped, and said so with its size.
+    let out = tmp.path().join("full.pb.gz");
+    let o = memlens_run(
+        tmp.path(),
+        &out,
+        &[],
+        &[p.to_str().unwrap(), "70", "1048576", "0"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "ok");
+    let r = report_json(&out);
+    let dropped = r["meta"]["dropped"].as_u64().unwrap();
+    let bytes = r["meta"]["dropped_bytes"].as_u64().unwrap();
+    assert!(dropped >= 5, "{}", r["meta"]);
+    assert!(bytes >= dropped << 30, "{}", r["meta"]);
+    let table = memlens().arg("report").arg(&out).output().unwrap();
+    assert!(
+        stdout(&table).contains("GiB not in this profile"),
+        "{}",
+        stdout(&table)
+    );
+}
+
+/// 3. Every path of the range (classes, page runs, in-place resize, retained and reused pages,
+///    calloc of reused memory) under random malloc/calloc/realloc/posix_memalign/free on 4 threads,
+///    each block's content checked.
+#[test]
+fn range_torture_keeps_every_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "range_torture");
+    for iv in ["4K", "64K", "512K"] {
+        let o = memlens_run(
+            tmp.path(),
+            &tmp.path().join(format!("t{iv}.pb.gz")),
+            &["--interval", iv],
+            &[p.to_str().unwrap(), "3000"],
+        );
+        assert!(o.status.success(), "{iv}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(stdout(&o).trim(), "ok", "{iv}");
+    }
+}
+
+/// 3 (and the fault-injection case). Under `ulimit -v` the runtime must not take the program's
+/// address space (the old 64 GiB reservation did), and when its own mappings fail the program goes
+/// on and one line says that profiling stopped.
+#[test]
+fn address_space_limit_never_costs_the_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "range_pressure");
+    let rt = memlens_native_runtime();
+    let with_limit = |kib: u64, preload: bool, args: &[&str]| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("ulimit -v {kib} && exec \"$@\""))
+            .arg("sh")
+            .arg(&p)
+            .args(args)
+            .env("MEMLENS_OUT", tmp.path().join("d"));
+        if preload {
+            c.env("LD_PRELOAD", &rt);
+        }
+        c.output().unwrap()
+    };
+    // 100000 blocks of 68 KiB (most unsampled) under a 68 GiB limit.
+    let big = ["100000", "64", "0"];
+    let o = with_limit(68 << 20, false, &big);
+    assert_eq!(stdout(&o).trim(), "ok");
+    let o = with_limit(68 << 20, true, &big);
+    assert_eq!(stdout(&o).trim(), "ok", "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+
+    // 64 blocks of 4 MiB live: the smallest limit it runs under alone, and a sweep above it.
+    let small = ["64", "4096", "0"];
+    let mut min = 200 << 10;
+    while stdout(&with_limit(min, false, &small)).trim() != "ok" {
+        min += 4 << 10;
+    }
+    let mut stopped = 0;
+    for extra_mib in (0..=48).step_by(4) {
+        let o = with_limit(min + (extra_mib << 10), true, &small);
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert!(
+            o.status.code().is_some(),
+            "+{extra_mib} MiB: killed by a signal: {err}"
+        );
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(lines.iter().all(|l| l.starts_with("memlens: ")), "{err}");
+        let n = lines
+            .iter()
+            .filter(|l| l.contains("profiling stopped"))
+            .count();
+        assert!(n <= 1, "+{extra_mib} MiB: said {n} times: {err}");
+        stopped += n;
+        // The runtime's own code and tables need about 12 MiB of address space.
+        if extra_mib >= 16 {
+            assert_eq!(out.trim(), "ok", "+{extra_mib} MiB: {out}{err}");
+        }
+    }
+    assert!(
+        stopped > 0,
+        "no limit of the sweep made a runtime mapping fail"
+    );
+}
+
+fn memlens_native_runtime() -> PathBuf {
+    // The runtime memlens extracts: run it once and ask the loader where it came from.
+    let tmp = tempfile::tempdir().unwrap();
+    let o = memlens()
+        .args(["run", "-o"])
+        .arg(tmp.path().join("x.pb.gz"))
+        .args(["--", "sh", "-c", "echo $LD_PRELOAD"])
+        .output()
+        .unwrap();
+    PathBuf::from(stdout(&o).split_whitespace().next().unwrap())
+}
+
+/// 4. A fork child neither copies the stack table (its counts restart lazily) nor dumps on every
+///    execve attempt of a PATH search.
+#[test]
+fn fork_is_cheap_and_exec_attempts_do_not_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "fork_stacks");
+    let o = memlens_run(
+        tmp.path(),
+        &tmp.path().join("cow.pb.gz"),
+        &["--exact"],
+        &[p.to_str().unwrap(), "cow"],
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let child = value(&out, "child_dirty_kib");
+    let parent = value(&out, "parent_dirty_kib");
+    assert!(parent > 8192.0, "too few stacks recorded to tell: {out}");
+    assert!(
+        child < parent / 8.0,
+        "the fork child copied the stack table: {out}"
+    );
+
+    let raw = tmp.path().join("raw");
+    let o = memlens_run(
+        tmp.path(),
+        &tmp.path().join("path.pb.gz"),
+        &["--keep-raw", raw.to_str().unwrap()],
+        &[p.to_str().unwrap(), "path"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // d.<pid>.<seq>.raw: 50 failed attempts used to take sequence numbers (a dump each).
+    for n in names_in(&raw) {
+        let seq: u64 = n.split('.').nth(2).unwrap().parse().unwrap();
+        assert!(seq < 2, "a dump per execve attempt: {n}");
+    }
+}
+
+/// 5. Two containers (pid namespaces) sharing the socket directory, whose programs have the same
+///    pid, each keep their own control socket, and both can be controlled from outside.
+#[test]
+fn control_sockets_are_unique_across_pid_namespaces() {
+    if Command::new("unshare")
+        .args(["-pf", "--mount-proc", "true"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: cannot create pid namespaces here");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let sockdir = tmp.path().join("sockets");
+    std::fs::create_dir(&sockdir).unwrap();
+    std::fs::set_permissions(&sockdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut kids = Vec::new();
+    for i in 0..2 {
+        let c = Command::new("unshare")
+            .args(["-pf", "--mount-proc"])
+            .arg(env!("CARGO_BIN_EXE_memlens"))
+            .args(["run", "--inactive", "-o"])
+            .arg(tmp.path().join(format!("ns{i}.pb.gz")))
+            .args(["--", "sleep", "30"])
+            .env("MEMLENS_CTL_DIR", &sockdir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        kids.push(c);
+        // Let the first one bind before the second sweeps the directory.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let t0 = Instant::now();
+    let socks = loop {
+        let s: Vec<String> = names_in(&sockdir)
+            .into_iter()
+            .filter(|n| n.ends_with(".sock"))
+            .collect();
+        if s.len() >= 2 || t0.elapsed() > Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Host pids of the two `sleep`s (children of the namespaces' memlens).
+    let sleeps: Vec<i32> = kids
+        .iter()
+        .filter_map(|k| {
+            let t0 = Instant::now();
+            loop {
+                let o = Command::new("pgrep")
+                    .args(["-f", "^sleep 30$"])
+                    .output()
+                    .unwrap();
+                let pids: Vec<i32> = stdout(&o)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .filter(|&p| is_descendant(p, k.id() as i32))
+                    .collect();
+                if let Some(&p) = pids.first() {
+                    return Some(p);
+                }
+                if t0.elapsed() > Duration::from_secs(10) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .collect();
+    let statuses: Vec<Output> = sleeps
+        .iter()
+        .map(|p| {
+            memlens()
+                .env("MEMLENS_CTL_DIR", &sockdir)
+                .args(["ctl", &p.to_string(), "status"])
+                .output()
+                .unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        k.kill().ok();
+        k.wait().ok();
+    }
+    assert_eq!(socks.len(), 2, "sockets: {socks:?}");
+    assert_ne!(socks[0], socks[1]);
+    assert_eq!(sleeps.len(), 2);
+    for o in statuses {
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
+
+fn is_descendant(pid: i32, ancestor: i32) -> bool {
+    let mut p = pid;
+    for _ in 0..16 {
+        if p == ancestor {
+            return true;
+        }
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            return false;
+        };
+        let after = &s[s.rfind(')').unwrap() + 2..];
+        p = after.split(' ').nth(1).unwrap().parse().unwrap();
+        if p <= 1 {
+            return false;
+        }
+    }
+    false
+}
+
+/// 6. The control protocol: a client trickling bytes does not hold the channel, an overlong line
+///    is rejected (not executed cut short), and dumps are written only into the control directory.
+#[test]
+fn control_protocol_is_robust() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sockdir = tmp.path().join("sockets");
+    std::fs::create_dir(&sockdir).unwrap();
+    std::fs::set_permissions(&sockdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_memlens"))
+        .args(["run", "-o"])
+        .arg(tmp.path().join("s.pb.gz"))
+        .args(["--", "sleep", "60"])
+        .env("MEMLENS_CTL_DIR", &sockdir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let sock = loop {
+        if let Some(n) = names_in(&sockdir)
+            .into_iter()
+            .find(|n| n.ends_with(".sock"))
+        {
+            break sockdir.join(n);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid: String = sock
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let ask = |line: &[u8]| -> String {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(line).ok();
+        let mut r = String::new();
+        s.read_to_string(&mut r).ok();
+        r
+    };
+    // A byte every 0.5 s, for 8 s: the channel must answer someone else meanwhile.
+    let trickle = {
+        let sock = sock.clone();
+        std::thread::spawn(move || {
+            let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+            for _ in 0..16 {
+                if s.write_all(b"s").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let st = memlens()
+        .env("MEMLENS_CTL_DIR", &sockdir)
+        .args(["ctl", &pid, "status"])
+        .output()
+        .unwrap();
+    let waited = t0.elapsed();
+    assert!(st.status.success(), "{}", stderr(&st));
+    assert!(
+        waited < Duration::from_secs(6),
+        "status waited {waited:?} behind a trickling client"
+    );
+    // An overlong `stop …` is rejected; sampling stays on.
+    let mut long = b"stop ".to_vec();
+    long.extend(std::iter::repeat_n(b'x', 5000));
+    long.push(b'\n');
+    let r = ask(&long);
+    assert!(r.starts_with("error request too long"), "{r}");
+    let r = ask(b"status\n");
+    assert!(r.contains(" active=1 "), "{r}");
+    // Dumps go into the control directory only.
+    let outside = tmp.path().join("outside.raw");
+    let r = ask(format!("dump {}\n", outside.display()).as_bytes());
+    assert!(r.starts_with("error dump"), "{r}");
+    assert!(!outside.exists());
+    let r = ask(b"dump ../escape.raw\n");
+    assert!(r.starts_with("error dump"), "{r}");
+    // The CLI still writes wherever its user asks (it copies the file out).
+    let o = memlens()
+        .env("MEMLENS_CTL_DIR", &sockdir)
+        .args(["ctl", &pid, "dump", "--raw", "-o"])
+        .arg(&outside)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&outside)
+        .unwrap()
+        .starts_with("memlens-raw 1\n"));
+    assert!(
+        !names_in(&sockdir).iter().any(|n| n.ends_with(".raw")),
+        "the dump was not removed from the control directory"
+    );
+    trickle.join().unwrap();
+    server.kill().ok();
+    server.wait().ok();
+}
+
+/// 7. Allocations on a ucontext coroutine's stack whose outermost frame pointer leads into an
+///    unreadable page: every unwinder stops safely, and the stacks are still recorded.
+#[test]
+fn coroutine_stacks_are_walked_safely() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "coroutine");
+    let alone = Command::new(&p).output().unwrap();
+    for u in ["fp", "dwarf", "libgcc", "libunwind"] {
+        let out = tmp.path().join(format!("{u}.pb.gz"));
+        let o = memlens_run(tmp.path(), &out, &["--unwinder", u], &[p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{u}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&alone), "{u}");
+        let r = report_json(&out);
+        assert!(
+            r["meta"]["samples"].as_u64().unwrap() > 50,
+            "{u}: {}",
+            r["meta"]
+        );
+    }
+}
+
+/// 8. A program whose path holds a newline and bytes that are not UTF-8: its profile is written
+///    and reads back, and the newline forges no record.
+#[test]
+fn odd_paths_do_not_break_dumps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "realloc_grow");
+    use std::os::unix::ffi::OsStrExt;
+    let odd = tmp
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"we\nird \xff\x5cx0a dir"));
+    std::fs::create_dir(&odd).unwrap();
+    let exe = odd.join(std::ffi::OsStr::from_bytes(b"prog\nstack 1 1 1 1 1 0 0x1"));
+    std::fs::copy(&p, &exe).unwrap();
+    let out = tmp.path().join("odd.pb.gz");
+    let raw = tmp.path().join("raw");
+    let o = memlens()
+        .current_dir(tmp.path())
+        .args(["run", "--keep-raw"])
+        .arg(&raw)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg("8")
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // The file cannot be opened under a name that is not UTF-8 (its frames show as addresses),
+    // but the dump itself is read and converted.
+    assert!(
+        !e.contains("cannot convert") && !e.contains("left no profile"),
+        "{e}"
+    );
+    assert!(e.contains("profile of pid"), "{e}");
+    let r = report_json(&out);
+    assert!(r["meta"]["samples"].as_u64().unwrap() > 0);
+    let exe_name = r["meta"]["exe"].as_str().unwrap();
+    assert!(exe_name.contains("prog\nstack 1"), "{exe_name:?}");
+    // No forged stack: every stack has real frames.
+    for n in names_in(&raw) {
+        let text = String::from_utf8_lossy(&std::fs::read(raw.join(n)).unwrap()).into_owned();
+        assert!(!text.contains("\nstack 1 1 1 1 1 0 0x1\n"), "forged record");
+    }
+}
