@@ -13,8 +13,13 @@
  * which also charge time spent blocked (a tracer waiting on its pipe).
  *   fastpath THREADS BLOCKS PAIRS
  * prints: unit=cycles|cycles:u|ticks direct=D interposed=I delta=X wall_direct=.. wall_interposed=..
- * wall_delta=..  (medians over blocks, then over threads; without counters the first three are ticks) */
+ * wall_delta=..  (medians over blocks, then over threads; without counters the first three are ticks)
+ *
+ * FASTPATH_VIEWS=1 (with libmemlens.so preloaded) pairs the runtime against itself instead: both
+ * blocks call malloc/free, "direct" with the peak/lifetime/timeline views switched off
+ * (memlens_views(0)) and "interposed" with them on, so delta is what the views add. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -78,6 +83,24 @@ struct cost {
 PAIRS_LOOP(run_direct, __libc_malloc, __libc_free)
 PAIRS_LOOP(run_interposed, malloc, free)
 
+/* FASTPATH_VIEWS: the runtime's switch, else NULL. */
+static void (*views_set)(int);
+
+static struct cost run_a(int fd)
+{
+    if (!views_set)
+        return run_direct(fd);
+    views_set(0);
+    return run_interposed(fd);
+}
+
+static struct cost run_b(int fd)
+{
+    if (views_set)
+        views_set(1);
+    return run_interposed(fd);
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -94,16 +117,16 @@ static __attribute__((noinline)) void measure(long id)
 {
     static __thread double v[NRES][MAX_BLOCKS];
     int fd = use_cycles ? open_cycles() : -1;
-    run_direct(fd); /* warm both paths (and the runtime's first-sample setup) */
-    run_interposed(fd);
+    run_a(fd); /* warm both paths (and the runtime's first-sample setup) */
+    run_b(fd);
     for (long b = 0; b < blocks; b++) {
         struct cost d, x;
         if (b % 2) {
-            x = run_interposed(fd);
-            d = run_direct(fd);
+            x = run_b(fd);
+            d = run_a(fd);
         } else {
-            d = run_direct(fd);
-            x = run_interposed(fd);
+            d = run_a(fd);
+            x = run_b(fd);
         }
         v[DIRECT][b] = d.count;
         v[INTERPOSED][b] = x.count;
@@ -142,6 +165,14 @@ int main(int argc, char **argv)
     if (threads < 1 || threads > MAX_THREADS || blocks < 1 || blocks > MAX_BLOCKS || pairs < 1) {
         fprintf(stderr, "usage: fastpath THREADS(1-%d) BLOCKS(1-%d) PAIRS\n", MAX_THREADS, MAX_BLOCKS);
         return 2;
+    }
+    const char *v = getenv("FASTPATH_VIEWS");
+    if (v && v[0] == '1') {
+        views_set = (void (*)(int))dlsym(RTLD_DEFAULT, "memlens_views");
+        if (!views_set) {
+            fprintf(stderr, "fastpath: FASTPATH_VIEWS=1 needs libmemlens.so preloaded\n");
+            return 2;
+        }
     }
     int probe = open_cycles(); /* user and kernel cycles need perf_event_paranoid <= 1 (or root) */
     if (probe < 0) {

@@ -14,7 +14,7 @@ THREADS=${2:-1}; REPS=${3:-5}
 [ -r "$LIB" ] || { echo "fastpath.sh: cannot read $LIB" >&2; exit 2; }
 DIR=$(mktemp -d); trap 'rm -rf "$DIR"' EXIT
 HERE=$(dirname "$0")
-gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp"
+gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp" -ldl
 gcc -O2 -fPIC -shared "$HERE/forward.c" -o "$DIR/forward.so" -ldl
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 # FASTPATH_CONFIGS picks configurations. Sizes can be overridden (FASTPATH_BLOCKS, FASTPATH_PAIRS, FASTPATH_XBLOCKS, FASTPATH_XPAIRS): the
@@ -23,6 +23,7 @@ BLOCKS=${FASTPATH_BLOCKS:-60}; PAIRS=${FASTPATH_PAIRS:-20000}      # 1.2 M pairs
 XBLOCKS=${FASTPATH_XBLOCKS:-3}; XPAIRS=${FASTPATH_XPAIRS:-100000}  # exact mode and heaptrack record every allocation; long blocks
                                 # so that heaptrack's pipe stays full (steady state, back-pressure counted)
 configs="none forward off 2M/dwarf 2M/fp 2M/libgcc 2M/libunwind 512K/dwarf 512K/fp 512K/libgcc 512K/libunwind 64K/dwarf 64K/fp 64K/libgcc 64K/libunwind exact exact/libunwind heaptrack je je-prof512K je-prof64K memlens512K+je"
+configs="$configs views512K views64K" # viewsR: the peak/lifetime/timeline views on vs off at interval R (dwarf), paired
 configs=${FASTPATH_CONFIGS:-$configs} # a subset, e.g. FASTPATH_CONFIGS="none off 64K/dwarf"
 [ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
 command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
@@ -39,6 +40,7 @@ run() {
     je-prof512K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:19 $fp ;;
     je-prof64K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:16 $fp ;;
     memlens512K+je) LD_PRELOAD="$LIB $JE" $fp ;;
+    views*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1#views} FASTPATH_VIEWS=1 $fp ;;
     */*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1%/*} MEMLENS_UNWINDER=${1#*/} $fp ;;
     esac
 }
@@ -71,6 +73,7 @@ je_delta=$(med je delta | cut -d' ' -f1)
 echo "threads=$THREADS repeats=$REPS unit=$unit per malloc/free pair; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "delta = interposed - glibc called directly, paired in time; wall = the same in TSC ticks;"
 echo "quiet = median delta over the runs whose glibc pair cost <= 1.25 x the lowest ($floor)"
+case " $configs " in *" views"*) echo "viewsR rows: delta = the runtime with its views on - off (both interposed), paired in time" ;; esac
 printf '%-16s %9s %26s %12s %12s %9s\n' config "$unit" "delta (min..max)" "wall delta" "quiet (n)" "over je"
 for c in $configs; do
     set -- $(med "$c" interposed) $(med "$c" delta) $(med "$c" wall_delta) $(quiet "$c")

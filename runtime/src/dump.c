@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "rt.h"
+#include "views.h"
 
 static _Atomic int dump_lock;
 static _Atomic int dump_owner; /* tid holding dump_lock, 0 if none */
@@ -125,6 +126,7 @@ static void write_stack(struct ml_stack *r, void *arg)
         ml_out_hex(o, r->pcs[i]);
     }
     ml_out_str(o, "\n");
+    ml_views_write_stack(o, r);
 }
 
 static void write_dump(struct ml_out *o, const char *reason)
@@ -161,6 +163,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     ml_fmt_u64(digits, dump_samples, 20);
     if (samples_at >= 0 && pwrite(o->fd, digits, 20, samples_at) != 20)
         o->err = errno;
+    ml_views_write(o);
     ml_out_str(o, "end\n");
 }
 

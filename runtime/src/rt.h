@@ -109,7 +109,7 @@ struct ml_block {
     uint64_t size;         /* requested size */
     uint64_t w_fx, w_bytes; /* weights added to the stack's inuse counters, subtracted on free */
     uint64_t off;          /* user pointer - chunk start */
-    uint64_t pad;
+    uint64_t pad;          /* allocation tick (views.h); 0 = not tracked */
     uint64_t cap;          /* bytes of the chunk (range.c) */
     uint64_t spare_;       /* keeps the header a multiple of 16 bytes */
 };
@@ -154,6 +154,11 @@ struct ml_stack {
     uint32_t depth, flags;
     _Atomic uint64_t samples, alloc_fx, alloc_bytes;
     _Atomic int64_t inuse_fx, inuse_bytes;
+    /* views.h: peak set, lifetimes, live age (zero in a fresh record) */
+    _Atomic int64_t peak_fx, peak_bytes;       /* inuse at the last peak snapshot */
+    _Atomic uint64_t age_sum;                  /* sum of w_bytes * (alloc tick >> ML_AGE_SHIFT) of live blocks */
+    int64_t dumped_inuse;                      /* inuse_bytes at the previous dump (growth) */
+    _Atomic uint64_t life[16];                 /* w_bytes freed, by lifetime bucket (ML_LIFE_BUCKETS) */
     uintptr_t pcs[];
 };
 int ml_stacks_init(void);
@@ -164,6 +169,8 @@ void ml_stacks_zero_alloc(void);
 /* Sums over the table, for status: samples and estimated bytes allocated. */
 void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg);
+/* The same, in creation order, over a dense list: cheap enough for a peak snapshot. */
+void ml_stacks_each_listed(void (*fn)(struct ml_stack *, void *), void *arg);
 /* Fork child: cumulative counts restart at zero without writing every record (stacks.c). */
 void ml_stacks_fork_child(void);
 /* The record still holds the parent's cumulative counts (read them as zero). */

@@ -10,6 +10,7 @@
 #include <x86intrin.h>
 
 #include "sample.h"
+#include "views.h"
 
 #define ARMED_EXACT UINT64_MAX
 
@@ -85,11 +86,16 @@ int ml_slow_decide(size_t size)
         return ML_EXACT;
     }
     if (t->armed != R) {
-        /* The countdown was a poll budget or drawn for another interval: start a fresh process. */
+        /* The countdown was a poll budget or drawn for another interval: start a fresh process,
+         * from this allocation on (skipping it would never sample a thread's first block, however
+         * big: a bias of its whole size). */
         t->armed = R;
         t->countdown = draw(t, R);
         t->next = draw(t, R);
-        return ML_FORWARD;
+        if (t->countdown > (int64_t)size) {
+            t->countdown -= (int64_t)size;
+            return ML_FORWARD;
+        }
     }
     /* The next countdown was drawn at the previous sample: the fast path's next subtract waits on
      * this store, and a draw (a division, a polynomial) on that path would stall it. */
@@ -153,6 +159,8 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
         if (trunc)
             atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
     }
+    if (b)
+        ml_views_alloc(b, id == ML_NO_STACK ? NULL : ml_stack_get(id));
     t->busy--;
 }
 
@@ -177,11 +185,13 @@ void ml_sampled_free(void *p)
     struct ml_block *b = ml_block_of(p);
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
+    struct ml_stack *st = NULL;
     if (b->stack != ML_NO_STACK) {
-        struct ml_stack *st = ml_stack_get(b->stack);
+        st = ml_stack_get(b->stack);
         atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
         atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
     }
+    ml_views_free(b, st);
     ml_range_free(p);
 }
 

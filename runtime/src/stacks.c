@@ -20,6 +20,7 @@ static uint64_t arena_size = ARENA_MAX;
 #define ARENA_SIZE arena_size
 
 static _Atomic uint32_t *slots;
+static _Atomic uint32_t *listed; /* record id + 1 in creation order (0 = being published) */
 static char *arena;
 static _Atomic uint64_t arena_used = 8; /* id 0 would be offset 0: keep it unused */
 static _Atomic uint32_t nstacks;
@@ -33,8 +34,11 @@ int ml_stacks_init(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-    if (s == MAP_FAILED || a == MAP_FAILED)
+    void *l = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED || a == MAP_FAILED || l == MAP_FAILED)
         return -1;
+    listed = l;
     slots = s;
     arena = a;
     return 0;
@@ -97,7 +101,9 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
                 return ML_NO_STACK;
             if (atomic_compare_exchange_strong_explicit(&slots[idx], &s, mine + 1, memory_order_release,
                                                         memory_order_acquire)) {
-                atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
+                uint32_t n = atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
+                if (n < NSLOTS)
+                    atomic_store_explicit(&listed[n], mine + 1, memory_order_release);
                 return mine;
             }
         }
@@ -114,6 +120,18 @@ void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg)
         return;
     for (uint32_t i = 0; i < NSLOTS; i++) {
         uint32_t s = atomic_load_explicit(&slots[i], memory_order_acquire);
+        if (s)
+            fn(ml_stack_get(s - 1), arg);
+    }
+}
+
+void ml_stacks_each_listed(void (*fn)(struct ml_stack *, void *), void *arg)
+{
+    if (!listed)
+        return;
+    uint32_t n = atomic_load_explicit(&nstacks, memory_order_relaxed);
+    for (uint32_t i = 0; i < n && i < NSLOTS; i++) {
+        uint32_t s = atomic_load_explicit(&listed[i], memory_order_acquire);
         if (s)
             fn(ml_stack_get(s - 1), arg);
     }
@@ -146,6 +164,8 @@ static void zero_alloc(struct ml_stack *r, void *arg)
     atomic_store_explicit(&r->samples, 0, memory_order_relaxed);
     atomic_store_explicit(&r->alloc_fx, 0, memory_order_relaxed);
     atomic_store_explicit(&r->alloc_bytes, 0, memory_order_relaxed);
+    for (int i = 0; i < 16; i++) /* lifetimes are cumulative too */
+        atomic_store_explicit(&r->life[i], 0, memory_order_relaxed);
 }
 
 void ml_stacks_zero_alloc(void) { ml_stacks_each(zero_alloc, NULL); }

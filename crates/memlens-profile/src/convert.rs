@@ -37,6 +37,9 @@ pub fn convert_raw(raw: &Path, out: &Path) -> Result<ConvertSummary> {
     let dump = crate::raw::read(raw)?;
     let (profile, warnings) = symbolize_dump(&dump);
     crate::pprof::write(&profile, out)?;
+    if let Some(peak) = crate::life::peak_profile(&profile) {
+        crate::pprof::write(&peak, &crate::life::peak_path(out))?;
+    }
     Ok(summary(&profile, warnings))
 }
 
@@ -172,8 +175,13 @@ pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
             inuse_bytes: s.inuse_bytes as f64,
             samples: s.samples,
             diff_base: false,
+            life: s.life.as_ref().map(|l| {
+                let v = d.views.as_ref();
+                crate::life::life_of(l, v.map_or(0, |v| v.tsc_hz), v.map_or(12, |v| v.life_lg0))
+            }),
         });
     }
+    b.p.views = d.views.as_ref().map(crate::life::views_of);
     (b.p, warnings)
 }
 

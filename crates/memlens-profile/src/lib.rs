@@ -6,17 +6,20 @@
 //! * [`model`]: the profile every input becomes and every output is made from.
 //! * [`pprof`]: profile.proto writer and reader (gzip).
 //! * [`convert`]: raw dump → symbolized profile ([`convert_raw`] is what `memlens run` calls).
+//! * [`life`] and [`views`]: peak set, lifetimes, leaks, timeline and `memlens report --view`.
 //! * [`agg`]: stacks merged by function names, flat/cum per function.
 //! * [`report`] and [`diff`]: the two commands.
 #![warn(missing_docs)]
 pub mod agg;
 pub mod convert;
 pub mod diff;
+pub mod life;
 pub mod model;
 pub mod pprof;
 pub mod raw;
 pub mod report;
 pub mod symbolize;
+pub mod views;
 
 pub use convert::{convert_raw, load, ConvertSummary};
 pub use model::{Profile, SampleIndex};

@@ -86,6 +86,10 @@ pub struct Meta {
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
+    /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
+    /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub view: String,
 }
 
 impl Meta {
@@ -173,6 +177,113 @@ pub struct Sample {
     /// A negated sample of the base profile in a difference profile (pprof label
     /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
     pub diff_base: bool,
+    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them.
+    pub life: Option<Life>,
+}
+
+/// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at
+/// or above the previous bound); the last bucket is open.
+pub const LIFE_BOUNDS_NS: [f64; 9] = [1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11];
+/// Number of lifetime decades (the bounds plus the open last one).
+pub const LIFE_BUCKETS: usize = LIFE_BOUNDS_NS.len() + 1;
+
+/// The views' values of one stack (unbiased estimates like the four values).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Life {
+    /// Live at the heap's (estimated) high-water mark.
+    pub peak_objects: f64,
+    /// Bytes live at the high-water mark.
+    pub peak_bytes: f64,
+    /// Bytes freed, by lifetime decade (see [`LIFE_BOUNDS_NS`]).
+    pub freed: [f64; LIFE_BUCKETS],
+    /// Mean age of the live bytes when the profile was written, in ns.
+    pub live_age_ns: f64,
+    /// Live bytes when the process wrote its previous dump (0 before the first).
+    pub prev_inuse_bytes: f64,
+}
+
+impl Life {
+    /// All bytes freed (every decade).
+    pub fn freed_total(&self) -> f64 {
+        self.freed.iter().sum()
+    }
+
+    /// Bytes freed at an age below `bound_ns` (one of the decade bounds).
+    pub fn freed_within(&self, bound_ns: f64) -> f64 {
+        let k = LIFE_BOUNDS_NS
+            .iter()
+            .position(|&b| b >= bound_ns)
+            .unwrap_or(LIFE_BUCKETS - 1);
+        self.freed[..=k].iter().sum()
+    }
+
+    /// Median lifetime of the freed bytes in ns (log-interpolated within its decade), or None.
+    pub fn median_ns(&self) -> Option<f64> {
+        let total = self.freed_total();
+        if total <= 0.0 {
+            return None;
+        }
+        let mut below = 0.0;
+        for (k, &v) in self.freed.iter().enumerate() {
+            if v > 0.0 && below + v >= total / 2.0 {
+                let hi = if k < LIFE_BOUNDS_NS.len() {
+                    LIFE_BOUNDS_NS[k]
+                } else {
+                    LIFE_BOUNDS_NS[k - 1] * 10.0
+                };
+                let f = (total / 2.0 - below) / v;
+                return Some(hi / 10.0 * 10f64.powf(f));
+            }
+            below += v;
+        }
+        None
+    }
+
+    /// Add another stack's values (merging stacks; the live age is merged by the caller).
+    pub fn add(&mut self, o: &Life) {
+        self.peak_objects += o.peak_objects;
+        self.peak_bytes += o.peak_bytes;
+        for (a, b) in self.freed.iter_mut().zip(o.freed) {
+            *a += b;
+        }
+        self.prev_inuse_bytes += o.prev_inuse_bytes;
+    }
+}
+
+/// One point of the memory timeline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TimePoint {
+    /// CLOCK_REALTIME ns.
+    pub time_ns: u64,
+    /// Estimated live heap (unbiased, from the samples).
+    pub heap_bytes: f64,
+    /// Resident set size of the process.
+    pub rss_bytes: Option<f64>,
+    /// The allocator's own figures (plus the sampled blocks it does not see), when it exposes them.
+    pub allocator_in_use: Option<f64>,
+    /// What the allocator holds from the system (glibc: arenas + mmapped; jemalloc: resident).
+    pub allocator_footprint: Option<f64>,
+}
+
+/// Process-wide facts of the views.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Views {
+    /// Estimated live heap when the profile was written.
+    pub heap_bytes: f64,
+    /// Highest estimate seen, and when.
+    pub heap_max_bytes: f64,
+    /// CLOCK_REALTIME ns of the highest estimate.
+    pub heap_max_ns: u64,
+    /// The estimate when the peak set was taken, and when.
+    pub peak_bytes: f64,
+    /// CLOCK_REALTIME ns of the peak snapshot.
+    pub peak_ns: u64,
+    /// Where the allocator figures come from: glibc, jemalloc, tcmalloc or none.
+    pub allocator: String,
+    /// The runtime had its views switched off (MEMLENS_VIEWS=0): no peak, lifetimes or timeline.
+    pub disabled: bool,
+    /// The memory timeline, oldest first.
+    pub timeline: Vec<TimePoint>,
 }
 
 impl Sample {
@@ -220,6 +331,8 @@ pub struct Profile {
     pub locations: Vec<Location>,
     /// One per distinct stack.
     pub samples: Vec<Sample>,
+    /// Present when the runtime tracked peak, lifetimes and the timeline.
+    pub views: Option<Views>,
 }
 
 /// One frame of a stack as a report shows it: a function (or an address when unsymbolized).

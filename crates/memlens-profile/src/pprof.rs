@@ -4,7 +4,10 @@
 //! `period` = sampling interval, mappings with build IDs and `has_functions`/`has_filenames`/
 //! `has_line_numbers` set when symbolized, one location per unique address with its inlined lines
 //! innermost first, and the process facts as `memlens.key=value` comments (read back by `read`).
-use crate::model::{Function, Line, Location, Mapping, Meta, Profile, Sample, SampleIndex};
+use crate::model::{
+    Function, Life, Line, Location, Mapping, Meta, Profile, Sample, SampleIndex, TimePoint, Views,
+    LIFE_BUCKETS,
+};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -44,6 +47,11 @@ pub mod proto {
         pub comment: Vec<i64>,
         #[prost(int64, tag = "14")]
         pub default_sample_type: i64,
+        /// memlens' own: the memory timeline, 5 values per point (ns, heap, rss, allocator in use,
+        /// allocator footprint; -1 unknown). A field number profile.proto does not use: pprof tools
+        /// skip it, and it keeps thousands of points out of the comments they print.
+        #[prost(int64, repeated, tag = "1001")]
+        pub memlens_timeline: Vec<i64>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -175,10 +183,15 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
         r#type: st.id(t),
         unit: st.id(u),
     };
-    let sample_type = SampleIndex::ALL
+    let has_life = p.samples.iter().any(|s| s.life.is_some());
+    let mut sample_type: Vec<proto::ValueType> = SampleIndex::ALL
         .iter()
         .map(|i| vt(&mut st, i.name(), i.unit()))
         .collect();
+    if has_life {
+        sample_type.extend(LIFE_TYPES.iter().map(|(t, u)| vt(&mut st, t, u)));
+    }
+    let life_keys = LifeKeys::new(&mut st);
     let period_type = Some(vt(&mut st, "space", "bytes"));
     let samples_key = st.id(SAMPLES_LABEL);
     let count = st.id("count");
@@ -190,10 +203,19 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     let sample = p
         .samples
         .iter()
-        .map(|s| proto::Sample {
-            location_id: s.locations.clone(),
-            value: s.values().iter().map(|v| v.round() as i64).collect(),
-            label: labels(s, samples_key, count, base_key, yes),
+        .map(|s| {
+            let mut value: Vec<i64> = s.values().iter().map(|v| v.round() as i64).collect();
+            let mut label = labels(s, samples_key, count, base_key, yes);
+            if has_life {
+                let l = s.life.clone().unwrap_or_default();
+                value.extend(life_values(&l).iter().map(|v| v.round() as i64));
+                label.extend(life_keys.labels(&l));
+            }
+            proto::Sample {
+                location_id: s.locations.clone(),
+                value,
+                label,
+            }
         })
         .collect();
     let mapping = p
@@ -245,8 +267,16 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
             start_line: f.start_line,
         })
         .collect();
-    let comment = meta_comments(&p.meta).iter().map(|c| st.id(c)).collect();
-    let default_sample_type = st.id(SampleIndex::AllocSpace.name());
+    let mut comments = meta_comments(&p.meta);
+    if let Some(v) = &p.views {
+        comments.extend(views_comments(v));
+    }
+    let comment = comments.iter().map(|c| st.id(c)).collect();
+    let default_sample_type = st.id(if p.meta.view == "peak" {
+        SampleIndex::InuseSpace.name()
+    } else {
+        SampleIndex::AllocSpace.name()
+    });
     proto::Profile {
         sample_type,
         sample,
@@ -262,6 +292,7 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
         period: p.meta.interval as i64,
         comment,
         default_sample_type,
+        memlens_timeline: p.views.as_ref().map(timeline_values).unwrap_or_default(),
     }
 }
 
@@ -288,10 +319,188 @@ fn labels(s: &Sample, samples_key: i64, count: i64, base_key: i64, yes: i64) -> 
     l
 }
 
+/// Sample types after the four when the profile has lifetimes (in `life_values` order).
+const LIFE_TYPES: [(&str, &str); 5] = [
+    ("peak_objects", "count"),
+    ("peak_space", "bytes"),
+    ("freed_space", "bytes"),
+    ("freed_1ms_space", "bytes"),
+    ("freed_1s_space", "bytes"),
+];
+
+fn life_values(l: &Life) -> [f64; 5] {
+    [
+        l.peak_objects,
+        l.peak_bytes,
+        l.freed_total(),
+        l.freed_within(1e6),
+        l.freed_within(1e9),
+    ]
+}
+
+/// Numeric labels of a stack with lifetimes: `lifetime_median` and `live_age` (nanoseconds, for
+/// `go tool pprof -tagfocus lifetime_median=:1ms`), `inuse_prev` (bytes) and the freed bytes per
+/// lifetime decade (`freed_lt_1us` … `freed_ge_100s`, what `read` rebuilds the histogram from).
+struct LifeKeys {
+    median: i64,
+    age: i64,
+    prev: i64,
+    ns: i64,
+    bytes: i64,
+    decades: Vec<i64>,
+}
+
+const DECADE_NAMES: [&str; LIFE_BUCKETS] = [
+    "freed_lt_1us",
+    "freed_lt_10us",
+    "freed_lt_100us",
+    "freed_lt_1ms",
+    "freed_lt_10ms",
+    "freed_lt_100ms",
+    "freed_lt_1s",
+    "freed_lt_10s",
+    "freed_lt_100s",
+    "freed_ge_100s",
+];
+
+impl LifeKeys {
+    fn new(st: &mut Strings) -> Self {
+        LifeKeys {
+            median: st.id("lifetime_median"),
+            age: st.id("live_age"),
+            prev: st.id("inuse_prev"),
+            ns: st.id("nanoseconds"),
+            bytes: st.id("bytes"),
+            decades: DECADE_NAMES.iter().map(|n| st.id(n)).collect(),
+        }
+    }
+
+    fn labels(&self, l: &Life) -> Vec<proto::Label> {
+        let num = |key: i64, v: f64, unit: i64| proto::Label {
+            key,
+            str: 0,
+            num: v.round() as i64,
+            num_unit: unit,
+        };
+        let mut out = Vec::new();
+        if let Some(m) = l.median_ns() {
+            out.push(num(self.median, m, self.ns));
+        }
+        if l.live_age_ns > 0.0 {
+            out.push(num(self.age, l.live_age_ns, self.ns));
+        }
+        if l.prev_inuse_bytes > 0.0 {
+            out.push(num(self.prev, l.prev_inuse_bytes, self.bytes));
+        }
+        for (k, &v) in l.freed.iter().enumerate() {
+            if v > 0.0 {
+                out.push(num(self.decades[k], v, self.bytes));
+            }
+        }
+        out
+    }
+}
+
+/// The views' process facts as one comment (`memlens-views:`); the timeline has a field of its own.
+fn views_comments(v: &Views) -> Vec<String> {
+    vec![format!(
+        "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} disabled={} allocator={}",
+        v.heap_bytes.round() as i64,
+        v.heap_max_bytes.round() as i64,
+        v.heap_max_ns,
+        v.peak_bytes.round() as i64,
+        v.peak_ns,
+        v.disabled as u8,
+        v.allocator
+    )]
+}
+
+fn timeline_values(v: &Views) -> Vec<i64> {
+    let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
+    v.timeline
+        .iter()
+        .flat_map(|t| {
+            [
+                t.time_ns as i64,
+                t.heap_bytes.round() as i64,
+                opt(t.rss_bytes),
+                opt(t.allocator_in_use),
+                opt(t.allocator_footprint),
+            ]
+        })
+        .collect()
+}
+
+fn read_timeline(v: &mut Views, vals: &[i64]) {
+    let opt = |x: i64| (x >= 0).then_some(x as f64);
+    v.timeline = vals
+        .chunks_exact(5)
+        .map(|c| TimePoint {
+            time_ns: c[0].max(0) as u64,
+            heap_bytes: c[1] as f64,
+            rss_bytes: opt(c[2]),
+            allocator_in_use: opt(c[3]),
+            allocator_footprint: opt(c[4]),
+        })
+        .collect();
+}
+
+/// Read a `views_comments` line back into `v`.
+fn parse_views_comment(v: &mut Option<Views>, c: &str) {
+    if let Some(rest) = c.strip_prefix("memlens-views: ") {
+        let v = v.get_or_insert_with(Views::default);
+        for kv in rest.split(' ') {
+            let Some((k, x)) = kv.split_once('=') else {
+                continue;
+            };
+            let n = || x.parse::<f64>().unwrap_or(0.0);
+            match k {
+                "heap" => v.heap_bytes = n(),
+                "heap_max" => v.heap_max_bytes = n(),
+                "heap_max_ns" => v.heap_max_ns = n() as u64,
+                "peak" => v.peak_bytes = n(),
+                "peak_ns" => v.peak_ns = n() as u64,
+                "allocator" => v.allocator = x.to_string(),
+                "disabled" => v.disabled = x == "1",
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A sample's lifetimes from its extra values (`cols`: where each of LIFE_TYPES sits) and labels.
+fn read_life(x: &proto::Sample, cols: &[Option<usize>; 5], st: &[String]) -> Option<Life> {
+    cols.iter().any(Option::is_some).then_some(())?;
+    let val = |i: usize| cols[i].map_or(0.0, |k| x.value[k] as f64);
+    let mut l = Life {
+        peak_objects: val(0),
+        peak_bytes: val(1),
+        ..Life::default()
+    };
+    for lab in &x.label {
+        let Some(key) = usize::try_from(lab.key).ok().and_then(|k| st.get(k)) else {
+            continue;
+        };
+        if let Some(k) = DECADE_NAMES.iter().position(|n| n == key) {
+            l.freed[k] = lab.num as f64;
+        } else if key == "live_age" {
+            l.live_age_ns = lab.num as f64;
+        } else if key == "inuse_prev" {
+            l.prev_inuse_bytes = lab.num as f64;
+        }
+    }
+    Some(l)
+}
+
 fn meta_comments(m: &Meta) -> Vec<String> {
+    let view = if m.view.is_empty() {
+        String::new()
+    } else {
+        format!(" view={}", m.view)
+    };
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
-         truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={} exe={}",
+         truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
         m.pid,
         m.ppid,
         m.interval,
@@ -333,6 +542,7 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "dropped" => m.dropped = n(),
             "dropped_bytes" => m.dropped_bytes = n(),
             "max_depth" => m.max_depth = n() as u32,
+            "view" => m.view = v.to_string(),
             _ => {}
         }
     }
@@ -386,10 +596,14 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
     };
     // Where each of our four values sits among the file's sample types (a Go heap profile matches).
     let mut col = [None; 4];
+    let mut life_col = [None; 5];
     for (k, t) in m.sample_type.iter().enumerate() {
         let name = s(t.r#type)?;
         if let Some(i) = SampleIndex::ALL.iter().position(|x| x.name() == name) {
             col[i] = Some(k);
+        }
+        if let Some(i) = LIFE_TYPES.iter().position(|x| x.0 == name) {
+            life_col[i] = Some(k);
         }
     }
     if col.iter().all(Option::is_none) {
@@ -413,8 +627,14 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         ..Meta::default()
     };
     meta.start_ns = meta.time_ns.saturating_sub(m.duration_nanos.max(0) as u64);
+    let mut views = None;
     for &c in &m.comment {
-        parse_comment(&mut meta, &s(c)?);
+        let c = s(c)?;
+        parse_comment(&mut meta, &c);
+        parse_views_comment(&mut views, &c);
+    }
+    if let Some(v) = &mut views {
+        read_timeline(v, &m.memlens_timeline);
     }
     let map_ids: HashMap<u64, u64> = m
         .mapping
@@ -528,6 +748,7 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
                 .find(|l| Some(l.key) == samples_key)
                 .map_or(0, |l| l.num.max(0) as u64);
             out.diff_base = x.label.iter().any(|l| Some(l.key) == base_key);
+            out.life = read_life(x, &life_col, st);
             Ok(out)
         })
         .collect::<Result<_>>()?;
@@ -537,6 +758,7 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         functions,
         locations,
         samples,
+        views,
     })
 }
 
@@ -563,6 +785,7 @@ mod tests {
                 unwind_fallbacks: 0,
                 max_depth: 64,
                 dropped_bytes: 4096,
+                view: String::new(),
             },
             mappings: vec![Mapping {
                 start: 0x1000,
@@ -619,6 +842,7 @@ mod tests {
                     inuse_bytes: 1000.0,
                     samples: 3,
                     diff_base: false,
+                    life: None,
                 },
                 Sample {
                     locations: vec![2],
@@ -628,9 +852,54 @@ mod tests {
                     inuse_bytes: 0.0,
                     samples: 1,
                     diff_base: true,
+                    life: None,
                 },
             ],
+            views: None,
         }
+    }
+
+    #[test]
+    fn lifetimes_peak_and_timeline_read_back() {
+        let mut p = sample_profile();
+        let mut freed = [0.0; LIFE_BUCKETS];
+        freed[2] = 4096.0;
+        freed[7] = 100.0;
+        p.samples[0].life = Some(Life {
+            peak_objects: 2.0,
+            peak_bytes: 2048.0,
+            freed,
+            live_age_ns: 5e8,
+            prev_inuse_bytes: 512.0,
+        });
+        p.samples[1].life = Some(Life::default());
+        let point = |t: u64, h: f64| TimePoint {
+            time_ns: t,
+            heap_bytes: h,
+            rss_bytes: Some(h * 2.0),
+            allocator_in_use: None,
+            allocator_footprint: Some(7.0),
+        };
+        p.views = Some(Views {
+            heap_bytes: 10.0,
+            heap_max_bytes: 20.0,
+            heap_max_ns: 3,
+            peak_bytes: 19.0,
+            peak_ns: 2,
+            allocator: "glibc".into(),
+            disabled: false,
+            timeline: vec![point(1, 5.0), point(2, 19.0)],
+        });
+        let q = decode(&encode_gz(&p).unwrap()).unwrap();
+        assert_eq!(q, p);
+        let names: Vec<String> = {
+            let m = to_proto(&p);
+            m.sample_type
+                .iter()
+                .map(|t| m.string_table[t.r#type as usize].clone())
+                .collect()
+        };
+        assert!(names.ends_with(&["freed_1ms_space".into(), "freed_1s_space".into()]));
     }
 
     #[test]

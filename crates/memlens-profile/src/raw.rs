@@ -65,6 +65,49 @@ pub struct RawStack {
     pub flags: u64,
     /// Return addresses, innermost first.
     pub pcs: Vec<u64>,
+    /// The `life` line that followed it (peak set, lifetimes, live age), when the runtime wrote one.
+    pub life: Option<RawLife>,
+}
+
+/// A `life` line: the views' per-stack columns (see `runtime/README.md`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawLife {
+    /// Live objects at the last peak snapshot (16.16 fixed point).
+    pub peak_objects_fx: i64,
+    /// Live bytes at the last peak snapshot.
+    pub peak_bytes: i64,
+    /// Mean age of the live bytes at the dump, in ticks.
+    pub age_ticks: u64,
+    /// Live bytes at the previous dump of the process (0 before the first).
+    pub prev_inuse_bytes: i64,
+    /// Bytes freed by lifetime bucket: bucket 0 is < 2^lg0 ticks, bucket k ≥ 1 is
+    /// [2^(lg0-2+2k), 2^(lg0+2k)), the last is open.
+    pub freed: Vec<u64>,
+}
+
+/// The process-wide `view` and `tl` lines.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawViews {
+    /// The views were on (`MEMLENS_VIEWS` not 0).
+    pub enabled: bool,
+    /// TSC ticks per second (0 when nothing was sampled).
+    pub tsc_hz: u64,
+    /// log2 of the first lifetime bucket's bound, in ticks.
+    pub life_lg0: u32,
+    /// Estimated live heap at the dump.
+    pub heap: i64,
+    /// Highest estimate seen.
+    pub heap_max: i64,
+    /// When it was seen (CLOCK_REALTIME ns).
+    pub heap_max_ns: u64,
+    /// The estimate when the peak set was taken.
+    pub peak: u64,
+    /// When the peak set was taken (CLOCK_REALTIME ns).
+    pub peak_ns: u64,
+    /// Source of the allocator figures: jemalloc, tcmalloc, glibc, none or unknown.
+    pub allocator: String,
+    /// `tl` points: ns, estimated heap, RSS, allocator in use, allocator footprint (-1 unknown).
+    pub timeline: Vec<[i64; 5]>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -78,6 +121,8 @@ pub struct RawDump {
     pub maps: Vec<String>,
     /// One per distinct stack.
     pub stacks: Vec<RawStack>,
+    /// Present when the runtime wrote `view` lines.
+    pub views: Option<RawViews>,
 }
 
 /// Read and parse a raw dump file.
@@ -141,6 +186,17 @@ pub fn parse(text: &str) -> Result<RawDump> {
                 let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
                 match key {
                     "stack" => d.stacks.push(parse_stack(rest).with_context(at)?),
+                    "life" => {
+                        let st = d
+                            .stacks
+                            .last_mut()
+                            .ok_or_else(|| anyhow!("line {n}: 'life' before any 'stack'"))?;
+                        st.life = Some(parse_life(rest).with_context(at)?);
+                    }
+                    "view" | "tl" => {
+                        let v = d.views.get_or_insert_with(RawViews::default);
+                        parse_view(v, key, rest).with_context(at)?
+                    }
                     "module" => d.modules.push(parse_module(rest).with_context(at)?),
                     "segment" => {
                         let m = d
@@ -307,7 +363,54 @@ fn parse_stack(rest: &str) -> Result<RawStack> {
         inuse_bytes: num(f[4], "inuse_bytes")?,
         flags: num(f[5], "flags")?,
         pcs: f[6..].iter().map(|p| hex(p, "pc")).collect::<Result<_>>()?,
+        life: None,
     })
+}
+
+fn parse_life(rest: &str) -> Result<RawLife> {
+    let f: Vec<&str> = rest.split(' ').filter(|s| !s.is_empty()).collect();
+    if f.len() < 5 {
+        bail!("life line needs: peak_objects_fx peak_bytes age_ticks prev_inuse_bytes freed…");
+    }
+    Ok(RawLife {
+        peak_objects_fx: num(f[0], "peak_objects_fx")?,
+        peak_bytes: num(f[1], "peak_bytes")?,
+        age_ticks: num(f[2], "age_ticks")?,
+        prev_inuse_bytes: num(f[3], "prev_inuse_bytes")?,
+        freed: f[4..]
+            .iter()
+            .map(|v| num(v, "freed bytes"))
+            .collect::<Result<_>>()?,
+    })
+}
+
+fn parse_view(v: &mut RawViews, key: &str, rest: &str) -> Result<()> {
+    let f: Vec<&str> = rest.split(' ').collect();
+    if key == "tl" {
+        let [t, h, r, a, b] = f[..] else {
+            bail!("tl line needs: ns heap rss in_use footprint");
+        };
+        v.timeline.push([
+            num(t, "time")?,
+            num(h, "heap")?,
+            num(r, "rss")?,
+            num(a, "in_use")?,
+            num(b, "footprint")?,
+        ]);
+        return Ok(());
+    }
+    let arg = |i: usize| f.get(i).copied().unwrap_or("");
+    match arg(0) {
+        "enabled" => v.enabled = num::<u8>(arg(1), "enabled")? != 0,
+        "tsc_hz" => v.tsc_hz = num(arg(1), "tsc_hz")?,
+        "life_lg0" => v.life_lg0 = num(arg(1), "life_lg0")?,
+        "heap" => v.heap = num(arg(1), "heap")?,
+        "heap_max" => (v.heap_max, v.heap_max_ns) = (num(arg(1), key)?, num(arg(2), key)?),
+        "peak" => (v.peak, v.peak_ns) = (num(arg(1), key)?, num(arg(2), key)?),
+        "allocator" => v.allocator = arg(1).to_string(),
+        _ => {} // a newer runtime's fact
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -391,6 +494,37 @@ end
         assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("line 15"));
         let bad = GOOD.replace("pid 42\n", "");
         assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("'pid'"));
+    }
+
+    #[test]
+    fn view_records_attach_to_their_stack() {
+        let text = GOOD
+            .replace(
+                "0x555555555020\n",
+                "0x555555555020\nlife 65536 512 1000 256 0 7 0 0 0 0 0 0 0 0 0 0 0 0 0 9\n",
+            )
+            .replace(
+                "0x555555555030\nend\n",
+                "0x555555555030\nview tsc_hz 1000000000\nview heap_max 4096 77\n\
+                 view allocator jemalloc\ntl 5 4096 8192 -1 -1\nend\n",
+            );
+        let d = parse(&text).unwrap();
+        let l = d.stacks[0].life.as_ref().unwrap();
+        assert_eq!(
+            (l.peak_bytes, l.age_ticks, l.prev_inuse_bytes),
+            (512, 1000, 256)
+        );
+        assert_eq!((l.freed[1], l.freed[15]), (7, 9));
+        assert!(d.stacks[1].life.is_none());
+        let v = d.views.unwrap();
+        assert_eq!(
+            (v.tsc_hz, v.heap_max, v.heap_max_ns),
+            (1000000000, 4096, 77)
+        );
+        assert_eq!(v.allocator, "jemalloc");
+        assert_eq!(v.timeline, vec![[5, 4096, 8192, -1, -1]]);
+        let bad = text.replace("life 65536 512", "life 65536 x");
+        assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("peak_bytes"));
     }
 
     #[test]

@@ -40,7 +40,8 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Example:\n  memlens report memlens.server.1234.pb.gz --sample-index inuse_space --top 20\n  \
-    memlens report p.pb.gz --format folded > p.folded\n  memlens report p.pb.gz --flamegraph p.svg"
+    memlens report p.pb.gz --format folded > p.folded\n  memlens report p.pb.gz --flamegraph p.svg\n  \
+    memlens report p.pb.gz --view peak --flamegraph peak.svg --html p.html"
 )]
 pub struct ReportArgs {
     /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw)
@@ -58,6 +59,13 @@ pub struct ReportArgs {
     /// Also write a flamegraph SVG of the chosen value to this file
     #[arg(long, value_name = "OUT.svg")]
     pub flamegraph: Option<PathBuf>,
+    /// What to show: alloc, inuse, peak (live at the heap's high-water mark), leaks (live at the dump,
+    /// with age), temporaries (short-lived sites) or timeline (heap vs RSS) [default: by --sample-index]
+    #[arg(long, value_enum)]
+    pub view: Option<crate::views::View>,
+    /// Also write an HTML report of the profile (timeline chart above the views) to this file
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -113,13 +121,27 @@ struct JsonReport<'a> {
 /// Run `memlens report`; returns the exit status.
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
+    if let Some(out) = &a.html {
+        let page = crate::views::html(&p, &a.file, a.top)?;
+        std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("memlens: HTML report written to {}", out.display());
+    }
     print!("{}", render(&p, &a)?);
     Ok(0)
 }
 
 /// The report of `p` as `a` asks (stdout text), writing the flamegraph when asked.
 pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
-    let idx = a.sample_index;
+    use crate::views::View;
+    let idx = match a.view {
+        None => a.sample_index,
+        Some(View::Alloc) => SampleIndex::AllocSpace,
+        Some(View::Inuse) => SampleIndex::InuseSpace,
+        Some(v) => {
+            let fg = a.flamegraph.as_deref();
+            return crate::views::render(p, &a.file, v, a.format, a.top, fg);
+        }
+    };
     let mut stacks = agg::stacks(p);
     stacks.sort_by(|x, y| y.get(idx).total_cmp(&x.get(idx)));
     let mut funcs = agg::functions(&stacks);

@@ -10,6 +10,8 @@ fn args(file: &std::path::Path, format: Format) -> ReportArgs {
         top: 10,
         format,
         flamegraph: None,
+        view: None,
+        html: None,
     }
 }
 

@@ -1,0 +1,146 @@
+//! The runtime's view records (peak set, lifetimes, live ages, timeline) → the model, and the peak
+//! profile derived from a profile that has them.
+use crate::model::{Life, Profile, Sample, TimePoint, Views, LIFE_BOUNDS_NS, LIFE_BUCKETS};
+use crate::raw::{RawLife, RawViews};
+use std::path::{Path, PathBuf};
+
+/// Tick range `[lo, hi)` of the runtime's lifetime bucket `k` (factor 4 per bucket above 2^lg0).
+fn tick_range(k: usize, lg0: u32, last: bool) -> (f64, f64) {
+    let hi = 2f64.powi((lg0 + 2 * k as u32) as i32);
+    let lo = hi / 4.0;
+    if last {
+        (lo, hi * 4.0) // open bucket: assume one more factor
+    } else {
+        (lo, hi)
+    }
+}
+
+/// Spread `bytes` freed between `lo` and `hi` ns over the decades, uniformly in log time.
+fn spread(out: &mut [f64; LIFE_BUCKETS], lo: f64, hi: f64, bytes: f64) {
+    let (a, b) = (lo.max(1.0).ln(), hi.max(lo.max(1.0) * 1.0001).ln());
+    let mut edges = vec![f64::NEG_INFINITY];
+    edges.extend(LIFE_BOUNDS_NS.iter().map(|x| x.ln()));
+    edges.push(f64::INFINITY);
+    for k in 0..LIFE_BUCKETS {
+        let (x, y) = (edges[k].max(a), edges[k + 1].min(b));
+        if y > x {
+            out[k] += bytes * (y - x) / (b - a);
+        }
+    }
+}
+
+/// One stack's `life` line in model units (ns instead of ticks, decades instead of tick buckets).
+pub fn life_of(r: &RawLife, tsc_hz: u64, lg0: u32) -> Life {
+    let ns_per_tick = if tsc_hz > 0 { 1e9 / tsc_hz as f64 } else { 1.0 };
+    let mut freed = [0.0; LIFE_BUCKETS];
+    let n = r.freed.len();
+    for (k, &b) in r.freed.iter().enumerate() {
+        if b > 0 {
+            let (lo, hi) = tick_range(k, lg0, k + 1 == n);
+            spread(&mut freed, lo * ns_per_tick, hi * ns_per_tick, b as f64);
+        }
+    }
+    Life {
+        peak_objects: r.peak_objects_fx as f64 / 65536.0,
+        peak_bytes: r.peak_bytes as f64,
+        freed,
+        live_age_ns: r.age_ticks as f64 * ns_per_tick,
+        prev_inuse_bytes: r.prev_inuse_bytes as f64,
+    }
+}
+
+/// The process-wide `view` and `tl` lines in model units.
+pub fn views_of(r: &RawViews) -> Views {
+    let opt = |v: i64| (v >= 0).then_some(v as f64);
+    Views {
+        heap_bytes: r.heap as f64,
+        heap_max_bytes: r.heap_max as f64,
+        heap_max_ns: r.heap_max_ns,
+        peak_bytes: r.peak as f64,
+        peak_ns: r.peak_ns,
+        allocator: r.allocator.clone(),
+        disabled: !r.enabled,
+        timeline: r
+            .timeline
+            .iter()
+            .map(|t| TimePoint {
+                time_ns: t[0].max(0) as u64,
+                heap_bytes: t[1] as f64,
+                rss_bytes: opt(t[2]),
+                allocator_in_use: opt(t[3]),
+                allocator_footprint: opt(t[4]),
+            })
+            .collect(),
+    }
+}
+
+/// The live set at the heap's high-water mark as a profile of its own: `inuse_*` are the values at
+/// the peak, `alloc_*` stay cumulative up to the dump. None when the profile has no peak set.
+pub fn peak_profile(p: &Profile) -> Option<Profile> {
+    let v = p.views.as_ref()?;
+    if v.peak_bytes <= 0.0 {
+        return None;
+    }
+    let mut q = p.clone();
+    q.meta.view = "peak".into();
+    q.meta.time_ns = v.peak_ns;
+    q.samples = p
+        .samples
+        .iter()
+        .filter_map(|s| {
+            let l = s.life.as_ref()?;
+            (l.peak_bytes > 0.0).then(|| Sample {
+                inuse_objects: l.peak_objects,
+                inuse_bytes: l.peak_bytes,
+                life: None,
+                ..s.clone()
+            })
+        })
+        .collect();
+    q.views = None;
+    Some(q)
+}
+
+/// `<stem>.peak.pb.gz` beside `<stem>.pb.gz`.
+pub fn peak_path(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".pb.gz")
+        .or_else(|| name.strip_suffix(".gz"))
+        .or_else(|| name.strip_suffix(".pb"))
+        .unwrap_or(&name);
+    out.with_file_name(format!("{stem}.peak.pb.gz"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_become_decades() {
+        // 1 GHz: bucket k spans [2^(10+2k), 2^(12+2k)) ns; bucket 5 = [1 Mi, 4 Mi) ns ⊂ [1 ms, 10 ms).
+        let mut r = RawLife {
+            freed: vec![0; 16],
+            ..RawLife::default()
+        };
+        r.freed[5] = 1000;
+        let l = life_of(&r, 1_000_000_000, 12);
+        assert!((l.freed[4] - 997.0).abs() < 10.0, "{:?}", l.freed);
+        assert!((l.freed_total() - 1000.0).abs() < 1e-6);
+        let m = l.median_ns().unwrap();
+        assert!((1e6..1e7).contains(&m), "{m}");
+        assert_eq!(l.freed_within(1e6), l.freed[..=3].iter().sum::<f64>());
+    }
+
+    #[test]
+    fn peak_path_is_beside() {
+        assert_eq!(
+            peak_path(Path::new("/x/a.pb.gz")),
+            PathBuf::from("/x/a.peak.pb.gz")
+        );
+        assert_eq!(peak_path(Path::new("a")), PathBuf::from("a.peak.pb.gz"));
+    }
+}

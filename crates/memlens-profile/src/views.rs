@@ -1,0 +1,737 @@
+//! `memlens report --view peak|leaks|temporaries|timeline` and `memlens report --html`: what was on
+//! the heap at its peak, what is still live and old, which sites churn short-lived blocks, and the
+//! heap against RSS over time. All from the runtime's samples (see `life`).
+//!
+//! JSON (`--format json`) keeps the report's shape (`file`, `sample_index`, `unit`, `meta`, `totals`,
+//! `functions`, `stacks`) with `view` added; `sample_index` names the view's value (`peak_space`,
+//! `inuse_space` for leaks, `freed_1ms_space` for temporaries) and each stack adds the view's columns:
+//!
+//! ```text
+//! "stacks": [ { "value", "share", "samples", "values": {…}, "frames": […],
+//!               "peak_objects", "peak_space",                        // peak
+//!               "live_age_ns", "age_share", "growth_bytes", "suspect", // leaks
+//!               "freed_space", "freed_1ms_share", "freed_1s_share", "median_lifetime_ns" } ] // temporaries
+//! ```
+//! The timeline's JSON is `{ "file", "view": "timeline", "meta", "heap_max_bytes", "heap_max_time_s",
+//! "peak_bytes", "peak_time_s", "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
+//! "allocator_in_use", "allocator_footprint" } … ] }` (time from the start of profiling; a figure the
+//! process did not expose is null).
+use crate::agg::{self, fmt_value, pct, share, Stack};
+use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
+use crate::report::{stack_cell, Format};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// What `memlens report` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// Bytes allocated per stack (cumulative)
+    Alloc,
+    /// Bytes live when the profile was written
+    Inuse,
+    /// Bytes live at the heap's high-water mark
+    Peak,
+    /// Bytes still live at the dump, with their age and growth since the previous dump
+    Leaks,
+    /// Sites whose blocks mostly die within 1 ms
+    Temporaries,
+    /// Estimated heap, RSS and the allocator's figures over time
+    Timeline,
+}
+
+/// Young: freed within this many ns. A site is a temporary when most of its freed bytes were young.
+const YOUNG_NS: f64 = 1e6;
+/// Live bytes older than this share of the run are suspected leaks.
+const OLD_SHARE: f64 = 0.25;
+
+/// One stack of a view: the report's stack plus the merged views' columns.
+struct VStack {
+    st: Stack,
+    life: Life,
+    /// Sum of live age × live bytes (for the bytes-weighted mean age of merged stacks).
+    age_weight: f64,
+    value: f64,
+}
+
+impl VStack {
+    fn live_age_ns(&self) -> f64 {
+        share(self.age_weight, self.st.get(SampleIndex::InuseSpace))
+    }
+}
+
+fn need_views(p: &Profile, view: View) -> Result<()> {
+    if p.views.as_ref().is_some_and(|v| v.disabled) && view != View::Timeline {
+        bail!(
+            "the runtime's views were switched off (MEMLENS_VIEWS=0) when this profile was written"
+        );
+    }
+    if p.meta.interval == 0 && p.meta.samples > 0 && view != View::Timeline {
+        bail!(
+            "exact mode (--exact) tracks no live blocks: no peak, leaks or lifetimes \
+             (profile with an interval, e.g. the default 512K)"
+        );
+    }
+    if p.samples.iter().any(|s| s.life.is_some()) || p.views.is_some() {
+        return Ok(());
+    }
+    bail!(
+        "this profile has no {} data (it was written without lifetimes: exact mode, \
+         MEMLENS_VIEWS=0, or an older memlens)",
+        match view {
+            View::Timeline => "timeline",
+            View::Peak => "peak",
+            _ => "lifetime",
+        }
+    )
+}
+
+/// Stacks merged by function names with the view's value.
+fn vstacks(p: &Profile, view: View) -> Vec<VStack> {
+    let mut out: Vec<VStack> = Vec::new();
+    let mut index: HashMap<Vec<String>, usize> = HashMap::new();
+    for s in &p.samples {
+        let frames = p.frames(s);
+        let key: Vec<String> = frames.iter().map(|f| f.function.clone()).collect();
+        let life = s.life.clone().unwrap_or_default();
+        let aw = life.live_age_ns * s.inuse_bytes;
+        let i = *index.entry(key).or_insert_with(|| {
+            out.push(VStack {
+                st: Stack {
+                    frames,
+                    values: [0.0; 4],
+                    samples: 0,
+                },
+                life: Life::default(),
+                age_weight: 0.0,
+                value: 0.0,
+            });
+            out.len() - 1
+        });
+        let v = &mut out[i];
+        for (a, b) in v.st.values.iter_mut().zip(s.values()) {
+            *a += b;
+        }
+        v.st.samples += s.samples;
+        v.life.add(&life);
+        v.age_weight += aw;
+    }
+    for v in &mut out {
+        v.life.live_age_ns = v.live_age_ns();
+        v.value = match view {
+            View::Alloc => v.st.get(SampleIndex::AllocSpace),
+            View::Inuse | View::Leaks => v.st.get(SampleIndex::InuseSpace),
+            View::Peak => v.life.peak_bytes,
+            View::Temporaries => {
+                let young = v.life.freed_within(YOUNG_NS);
+                if young > 0.0 && young >= 0.5 * v.life.freed_total() {
+                    young
+                } else {
+                    0.0
+                }
+            }
+            View::Timeline => 0.0,
+        };
+    }
+    out.retain(|v| v.value > 0.0);
+    out.sort_by(|a, b| b.value.total_cmp(&a.value));
+    out
+}
+
+/// The view's value under its pprof-style name.
+fn value_name(view: View) -> &'static str {
+    match view {
+        View::Alloc => "alloc_space",
+        View::Inuse | View::Leaks => "inuse_space",
+        View::Peak => "peak_space",
+        View::Temporaries => "freed_1ms_space",
+        View::Timeline => "heap_bytes",
+    }
+}
+
+/// Agg stacks carrying the view's value in the alloc_space slot (for functions and folded stacks).
+fn as_stacks(vs: &[VStack]) -> Vec<Stack> {
+    vs.iter()
+        .map(|v| Stack {
+            frames: v.st.frames.clone(),
+            values: [0.0, v.value, 0.0, 0.0],
+            samples: v.st.samples,
+        })
+        .collect()
+}
+
+fn bytes(v: f64) -> String {
+    fmt_value(v, SampleIndex::AllocSpace, false)
+}
+
+/// A duration in ns as `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// Render one view of `p` (not alloc/inuse, which the plain report shows).
+pub fn render(
+    p: &Profile,
+    file: &Path,
+    view: View,
+    format: Format,
+    top: usize,
+    flamegraph: Option<&Path>,
+) -> Result<String> {
+    need_views(p, view)?;
+    if view == View::Timeline {
+        if flamegraph.is_some() {
+            bail!("the timeline view has no stacks to draw as a flamegraph (try --html for its chart)");
+        }
+        return match format {
+            Format::Json => Ok(timeline_json(p, file)? + "\n"),
+            Format::Folded => {
+                bail!("the timeline view has no stacks to fold (use --format table or json)")
+            }
+            Format::Table => Ok(timeline_table(p, file, top)),
+        };
+    }
+    let vs = vstacks(p, view);
+    if let Some(out) = flamegraph {
+        write_flamegraph(p, &vs, view, out)?;
+    }
+    Ok(match format {
+        Format::Folded => crate::report::folded(&as_stacks(&vs), SampleIndex::AllocSpace),
+        Format::Json => json(p, file, view, &vs)? + "\n",
+        Format::Table => table(p, file, view, &vs, top),
+    })
+}
+
+fn write_flamegraph(p: &Profile, vs: &[VStack], view: View, out: &Path) -> Result<()> {
+    let text = crate::report::folded(&as_stacks(vs), SampleIndex::AllocSpace);
+    if text.is_empty() {
+        bail!("cannot draw a flamegraph: the {view:?} view is empty for this profile");
+    }
+    let mut opt = inferno::flamegraph::Options::default();
+    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
+    opt.title = format!("memlens: {} {exe}", value_name(view))
+        .trim_end()
+        .to_string();
+    opt.count_name = "bytes".into();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
+        .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
+    std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("memlens: flamegraph written to {}", out.display());
+    Ok(())
+}
+
+fn run_ns(m: &Meta) -> f64 {
+    m.time_ns.saturating_sub(m.start_ns) as f64
+}
+
+/// The one-paragraph summary above a view's tables.
+fn summary(p: &Profile, view: View) -> String {
+    let v = p.views.clone().unwrap_or_default();
+    let at = |ns: u64| {
+        if ns > p.meta.start_ns {
+            format!(" at +{:.2} s", (ns - p.meta.start_ns) as f64 / 1e9)
+        } else {
+            String::new()
+        }
+    };
+    match view {
+        View::Peak => format!(
+            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{})",
+            bytes(v.peak_bytes),
+            at(v.peak_ns),
+            bytes(v.heap_max_bytes),
+            at(v.heap_max_ns)
+        ),
+        View::Leaks => format!(
+            "leaks: {} still live {} (run {}); suspect = live bytes older than {:.0}% of the run on \
+             average, or grown since the previous dump",
+            bytes(p.total(SampleIndex::InuseSpace)),
+            if p.meta.reason.contains("exit") {
+                "at exit"
+            } else {
+                "at the dump"
+            },
+            fmt_ns(run_ns(&p.meta)),
+            OLD_SHARE * 100.0
+        ),
+        View::Temporaries => format!(
+            "temporaries: sites whose freed bytes mostly lived under {}, ranked by those bytes",
+            fmt_ns(YOUNG_NS)
+        ),
+        _ => String::new(),
+    }
+}
+
+fn suspect(p: &Profile, v: &VStack) -> bool {
+    let run = run_ns(&p.meta);
+    let grown = v.life.prev_inuse_bytes > 0.0
+        && v.st.get(SampleIndex::InuseSpace) > v.life.prev_inuse_bytes;
+    grown || (run > 0.0 && v.life.live_age_ns >= OLD_SHARE * run)
+}
+
+/// The view's extra columns for one stack (header names in `extra_header`).
+fn extra_cells(p: &Profile, view: View, v: &VStack) -> Vec<String> {
+    let l = &v.life;
+    match view {
+        View::Peak => vec![format!("{:.0}", l.peak_objects)],
+        View::Leaks => vec![
+            fmt_ns(l.live_age_ns),
+            pct(share(l.live_age_ns, run_ns(&p.meta))),
+            if l.prev_inuse_bytes > 0.0 {
+                fmt_value(
+                    v.st.get(SampleIndex::InuseSpace) - l.prev_inuse_bytes,
+                    SampleIndex::AllocSpace,
+                    true,
+                )
+            } else {
+                "-".into()
+            },
+            if suspect(p, v) { "yes" } else { "" }.into(),
+        ],
+        View::Temporaries => vec![
+            bytes(l.freed_total()),
+            pct(share(l.freed_within(1e6), l.freed_total())),
+            pct(share(l.freed_within(1e9), l.freed_total())),
+            l.median_ns().map_or("-".into(), fmt_ns),
+        ],
+        _ => vec![],
+    }
+}
+
+fn extra_header(view: View) -> &'static [&'static str] {
+    match view {
+        View::Peak => &["objects"],
+        View::Leaks => &["mean age", "age/run", "growth", "suspect"],
+        View::Temporaries => &["freed", "<1ms", "<1s", "median life"],
+        _ => &[],
+    }
+}
+
+fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+    let name = value_name(view);
+    let mut s = format!("profile: {}\n", file.display());
+    if !p.meta.exe.is_empty() {
+        s += &format!("program: {} (pid {})\n", p.meta.exe, p.meta.pid);
+    }
+    s += &summary(p, view);
+    s += "\n";
+    let total: f64 = vs.iter().map(|v| v.value).sum();
+    if vs.is_empty() {
+        s += &format!("no stacks with {name} in this profile\n");
+        return s;
+    }
+    let stacks = as_stacks(vs);
+    let mut funcs = agg::functions(&stacks);
+    funcs.sort_by(|x, y| {
+        y.flat[1]
+            .total_cmp(&x.flat[1])
+            .then(y.cum[1].total_cmp(&x.cum[1]))
+    });
+    s += &format!("\ntop functions by {name} (flat: allocated here; cum: here or in callees)\n");
+    let rows: Vec<Vec<String>> = funcs
+        .iter()
+        .filter(|f| f.flat[1] != 0.0)
+        .take(top)
+        .map(|f| {
+            vec![
+                bytes(f.flat[1]),
+                pct(share(f.flat[1], total)),
+                bytes(f.cum[1]),
+                pct(share(f.cum[1], total)),
+                f.name.clone(),
+            ]
+        })
+        .collect();
+    s += &memlens_measure::output::table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
+    s += &format!("\n\ntop stacks by {name} (innermost frame first)\n");
+    let mut header = vec![name, "share"];
+    header.extend(extra_header(view));
+    header.push("stack");
+    let rows: Vec<Vec<String>> = vs
+        .iter()
+        .take(top)
+        .map(|v| {
+            let mut r = vec![bytes(v.value), pct(share(v.value, total))];
+            r.extend(extra_cells(p, view, v));
+            r.push(stack_cell(&v.st.frames, 8));
+            r
+        })
+        .collect();
+    s += &memlens_measure::output::table(&header, &rows);
+    s += "\n";
+    s
+}
+
+#[derive(Serialize)]
+struct JsonFunc<'a> {
+    function: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    file: &'a str,
+    flat: f64,
+    flat_share: f64,
+    cum: f64,
+    cum_share: f64,
+}
+
+#[derive(Serialize)]
+struct Values {
+    alloc_objects: f64,
+    alloc_space: f64,
+    inuse_objects: f64,
+    inuse_space: f64,
+}
+
+#[derive(Serialize, Default)]
+struct JsonStack<'a> {
+    value: f64,
+    share: f64,
+    samples: u64,
+    values: Option<Values>,
+    frames: &'a [Frame],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_objects: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peak_space: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_age_ns: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    age_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    growth_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suspect: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    freed_space: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    freed_1ms_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    freed_1s_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    median_lifetime_ns: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct JsonView<'a> {
+    file: String,
+    view: View,
+    sample_index: &'static str,
+    unit: &'static str,
+    meta: &'a Meta,
+    totals: Values,
+    functions: Vec<JsonFunc<'a>>,
+    stacks: Vec<JsonStack<'a>>,
+}
+
+fn values(v: [f64; 4]) -> Values {
+    Values {
+        alloc_objects: v[0],
+        alloc_space: v[1],
+        inuse_objects: v[2],
+        inuse_space: v[3],
+    }
+}
+
+fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+    let total: f64 = vs.iter().map(|v| v.value).sum();
+    let stacks = as_stacks(vs);
+    let mut funcs = agg::functions(&stacks);
+    funcs.sort_by(|x, y| {
+        y.flat[1]
+            .total_cmp(&x.flat[1])
+            .then(y.cum[1].total_cmp(&x.cum[1]))
+    });
+    let run = run_ns(&p.meta);
+    let r = JsonView {
+        file: file.display().to_string(),
+        view,
+        sample_index: value_name(view),
+        unit: "bytes",
+        meta: &p.meta,
+        totals: values(SampleIndex::ALL.map(|i| p.total(i))),
+        functions: funcs
+            .iter()
+            .map(|f| JsonFunc {
+                function: &f.name,
+                file: &f.file,
+                flat: f.flat[1],
+                flat_share: share(f.flat[1], total),
+                cum: f.cum[1],
+                cum_share: share(f.cum[1], total),
+            })
+            .collect(),
+        stacks: vs
+            .iter()
+            .map(|v| {
+                let l = &v.life;
+                let mut j = JsonStack {
+                    value: v.value,
+                    share: share(v.value, total),
+                    samples: v.st.samples,
+                    values: Some(values(v.st.values)),
+                    frames: &v.st.frames,
+                    ..JsonStack::default()
+                };
+                match view {
+                    View::Peak => {
+                        j.peak_objects = Some(l.peak_objects);
+                        j.peak_space = Some(l.peak_bytes);
+                    }
+                    View::Leaks => {
+                        j.live_age_ns = Some(l.live_age_ns);
+                        j.age_share = Some(share(l.live_age_ns, run));
+                        j.growth_bytes = (l.prev_inuse_bytes > 0.0)
+                            .then(|| v.st.get(SampleIndex::InuseSpace) - l.prev_inuse_bytes);
+                        j.suspect = Some(suspect(p, v));
+                    }
+                    View::Temporaries => {
+                        j.freed_space = Some(l.freed_total());
+                        j.freed_1ms_share = Some(share(l.freed_within(1e6), l.freed_total()));
+                        j.freed_1s_share = Some(share(l.freed_within(1e9), l.freed_total()));
+                        j.median_lifetime_ns = l.median_ns();
+                    }
+                    _ => {}
+                }
+                j
+            })
+            .collect(),
+    };
+    Ok(serde_json::to_string_pretty(&r)?)
+}
+
+#[derive(Serialize)]
+struct JsonPoint {
+    time_s: f64,
+    heap_bytes: f64,
+    rss_bytes: Option<f64>,
+    allocator_in_use: Option<f64>,
+    allocator_footprint: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct JsonTimeline<'a> {
+    file: String,
+    view: View,
+    meta: &'a Meta,
+    heap_max_bytes: f64,
+    heap_max_time_s: f64,
+    peak_bytes: f64,
+    peak_time_s: f64,
+    allocator: String,
+    points: Vec<JsonPoint>,
+}
+
+fn secs(p: &Profile, ns: u64) -> f64 {
+    ns.saturating_sub(p.meta.start_ns) as f64 / 1e9
+}
+
+fn point(p: &Profile, t: &TimePoint) -> JsonPoint {
+    JsonPoint {
+        time_s: secs(p, t.time_ns),
+        heap_bytes: t.heap_bytes,
+        rss_bytes: t.rss_bytes,
+        allocator_in_use: t.allocator_in_use,
+        allocator_footprint: t.allocator_footprint,
+    }
+}
+
+fn timeline_json(p: &Profile, file: &Path) -> Result<String> {
+    let v = p.views.clone().unwrap_or_default();
+    let r = JsonTimeline {
+        file: file.display().to_string(),
+        view: View::Timeline,
+        meta: &p.meta,
+        heap_max_bytes: v.heap_max_bytes,
+        heap_max_time_s: secs(p, v.heap_max_ns),
+        peak_bytes: v.peak_bytes,
+        peak_time_s: secs(p, v.peak_ns),
+        allocator: v.allocator.clone(),
+        points: v.timeline.iter().map(|t| point(p, t)).collect(),
+    };
+    Ok(serde_json::to_string_pretty(&r)?)
+}
+
+/// At most `n` points, evenly spread, always keeping the highest heap estimate.
+fn thin(points: &[TimePoint], n: usize) -> Vec<&TimePoint> {
+    let n = n.max(2);
+    let top = points
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.heap_bytes.total_cmp(&b.1.heap_bytes))
+        .map(|x| x.0);
+    let step = points.len().div_ceil(n).max(1);
+    points
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % step == 0 || Some(*i) == top || *i + 1 == points.len())
+        .map(|x| x.1)
+        .collect()
+}
+
+fn opt_bytes(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), bytes)
+}
+
+fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
+    let v = p.views.clone().unwrap_or_default();
+    let mut s = format!("profile: {}\n", file.display());
+    if !p.meta.exe.is_empty() {
+        s += &format!("program: {} (pid {})\n", p.meta.exe, p.meta.pid);
+    }
+    let max_rss = v
+        .timeline
+        .iter()
+        .filter_map(|t| t.rss_bytes)
+        .fold(0.0, f64::max);
+    s += &format!(
+        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator figures: {}\n",
+        v.timeline.len(),
+        bytes(v.heap_max_bytes),
+        secs(p, v.heap_max_ns),
+        bytes(max_rss),
+        if v.allocator.is_empty() { "none" } else { &v.allocator },
+    );
+    if v.timeline.is_empty() {
+        s += "no timeline points in this profile\n";
+        return s;
+    }
+    let rows: Vec<Vec<String>> = thin(&v.timeline, top.max(20))
+        .into_iter()
+        .map(|t| {
+            vec![
+                format!("{:.3}", secs(p, t.time_ns)),
+                bytes(t.heap_bytes),
+                opt_bytes(t.rss_bytes),
+                t.rss_bytes.map_or("n/a".into(), |r| {
+                    fmt_value(r - t.heap_bytes, SampleIndex::AllocSpace, true)
+                }),
+                opt_bytes(t.allocator_in_use),
+                opt_bytes(t.allocator_footprint),
+            ]
+        })
+        .collect();
+    s += &memlens_measure::output::table(
+        &[
+            "time s",
+            "heap (est.)",
+            "RSS",
+            "RSS - heap",
+            "allocator in use",
+            "allocator footprint",
+        ],
+        &rows,
+    );
+    s += "\n";
+    s
+}
+
+/// The timeline chart: estimated heap and RSS (and the allocator's figures) against time, the peak
+/// marked.
+pub fn timeline_svg(p: &Profile) -> Result<Option<String>> {
+    use memlens_measure::plot::{line_chart, LineChart, Series};
+    let Some(v) = &p.views else { return Ok(None) };
+    if v.timeline.is_empty() {
+        return Ok(None);
+    }
+    let mb = |x: f64| x / 1048576.0;
+    let series = |name: &str, f: &dyn Fn(&TimePoint) -> Option<f64>, dashed| Series {
+        name: name.into(),
+        points: v
+            .timeline
+            .iter()
+            .filter_map(|t| f(t).map(|y| (secs(p, t.time_ns), mb(y))))
+            .collect(),
+        dashed,
+    };
+    let mut all = vec![
+        series("estimated heap", &|t| Some(t.heap_bytes), false),
+        series("RSS", &|t| t.rss_bytes, false),
+        series("allocator in use", &|t| t.allocator_in_use, true),
+    ];
+    all.retain(|s| !s.points.is_empty());
+    let chart = LineChart {
+        title: "heap vs RSS over time".into(),
+        x_label: "time since start (s)".into(),
+        y_label: "MiB".into(),
+        series: all,
+        markers: vec![(
+            secs(p, v.heap_max_ns),
+            format!("peak {}", bytes(v.heap_max_bytes)),
+        )],
+        ..LineChart::default()
+    };
+    Ok(Some(line_chart(&chart)?))
+}
+
+/// The HTML report of one profile: the timeline chart above the views' tables.
+pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
+    use memlens_measure::html::{render, Report, Section};
+    let mut sections = Vec::new();
+    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
+    let mut head = Section {
+        heading: "Timeline".into(),
+        paragraphs: vec![format!(
+            "{} (pid {}), sampling interval {} B, unwinder {}",
+            p.meta.exe, p.meta.pid, p.meta.interval, p.meta.unwinder
+        )],
+        ..Section::default()
+    };
+    match timeline_svg(p)? {
+        Some(svg) => head.svgs.push(svg),
+        None => head
+            .paragraphs
+            .push("no timeline in this profile (written without the views)".into()),
+    }
+    sections.push(head);
+    let has_life = p.samples.iter().any(|s| s.life.is_some());
+    for view in [
+        View::Peak,
+        View::Leaks,
+        View::Temporaries,
+        View::Inuse,
+        View::Alloc,
+    ] {
+        if !has_life && matches!(view, View::Peak | View::Leaks | View::Temporaries) {
+            continue;
+        }
+        let vs = vstacks(p, view);
+        let total: f64 = vs.iter().map(|v| v.value).sum();
+        let mut header: Vec<String> = vec![value_name(view).into(), "share".into()];
+        header.extend(extra_header(view).iter().map(|s| s.to_string()));
+        header.push("stack".into());
+        let rows = vs
+            .iter()
+            .take(top)
+            .map(|v| {
+                let mut r = vec![bytes(v.value), pct(share(v.value, total))];
+                r.extend(extra_cells(p, view, v));
+                r.push(stack_cell(&v.st.frames, 6).replace('\n', " ← "));
+                r
+            })
+            .collect();
+        let mut sec = Section {
+            heading: format!("{view:?}"),
+            tables: vec![(header, rows)],
+            ..Section::default()
+        };
+        let line = summary(p, view);
+        if !line.is_empty() {
+            sec.paragraphs.push(line);
+        }
+        sections.push(sec);
+    }
+    Ok(render(&Report {
+        title: format!("memlens heap profile: {exe} ({})", file.display()),
+        sections,
+    }))
+}

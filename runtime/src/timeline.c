@@ -1,0 +1,159 @@
+/* Memory over time: every ~100 ms (checked on the sampled path only, against a tick deadline), on
+ * every new peak snapshot and at every dump, one point: wall time, the estimated live heap, the
+ * resident set (/proc/self/statm) and the allocator's own figures where it exposes them (jemalloc's
+ * mallctl stats, tcmalloc's numeric properties, glibc's mallinfo2; looked up with dlsym, never
+ * linked). Sampled blocks live in the runtime's own range, where the allocator does not see them, so
+ * their real bytes are added to both of its figures.
+ *
+ * Points go to a fixed array; when it is full every other point is dropped and the period doubles,
+ * so a long run keeps its whole span at a coarser grain. A point is taken under a try-lock: a thread
+ * that finds it taken skips the point rather than wait. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include "views.h"
+
+#define NPOINTS 4096
+#define PERIOD_NS 100000000u
+
+struct point {
+    uint64_t ns;
+    int64_t heap;
+    int64_t rss;                /* bytes; -1 unknown */
+    int64_t in_use, footprint;  /* the allocator's figures; -1 unknown */
+};
+
+_Atomic uint64_t ml_timeline_next = 0; /* 0: the first sample takes the first point */
+static struct point points[NPOINTS];
+static uint32_t npoints;
+static uint64_t period_ns = PERIOD_NS;
+static _Atomic int lock;
+
+enum { ST_UNKNOWN, ST_NONE, ST_GLIBC, ST_JEMALLOC, ST_TCMALLOC };
+static int stats_kind;
+static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);
+static int (*tc_property)(const char *, size_t *);
+static struct mallinfo2 (*glibc_mallinfo2)(void);
+static const char *const kind_names[] = {"unknown", "none", "glibc", "jemalloc", "tcmalloc"};
+
+static void find_stats(void)
+{
+    je_mallctl = (int (*)(const char *, void *, size_t *, void *, size_t))dlsym(RTLD_DEFAULT, "mallctl");
+    tc_property = (int (*)(const char *, size_t *))dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
+    glibc_mallinfo2 = (struct mallinfo2(*)(void))dlsym(RTLD_DEFAULT, "mallinfo2");
+    stats_kind = je_mallctl ? ST_JEMALLOC : tc_property ? ST_TCMALLOC : glibc_mallinfo2 ? ST_GLIBC : ST_NONE;
+}
+
+static void allocator_stats(int64_t *in_use, int64_t *footprint)
+{
+    *in_use = *footprint = -1;
+    if (stats_kind == ST_JEMALLOC) {
+        uint64_t epoch = 1;
+        size_t a = 0, r = 0, sz = sizeof a;
+        je_mallctl("epoch", NULL, NULL, &epoch, sizeof epoch);
+        if (je_mallctl("stats.allocated", &a, &sz, NULL, 0) == 0)
+            *in_use = (int64_t)a;
+        sz = sizeof r;
+        if (je_mallctl("stats.resident", &r, &sz, NULL, 0) == 0)
+            *footprint = (int64_t)r;
+    } else if (stats_kind == ST_TCMALLOC) {
+        size_t a = 0, h = 0;
+        if (tc_property("generic.current_allocated_bytes", &a))
+            *in_use = (int64_t)a;
+        if (tc_property("generic.heap_size", &h))
+            *footprint = (int64_t)h;
+    } else if (stats_kind == ST_GLIBC) {
+        struct mallinfo2 m = glibc_mallinfo2();
+        *in_use = (int64_t)(m.uordblks + m.hblkhd);
+        *footprint = (int64_t)(m.arena + m.hblkhd);
+    }
+}
+
+/* Resident bytes from /proc/self/statm (second field, in pages). */
+static int64_t rss_bytes(void)
+{
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *p = buf;
+    while (*p && *p != ' ')
+        p++;
+    int64_t pages = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++)
+        pages = pages * 10 + (*p - '0');
+    return pages * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void compact(void)
+{
+    for (uint32_t i = 0; i < NPOINTS / 2; i++)
+        points[i] = points[2 * i + 1];
+    npoints = NPOINTS / 2;
+    period_ns *= 2;
+}
+
+void ml_timeline_tick(uint64_t now, int why)
+{
+    if (why == ML_TL_PERIODIC && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
+        return;
+    if (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
+        return;
+    ml_tls.busy++; /* dlsym and the allocator's stats may allocate: straight to the real allocator */
+    uint64_t hz = ml_views_tsc_hz_rough();
+    struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
+                        .in_use = -1, .footprint = -1};
+    if (why != ML_TL_DUMP) {
+        if (stats_kind == ST_UNKNOWN)
+            find_stats();
+        allocator_stats(&pt.in_use, &pt.footprint);
+    }
+    int64_t sampled = ml_sampled_live_bytes();
+    if (pt.in_use >= 0)
+        pt.in_use += sampled;
+    if (pt.footprint >= 0)
+        pt.footprint += sampled;
+    if (npoints == NPOINTS)
+        compact();
+    points[npoints++] = pt;
+    atomic_store_explicit(&ml_timeline_next, now + (uint64_t)((double)period_ns * 1e-9 * (double)hz),
+                          memory_order_relaxed);
+    ml_tls.busy--;
+    ml_spin_unlock(&lock);
+}
+
+/* view allocator <kind> / tl <ns> <heap> <rss> <in_use> <footprint> (-1 = unknown) */
+void ml_timeline_write(struct ml_out *o)
+{
+    for (int tries = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); tries++) {
+        if (tries > 100000)
+            return; /* a point is being taken by a thread that cannot go on (we interrupted it) */
+        __builtin_ia32_pause();
+    }
+    ml_out_str(o, "view allocator ");
+    ml_out_str(o, kind_names[stats_kind]);
+    ml_out_str(o, "\n");
+    for (uint32_t i = 0; i < npoints; i++) {
+        const struct point *p = &points[i];
+        ml_out_str(o, "tl ");
+        ml_out_u64(o, p->ns);
+        ml_out_str(o, " ");
+        ml_out_i64(o, p->heap);
+        ml_out_str(o, " ");
+        ml_out_i64(o, p->rss);
+        ml_out_str(o, " ");
+        ml_out_i64(o, p->in_use);
+        ml_out_str(o, " ");
+        ml_out_i64(o, p->footprint);
+        ml_out_str(o, "\n");
+    }
+    ml_spin_unlock(&lock);
+}
