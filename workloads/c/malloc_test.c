@@ -41,6 +41,7 @@
 #include <x86intrin.h>
 
 #define BATCH 64
+#define PREEMPTED 2000000
 
 #define MAX_CONFIGS 64
 
@@ -133,7 +134,9 @@ static void paired_loop(struct worker *w) {
             keep(blocks[i]);
         }
         uint64_t dt = __rdtsc() - t0;
-        if (b >= 0 && atomic_load_explicit(&cur_block, memory_order_relaxed) == b) {
+        /* A batch of 64 mallocs takes microseconds; one over PREEMPTED cycles (~1 ms) was preempted by
+         * another program of a loaded machine, which is not the cost we measure. */
+        if (b >= 0 && dt < PREEMPTED && atomic_load_explicit(&cur_block, memory_order_relaxed) == b) {
             w->cycles[b] += dt;
             w->mallocs[b] += BATCH;
         }

@@ -237,7 +237,11 @@ fn spawn(argv: &[String], env: &[(String, String)], what: &str) -> Result<String
         .with_context(|| format!("cannot start {}", argv[0]))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let why = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let why = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         bail!("{what} failed ({}): {why}", out.status);
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -299,7 +303,10 @@ fn run_process(
         if let Some(b) = Block::parse(l) {
             blocks.push(b?);
         } else if let Some(rest) = l.strip_prefix("switch ") {
-            let v: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            let v: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
             if v.len() == 3 {
                 sw = Some([v[0], v[1], v[2]]);
             }
@@ -328,7 +335,12 @@ fn rows_of(w: &Workload, s: &Settings, p: &Profiler, blocks: &[Block]) -> Vec<Ro
                 ),
                 Profiler::Jemalloc => {
                     let j = 1u64 << crate::configs::lg_of(r);
-                    ("jemalloc", format!("jemalloc prof {}", format_size(j)), None, j)
+                    (
+                        "jemalloc",
+                        format!("jemalloc prof {}", format_size(j)),
+                        None,
+                        j,
+                    )
                 }
             };
             let memlens = matches!(p, Profiler::Memlens(_));
@@ -371,7 +383,10 @@ fn windows(w: &Workload, s: &Settings, u: &str, tmp: &Path) -> Result<Vec<Vec<Pa
     };
     let me = std::env::current_exe().context("cannot find the memlens executable")?;
     let mut out = Vec::new();
-    for (k, r) in std::iter::once(0).chain(s.intervals.iter().copied()).enumerate() {
+    for (k, r) in std::iter::once(0)
+        .chain(s.intervals.iter().copied())
+        .enumerate()
+    {
         let prefix = tmp.join(format!("win-{u}-{k}"));
         let a = [
             me.display().to_string(),
@@ -431,7 +446,11 @@ pub fn run(s: Settings) -> Result<Results> {
             .iter()
             .any(|w| matches!(w, Workload::Pipeline { .. }));
     let total = (s.workloads.len() * profilers.len()) as u64
-        + if quality_on { s.unwinders.len() as u64 } else { 0 };
+        + if quality_on {
+            s.unwinders.len() as u64
+        } else {
+            0
+        };
     let progress = Progress::new(total, "study");
     let mut rows = Vec::new();
     let mut switch = SwitchFacts::default();

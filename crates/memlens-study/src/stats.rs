@@ -148,11 +148,11 @@ mod tests {
 
     #[test]
     fn injected_slowdown_is_recovered_within_its_interval() {
-        let p = pair(&synthetic(&[0.0, 10.0, 0.0], 40), 2);
+        let p = pair(&synthetic(&[0.0, 10.0, 0.0], 100), 2);
         let e = estimate(&p[1].overhead).unwrap();
         assert!(e.lo <= 10.0 && 10.0 <= e.hi, "{e:?}");
         assert!(e.half_width() < 2.0, "{e:?}");
-        assert_eq!(e.n, 40);
+        assert_eq!(e.n, 100);
         // the null configuration: its interval contains 0 and excludes the real effect
         let z = estimate(&p[2].overhead).unwrap();
         assert!(z.lo <= 0.0 && 0.0 <= z.hi && z.hi < 5.0, "{z:?}");

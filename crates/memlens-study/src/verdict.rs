@@ -286,12 +286,8 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
                 .top
                 .iter()
                 .map(|s| {
-                    let frames: Vec<String> = s
-                        .stack
-                        .split(" ← ")
-                        .take(4)
-                        .map(short_name)
-                        .collect();
+                    let frames: Vec<String> =
+                        s.stack.split(" ← ").take(4).map(short_name).collect();
                     let mut st = frames.join(" ← ");
                     if st.chars().count() > 90 {
                         st = st.chars().take(89).collect::<String>() + "…";
@@ -366,7 +362,8 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
                     format!("{:.3}", x.ci_low_pct),
                     format!("{:.3}", x.ci_high_pct),
                     x.coverage_pct.map_or(String::new(), |v| format!("{v:.3}")),
-                    x.direct_cost_pct.map_or(String::new(), |v| format!("{v:.3}")),
+                    x.direct_cost_pct
+                        .map_or(String::new(), |v| format!("{v:.3}")),
                     x.indirect_cost_pct
                         .map_or(String::new(), |v| format!("{v:.3}")),
                 ]

@@ -299,7 +299,11 @@ mod tests {
             assert_eq!(*c == 0, i % 7 % 2 == 0, "{s:?}");
         }
         for r in 0..4 {
-            let mut cs: Vec<u32> = s.iter().filter(|b| b.0 == r && b.1 > 0).map(|b| b.1).collect();
+            let mut cs: Vec<u32> = s
+                .iter()
+                .filter(|b| b.0 == r && b.1 > 0)
+                .map(|b| b.1)
+                .collect();
             cs.sort();
             assert_eq!(cs, [1, 2, 3]);
         }

@@ -66,6 +66,8 @@ pub struct RtcArgs {
 /// Bytes of heap one book takes per price level (a boxed level, its vector of updates and its share
 /// of the BTreeMap node, with allocator headers): sizes the books to a working set.
 const LEVEL_BYTES: u64 = 160;
+/// Ticks longer than this many TSC cycles (1 ms at 2 GHz and more) were preempted: not counted.
+const PREEMPTED: u64 = 2_000_000;
 /// Quote lines pre-generated per thread (replayed in a cycle).
 const LINES: usize = 1 << 15;
 
@@ -168,8 +170,10 @@ fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> 
         let dt = tsc::now() - t0;
         let sampled = sw.thread_samples() != s0;
         since = if sampled { 0 } else { since.saturating_add(1) };
-        if b < 0 || sh.block.load(Ordering::Relaxed) != b {
-            continue; // warm-up, or the tick straddled a switch
+        if b < 0 || sh.block.load(Ordering::Relaxed) != b || dt > PREEMPTED {
+            // warm-up, a tick that straddled a switch, or one the scheduler preempted (the other
+            // programs of a loaded machine, not our work: at ~5 µs a tick, 1 ms is never work)
+            continue;
         }
         let a = &mut acc[b as usize];
         a.ticks += 1;
@@ -191,8 +195,8 @@ fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> 
 
 /// Validated layout: threads and instruments per thread.
 fn layout(a: &RtcArgs) -> Result<(usize, usize)> {
-    let ws = units::parse_size(&a.working_set)
-        .map_err(|e| usage(format!("bad --working-set: {e}")))?;
+    let ws =
+        units::parse_size(&a.working_set).map_err(|e| usage(format!("bad --working-set: {e}")))?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
