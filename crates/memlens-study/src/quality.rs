@@ -185,6 +185,9 @@ pub fn judge(
     Ok((out, summaries, note))
 }
 
+/// The quality of one sampled window, its sample count and its share of truncated stacks.
+pub type WindowQuality = (Quality, u64, f64);
+
 /// Quality of profiles of the same measured window: `exact` is the truth (every allocation), each
 /// of `sampled` one sampled run. Returns the truth's summary and one quality (with its sample count
 /// and truncated share) per sampled run.
@@ -192,7 +195,7 @@ pub fn window(
     unwinder: &str,
     exact: Vec<PathBuf>,
     sampled: Vec<Vec<PathBuf>>,
-) -> Result<(TruthSummary, Vec<(Quality, u64, f64)>)> {
+) -> Result<(TruthSummary, Vec<WindowQuality>)> {
     let mut all = vec![exact];
     all.extend(sampled);
     let mut ps = rawdump::load_runs(&all)?.into_iter();

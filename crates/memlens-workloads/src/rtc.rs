@@ -322,8 +322,8 @@ fn run_paired(a: &RtcArgs, sw: Switch, configs: &[Config], desks: Vec<Desk>) -> 
             let (s, f) = (b.sampled.as_mut().unwrap(), b.after.as_mut().unwrap());
             (s.0, s.1) = (s.0 + acc.sampled.0, s.1 + acc.sampled.1);
             (f.0, f.1) = (f.0 + acc.after.0, f.1 + acc.after.1);
-            for k in 0..3 {
-                q[k] += acc.q[k] * acc.ticks as f64;
+            for (x, a) in q.iter_mut().zip(acc.q) {
+                *x += a * acc.ticks as f64;
             }
         }
         // Quantiles of the block: the workers' own, weighted by their ticks.
