@@ -23,8 +23,10 @@
  *        if (start) start();
  *
  * All functions are thread-safe, never allocate through malloc and may be called at any time after the
- * program's main() has started. Sampling changes reach each thread within about 1 MiB of its own
- * allocation (the runtime's fast path reads no shared state).
+ * program's main() has started. A switch (memlens_start, memlens_stop, memlens_set_interval) reaches
+ * every thread at its next allocation: the call forces each thread's byte countdown to zero and waits
+ * (at most 50 us) until the threads that are allocating have acknowledged it. The fast path itself
+ * still reads no shared state.
  */
 #ifndef MEMLENS_H
 #define MEMLENS_H
@@ -72,6 +74,24 @@ MEMLENS_API int memlens_set_interval(size_t bytes);
 
 /* Fill *st. Returns 0, or -EINVAL if st is NULL. */
 MEMLENS_API int memlens_status(struct memlens_status *st);
+
+/* Zero the cumulative (alloc) counts and the sample totals, so that the next dump covers only what
+ * is allocated from now on (live blocks sampled before stay, so their frees still balance). Returns 0. */
+MEMLENS_API int memlens_reset(void);
+
+/* Samples taken by the calling thread since it started (never reset): one TLS read. A program can
+ * compare it before and after a piece of work to know whether the profiler sampled inside it. */
+MEMLENS_API uint64_t memlens_thread_samples(void);
+
+/* What the last switch did (memlens_start, memlens_stop, memlens_set_interval). */
+struct memlens_switch {
+    uint64_t threads; /* threads it reached (those that have allocated at least once) */
+    uint64_t pending; /* of them, allocating but not yet switched when the call returned (normally 0) */
+    uint64_t ns;      /* time the call spent forcing the threads over */
+};
+
+/* Fill *sw. Returns 0, or -EINVAL if sw is NULL. */
+MEMLENS_API int memlens_last_switch(struct memlens_switch *sw);
 
 #ifdef __cplusplus
 }

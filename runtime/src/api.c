@@ -40,3 +40,19 @@ int memlens_status(struct memlens_status *st)
     st->dropped = s.dropped;
     return 0;
 }
+
+int memlens_reset(void)
+{
+    ml_reset();
+    return 0;
+}
+
+uint64_t memlens_thread_samples(void) { return ml_thread_samples(); }
+
+int memlens_last_switch(struct memlens_switch *sw)
+{
+    if (sw == NULL)
+        return -EINVAL;
+    ml_last_switch(&sw->threads, &sw->pending, &sw->ns);
+    return 0;
+}

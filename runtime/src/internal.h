@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-/* Start (on=1) or stop (on=0) sampling. Returns the previous state. Threads pick the change up within
- * about 1 MiB of their own allocation (the fast path never reads a global). */
+/* Start (on=1) or stop (on=0) sampling. Returns the previous state. Every thread picks the change up
+ * at its next allocation (control.c: the fast switch). */
 int ml_set_active(int on);
 
 /* Mean sampling interval in bytes; 0 = exact mode (every allocation is recorded). */
@@ -33,6 +33,13 @@ struct ml_status {
     uint64_t inuse_bytes; /* live heap estimated from the samples (for memlens serve's metrics) */
 };
 void ml_get_status(struct ml_status *st);
+
+/* Samples taken by the calling thread so far (never reset). */
+uint64_t ml_thread_samples(void);
+
+/* The last switch: threads it reached, threads that had not acknowledged when it returned (they
+ * switch at their next allocation), and how long it took. */
+void ml_last_switch(uint64_t *threads, uint64_t *pending, uint64_t *ns);
 
 /* Hooks provided by ctl.c (weak in the runtime, which works without them):
  * ml_ctl_start is called once from the library constructor after the runtime is initialised (never from

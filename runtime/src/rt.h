@@ -34,6 +34,11 @@ struct ml_thread {
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
+    /* Fast switch (control.c): the last switch epoch this thread's slow path saw (written by this
+     * thread, read by the switcher), whether it is in the switch registry, and its sample count. */
+    _Atomic uint64_t epoch;
+    int registered;      /* ML_REG_*: 0 not yet, then registered, full or exited */
+    uint64_t samples;    /* samples (and exact records) taken by this thread */
 };
 extern __thread struct ml_thread ml_tls;
 
@@ -206,6 +211,13 @@ void ml_out_flush(struct ml_out *o);
 
 /* fork.c */
 void ml_fork_setup(void);
+
+/* control.c: the fast switch. Every start/stop/interval change bumps ml_epoch and forces each
+ * registered thread's countdown to 0, so its next allocation takes the slow path, which sees the new
+ * epoch and re-arms for the new state. */
+extern _Atomic uint64_t ml_epoch;
+enum { ML_REG_NO, ML_REG_YES, ML_REG_FULL, ML_REG_EXITED };
+void ml_thread_register(struct ml_thread *t);
 
 /* spin lock usable before init, and resettable in a fork child */
 static inline void ml_spin_lock(_Atomic int *l)

@@ -73,6 +73,15 @@ int ml_slow_decide(size_t size)
     }
     if (unlikely(!t->rng))
         thread_setup(t);
+    if (unlikely(t->registered == ML_REG_NO))
+        ml_thread_register(t);
+    uint64_t e = atomic_load_explicit(&ml_epoch, memory_order_acquire);
+    if (unlikely(atomic_load_explicit(&t->epoch, memory_order_relaxed) != e)) {
+        /* A switch happened (and probably forced us here): acknowledge it and re-arm from scratch.
+         * Redrawing is unbiased: the countdown is memoryless. */
+        atomic_store_explicit(&t->epoch, e, memory_order_release);
+        t->armed = 0;
+    }
     uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
     if (!atomic_load_explicit(&ml_cfg.active, memory_order_relaxed)) {
         /* Inactive: come back after ~1 MiB to see whether someone switched us on. */
@@ -83,6 +92,7 @@ int ml_slow_decide(size_t size)
     if (R == 0) {
         t->countdown = 0; /* every allocation comes here */
         t->armed = ARMED_EXACT;
+        t->samples++;
         return ML_EXACT;
     }
     if (t->armed != R) {
@@ -101,6 +111,7 @@ int ml_slow_decide(size_t size)
      * this store, and a draw (a division, a polynomial) on that path would stall it. */
     t->countdown = t->next;
     t->next = draw(t, R);
+    t->samples += size != 0;
     return size ? ML_SAMPLE : ML_FORWARD;
 }
 

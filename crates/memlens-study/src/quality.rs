@@ -185,6 +185,44 @@ pub fn judge(
     Ok((out, summaries, note))
 }
 
+/// The quality of one sampled window, its sample count and its share of truncated stacks.
+pub type WindowQuality = (Quality, u64, f64);
+
+/// Quality of profiles of the same measured window: `exact` is the truth (every allocation), each
+/// of `sampled` one sampled run. Returns the truth's summary and one quality (with its sample count
+/// and truncated share) per sampled run.
+pub fn window(
+    unwinder: &str,
+    exact: Vec<PathBuf>,
+    sampled: Vec<Vec<PathBuf>>,
+) -> Result<(TruthSummary, Vec<WindowQuality>)> {
+    let mut all = vec![exact];
+    all.extend(sampled);
+    let mut ps = rawdump::load_runs(&all)?.into_iter();
+    let truth = Truth::of(&ps.next().expect("the exact run was loaded"));
+    let summary = TruthSummary {
+        unwinder: unwinder.to_string(),
+        total_bytes: truth.total,
+        stacks: truth.stacks.len(),
+        top: truth
+            .top
+            .iter()
+            .map(|(k, v)| TopStack {
+                stack: k.join(" ← "),
+                bytes: *v,
+                share_pct: v / truth.total.max(1.0) * 100.0,
+            })
+            .collect(),
+    };
+    let q = ps
+        .map(|p| {
+            let tr = p.truncated as f64 / p.samples.max(1) as f64;
+            (judge_one(&truth, &p), p.samples, tr)
+        })
+        .collect();
+    Ok((summary, q))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! Summaries of the runs, the recommendation, and every output: tables on stdout, JSON, CSV, SVG
-//! plots and the HTML page. Published figures (DESIGN.md, studies item 1) are printed beside ours,
+//! plots and the HTML page. Published figures (docs/design.md, published studies) are printed beside ours,
 //! always labelled as published.
 use crate::configs::{Config, Setup};
 use crate::runner::{ConfigRuns, WorkloadResults};
@@ -11,7 +11,7 @@ use memlens_measure::{html, output, plot};
 use serde::Serialize;
 
 pub const PUBLISHED_LABEL: &str =
-    "published: jemalloc 3.4.1, 2×8-core Xeon E5-2690, libgcc unwinder, 16 threads (DESIGN.md, studies item 1)";
+    "published: jemalloc 3.4.1, 2×8-core Xeon E5-2690, libgcc unwinder, 16 threads (docs/design.md)";
 /// Increase of mean malloc() time in the malloc-test program, by interval (published).
 pub const PUBLISHED_SYNTHETIC: [(u64, f64); 6] = [
     (64 << 10, 203.0),

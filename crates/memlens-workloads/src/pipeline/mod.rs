@@ -20,9 +20,9 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use std::thread;
 
-mod book;
-mod feed;
-mod strategy;
+pub(crate) mod book;
+pub(crate) mod feed;
+pub(crate) mod strategy;
 
 use book::Book;
 use feed::{Feed, RawQuote};

@@ -1,0 +1,198 @@
+//! Paired-in-time statistics: each configuration block against the `off` blocks beside it.
+use memlens_workloads::paired::Block;
+use serde::Serialize;
+
+/// An overhead estimate in percent: median of the paired per-round values with its bootstrap 95%
+/// confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Median over rounds, percent.
+    pub pct: f64,
+    /// Lower end of the 95% interval, percent.
+    pub lo: f64,
+    /// Upper end of the 95% interval, percent.
+    pub hi: f64,
+    /// Rounds it rests on.
+    pub n: usize,
+}
+
+impl Estimate {
+    /// Half the width of the interval, in points.
+    pub fn half_width(&self) -> f64 {
+        (self.hi - self.lo) / 2.0
+    }
+
+    /// `+12.3 ±1.1`.
+    pub fn show(&self) -> String {
+        format!("{:+.1} ±{:.1}", self.pct, self.half_width())
+    }
+
+    /// Do the two intervals overlap (no difference resolved)?
+    pub fn overlaps(&self, o: &Estimate) -> bool {
+        self.lo <= o.hi && o.lo <= self.hi
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    memlens_measure::stats::quantile_sorted(v, 0.5)
+}
+
+/// Median of `xs` with a percentile-bootstrap 95% interval (2000 resamples, fixed seed so the same
+/// data give the same interval). `None` when empty.
+pub fn estimate(xs: &[f64]) -> Option<Estimate> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut meds: Vec<f64> = (0..2000)
+        .map(|_| {
+            let mut s: Vec<f64> = (0..xs.len())
+                .map(|_| xs[(next() % xs.len() as u64) as usize])
+                .collect();
+            median(&mut s)
+        })
+        .collect();
+    meds.sort_by(|a, b| a.total_cmp(b));
+    let q = |p| memlens_measure::stats::quantile_sorted(&meds, p);
+    Some(Estimate {
+        pct: median(&mut xs.to_vec()),
+        lo: q(0.025),
+        hi: q(0.975),
+        n: xs.len(),
+    })
+}
+
+/// Per-round paired values of one configuration, in percent.
+#[derive(Debug, Clone, Default)]
+pub struct Paired {
+    /// Block mean over its neighbouring off blocks' mean, − 1.
+    pub overhead: Vec<f64>,
+    /// Same for the p99 of the block (pipeline).
+    pub p99: Vec<f64>,
+    /// Excess time of the ticks that sampled, over the block's time at the off rate.
+    pub direct: Vec<f64>,
+    /// Excess time of the ticks just after a sample.
+    pub indirect: Vec<f64>,
+    /// Share of ticks that sampled.
+    pub sampled_share: Vec<f64>,
+}
+
+/// Pair every configuration block with the off blocks beside it (the schedule puts one on each
+/// side). Returns the per-round values by configuration number (index 0 unused).
+pub fn pair(blocks: &[Block], configs: usize) -> Vec<Paired> {
+    let mut out = vec![Paired::default(); configs + 1];
+    for (i, b) in blocks.iter().enumerate() {
+        if b.config == 0 || b.config as usize > configs || i == 0 || i + 1 >= blocks.len() {
+            continue;
+        }
+        let (l, r) = (&blocks[i - 1], &blocks[i + 1]);
+        if l.config != 0 || r.config != 0 || b.ticks == 0 || l.ticks == 0 || r.ticks == 0 {
+            continue;
+        }
+        let base = (l.mean() + r.mean()) / 2.0;
+        let p = &mut out[b.config as usize];
+        p.overhead.push((b.mean() / base - 1.0) * 100.0);
+        if let (Some(q), Some(ql), Some(qr)) = (b.quantiles, l.quantiles, r.quantiles) {
+            p.p99.push((q[1] / ((ql[1] + qr[1]) / 2.0) - 1.0) * 100.0);
+        }
+        if let (Some(s), Some(a)) = (b.sampled, b.after) {
+            let at_base = base * b.ticks as f64;
+            p.direct
+                .push((s.1 as f64 - s.0 as f64 * base) / at_base * 100.0);
+            p.indirect
+                .push((a.1 as f64 - a.0 as f64 * base) / at_base * 100.0);
+            p.sampled_share.push(s.0 as f64 / b.ticks as f64 * 100.0);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memlens_workloads::paired::schedule;
+
+    /// Blocks following the real schedule, with a drifting machine speed (×1 … ×2 over the run),
+    /// noise, and configuration c slowed by `effect[c]` percent.
+    fn synthetic(effect: &[f64], rounds: u32) -> Vec<Block> {
+        let mut x = 12345u64;
+        let sched = schedule(effect.len() - 1, rounds, 3);
+        let n = sched.len() as f64;
+        sched
+            .iter()
+            .enumerate()
+            .map(|(i, &(round, config))| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let noise = 1.0 + ((x % 1000) as f64 / 1000.0 - 0.5) * 0.04;
+                let drift = 1.0 + i as f64 / n;
+                let mean = 100.0 * drift * noise * (1.0 + effect[config as usize] / 100.0);
+                Block {
+                    round,
+                    config,
+                    ticks: 1000,
+                    cycles: (mean * 1000.0) as u64,
+                    ..Block::default()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn injected_slowdown_is_recovered_within_its_interval() {
+        let p = pair(&synthetic(&[0.0, 10.0, 0.0], 100), 2);
+        let e = estimate(&p[1].overhead).unwrap();
+        assert!(e.lo <= 10.0 && 10.0 <= e.hi, "{e:?}");
+        assert!(e.half_width() < 2.0, "{e:?}");
+        assert_eq!(e.n, 100);
+        // the null configuration: its interval contains 0 and excludes the real effect
+        let z = estimate(&p[2].overhead).unwrap();
+        assert!(z.lo <= 0.0 && 0.0 <= z.hi && z.hi < 5.0, "{z:?}");
+        assert!(!e.overlaps(&z));
+    }
+
+    #[test]
+    fn drift_alone_is_not_an_overhead() {
+        // Unpaired, the 2x drift would look like a large effect; paired it cancels.
+        let p = pair(&synthetic(&[0.0, 0.0], 30), 1);
+        let e = estimate(&p[1].overhead).unwrap();
+        assert!(e.lo <= 0.0 && 0.0 <= e.hi, "{e:?}");
+    }
+
+    #[test]
+    fn direct_and_indirect_split_the_excess() {
+        let off = |round| Block {
+            round,
+            config: 0,
+            ticks: 100,
+            cycles: 10_000,
+            sampled: Some((0, 0)),
+            after: Some((0, 0)),
+            quantiles: Some([100.0, 100.0, 100.0]),
+        };
+        // 100 ticks at 100 cycles, except 2 sampled ticks at 600 and 8 after them at 150.
+        let on = Block {
+            round: 0,
+            config: 1,
+            ticks: 100,
+            cycles: 90 * 100 + 2 * 600 + 8 * 150,
+            sampled: Some((2, 1200)),
+            after: Some((8, 1200)),
+            quantiles: Some([100.0, 150.0, 600.0]),
+        };
+        let p = pair(&[off(0), on, off(0)], 1);
+        assert!((p[1].overhead[0] - 14.0).abs() < 1e-9);
+        assert!((p[1].direct[0] - 10.0).abs() < 1e-9);
+        assert!((p[1].indirect[0] - 4.0).abs() < 1e-9);
+        assert!((p[1].p99[0] - 50.0).abs() < 1e-9);
+        assert!(estimate(&[]).is_none());
+    }
+}

@@ -1,0 +1,494 @@
+//! The answer first: the recommendation (a pure function of the rows), the verdict lines, then the
+//! detailed tables (cost and quality apart, each under 120 columns), JSON, CSV and HTML.
+use crate::paired::{Results, Row};
+use crate::stats::{self, Estimate};
+use anyhow::Result;
+use memlens_measure::units::format_size;
+use memlens_measure::{html, output};
+
+/// Published figures (jemalloc 3.4.1, 2×8-core Xeon, libgcc unwinder, 16 threads): increase of the
+/// mean at 512 KiB on the malloc-test loop and on the real trading application.
+pub const PUBLISHED_512K: (f64, f64) = (9.0, 42.0);
+
+/// Where the design of the study is explained (in the tree).
+pub const DESIGN_DOC: &str = "docs/design.md";
+
+/// A candidate interval for the recommendation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// Interval, bytes.
+    pub interval: u64,
+    /// Its overhead.
+    pub overhead: Estimate,
+    /// Its coverage, if measured.
+    pub coverage: Option<f64>,
+}
+
+/// The interval to use: among those whose coverage reaches `min_coverage` (unknown coverage does
+/// not qualify), the smallest (most detail) whose overhead stays within `budget` percent even at the
+/// upper end of its 95% interval; if none does, the qualifying one with the lowest overhead.
+pub fn recommend(c: &[Candidate], min_coverage: f64, budget: f64) -> Option<Candidate> {
+    let mut ok: Vec<&Candidate> = c
+        .iter()
+        .filter(|x| x.coverage.is_some_and(|v| v >= min_coverage))
+        .collect();
+    ok.sort_by_key(|x| x.interval);
+    ok.iter()
+        .find(|x| x.overhead.hi <= budget)
+        .or_else(|| {
+            ok.iter()
+                .min_by(|a, b| a.overhead.pct.total_cmp(&b.overhead.pct))
+        })
+        .map(|x| **x)
+}
+
+/// A function name for a table: template/generic arguments and parameter lists elided (as pprof
+/// shows them); the full name stays in the JSON.
+pub fn short_name(name: &str) -> String {
+    let mut out = String::new();
+    let (mut angle, mut paren) = (0usize, 0usize);
+    let b = name.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let ch = name[i..].chars().next().unwrap();
+        match ch {
+            // `operator<`, `operator<<` and `->` are not brackets
+            '<' if !name[..i].ends_with("operator") && !name[..i].ends_with("operator<") => {
+                if angle == 0 && paren == 0 {
+                    out.push_str("<…>");
+                }
+                angle += 1;
+            }
+            '>' if angle > 0 && !name[..i].ends_with('-') => angle -= 1,
+            '(' if angle == 0 => {
+                if paren == 0 && !name[i..].starts_with("(anonymous") {
+                    out.push_str("()");
+                }
+                paren += 1;
+            }
+            ')' if angle == 0 && paren > 0 => paren -= 1,
+            _ if angle == 0 && paren == 0 => out.push(ch),
+            _ => {}
+        }
+        i += ch.len_utf8();
+    }
+    // Rust's hash suffix (`::h0123456789abcdef`) says nothing to a reader.
+    if let Some(p) = out.rfind("::h") {
+        if out.len() - p == 19 && out[p + 3..].chars().all(|c| c.is_ascii_hexdigit()) {
+            out.truncate(p);
+        }
+    }
+    out
+}
+
+fn est(r: &Row) -> Estimate {
+    Estimate {
+        pct: r.overhead_pct,
+        lo: r.ci_low_pct,
+        hi: r.ci_high_pct,
+        n: r.rounds,
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// Median difference a − b of two independent sets of per-round values, with a bootstrap interval
+/// (pairs of rounds drawn independently from each).
+fn difference(a: &[f64], b: &[f64]) -> Option<Estimate> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let n = a.len().min(b.len());
+    let d: Vec<f64> = (0..n).map(|i| a[i] - b[i]).collect();
+    stats::estimate(&d)
+}
+
+/// The verdict: what to use and what it costs, in a few lines.
+pub fn verdict(r: &Results) -> Vec<String> {
+    let s = &r.settings;
+    let mut v = Vec::new();
+    let real = r
+        .rows
+        .iter()
+        .find(|x| x.coverage_pct.is_some())
+        .map(|x| x.workload.clone())
+        .or_else(|| {
+            r.rows
+                .iter()
+                .find(|x| x.workload.starts_with("pipeline"))
+                .map(|x| x.workload.clone())
+        });
+    let synth = r
+        .rows
+        .iter()
+        .find(|x| x.workload.starts_with("synthetic"))
+        .map(|x| x.workload.clone());
+    if let Some(w) = &real {
+        for u in &s.unwinders {
+            let cands: Vec<Candidate> = r
+                .rows
+                .iter()
+                .filter(|x| &x.workload == w && x.unwinder.as_deref() == Some(u))
+                .map(|x| Candidate {
+                    interval: x.interval_bytes.unwrap_or(0),
+                    overhead: est(x),
+                    coverage: x.coverage_pct,
+                })
+                .collect();
+            v.push(match recommend(&cands, s.min_coverage, s.budget) {
+                Some(c) => format!(
+                    "recommended {u:<9} {:>5}: mean latency {}% on {w}, coverage {:.1}% (≥ {}% needed)",
+                    format_size(c.interval),
+                    c.overhead.show(),
+                    c.coverage.unwrap_or(f64::NAN),
+                    s.min_coverage
+                ),
+                None => format!(
+                    "recommended {u:<9}: none — no interval reached {}% coverage (or coverage was not measured)",
+                    s.min_coverage
+                ),
+            });
+        }
+    }
+    let find = |w: &str, p: &str, u: Option<&str>, i: u64| {
+        r.rows.iter().find(|x| {
+            x.workload == w
+                && x.profiler == p
+                && (u.is_none() || x.unwinder.as_deref() == u)
+                && x.interval_bytes == Some(i)
+        })
+    };
+    let u0 = s.unwinders.first().map(String::as_str);
+    for w in real.iter().chain(synth.iter()) {
+        for i in [64u64 << 10, 512 << 10] {
+            if let (Some(m), Some(j)) = (find(w, "memlens", u0, i), find(w, "jemalloc", None, i)) {
+                let d = difference(&m.per_round, &j.per_round);
+                v.push(format!(
+                    "memlens {} vs jemalloc prof at {} on {w}: {}% vs {}%; difference {} points{}",
+                    u0.unwrap_or(""),
+                    format_size(i),
+                    est(m).show(),
+                    est(j).show(),
+                    d.map_or("-".into(), |d| d.show()),
+                    if d.is_some_and(|d| d.lo <= 0.0 && 0.0 <= d.hi) {
+                        " (a tie)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+    if let (Some(rw), Some(sw)) = (&real, &synth) {
+        if let (Some(a), Some(b)) = (
+            find(rw, "memlens", u0, 512 << 10),
+            find(sw, "memlens", u0, 512 << 10),
+        ) {
+            let d = difference(&a.per_round, &b.per_round);
+            v.push(format!(
+                "realistic vs synthetic at 512K ({}): {rw} {}% vs {sw} {}% — difference {} points; published: +{}% vs +{}%",
+                u0.unwrap_or(""),
+                est(a).show(),
+                est(b).show(),
+                d.map_or("-".into(), |d| d.show()),
+                PUBLISHED_512K.1,
+                PUBLISHED_512K.0
+            ));
+            if let (Some(di), Some(ii)) = (a.direct_ci, a.indirect_ci) {
+                v.push(format!(
+                    "  split on {rw}: direct (the sampling ticks) {}%, indirect (the {} ticks after) {}%, rest {:+.1}%",
+                    di.show(),
+                    memlens_workloads::paired::AFTER,
+                    ii.show(),
+                    a.overhead_pct - di.pct - ii.pct
+                ));
+            }
+        }
+    }
+    v.push(format!("cache/TLB misses per tick: {}", r.counters));
+    v
+}
+
+const COST_HEAD: [&str; 8] = [
+    "config",
+    "rounds",
+    "mean % (95% CI)",
+    "p99 %",
+    "direct %",
+    "indirect %",
+    "sampled ticks %",
+    "paired",
+];
+
+fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
+    r.rows
+        .iter()
+        .filter(|x| x.workload == w)
+        .map(|x| {
+            vec![
+                x.config.clone(),
+                x.rounds.to_string(),
+                format!(
+                    "{:+.1} [{:+.1}, {:+.1}]",
+                    x.overhead_pct, x.ci_low_pct, x.ci_high_pct
+                ),
+                x.p99_overhead_pct.map_or("-".into(), |e| e.show()),
+                x.direct_ci.map_or("-".into(), |e| e.show()),
+                x.indirect_ci.map_or("-".into(), |e| e.show()),
+                opt(x.sampled_ticks_pct, 2),
+                if x.paired { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect()
+}
+
+const QUALITY_HEAD: [&str; 6] = [
+    "config",
+    "coverage %",
+    "total err %",
+    "top-stack err %",
+    "samples",
+    "truncated %",
+];
+
+fn quality_rows(r: &Results) -> Vec<Vec<String>> {
+    r.rows
+        .iter()
+        .filter(|x| x.coverage_pct.is_some())
+        .map(|x| {
+            vec![
+                x.config.clone(),
+                opt(x.coverage_pct, 1),
+                opt(x.total_error_pct, 1),
+                opt(x.top_error_pct, 1),
+                x.samples.map_or("-".into(), |v| v.to_string()),
+                opt(x.truncated_pct, 1),
+            ]
+        })
+        .collect()
+}
+
+fn workloads(r: &Results) -> Vec<(String, String)> {
+    r.settings
+        .workloads
+        .iter()
+        .map(|w| (w.name(), w.describe()))
+        .collect()
+}
+
+fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
+    r.truth
+        .iter()
+        .map(|t| {
+            let rows = t
+                .top
+                .iter()
+                .map(|s| {
+                    let frames: Vec<String> =
+                        s.stack.split(" ← ").take(4).map(short_name).collect();
+                    let mut st = frames.join(" ← ");
+                    if st.chars().count() > 90 {
+                        st = st.chars().take(89).collect::<String>() + "…";
+                    }
+                    vec![format!("{:.1}", s.share_pct), st]
+                })
+                .collect();
+            (t.unwinder.clone(), rows)
+        })
+        .collect()
+}
+
+/// Print the verdict and the tables; write the files asked for.
+pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
+    let v = verdict(r);
+    println!("VERDICT (paired in time inside each process; ± = half the 95% interval)");
+    for l in &v {
+        println!("  {l}");
+    }
+    println!();
+    for (w, d) in workloads(r) {
+        println!("{w}: {d}");
+        println!("{}", output::table(&COST_HEAD, &cost_rows(r, &w)));
+    }
+    let q = quality_rows(r);
+    if !q.is_empty() {
+        println!("profile quality: the same window (warm-up, reset, fixed ticks) exact vs sampled");
+        println!("{}", output::table(&QUALITY_HEAD, &q));
+    }
+    for (u, rows) in truth_rows(r) {
+        println!("top stacks of the exact window ({u}), innermost first, short names:");
+        println!("{}", output::table(&["share %", "stack"], &rows));
+    }
+    println!(
+        "switch: {} threads, longest switch call {:.1} µs, threads still pending after it: {} at most",
+        r.switch.threads,
+        r.switch.max_ns as f64 / 1e3,
+        r.switch.pending_max
+    );
+    println!(
+        "study took {:.0} s; method: {DESIGN_DOC} and the README's study section",
+        r.seconds
+    );
+    if let Some(p) = &out.json {
+        output::write_json(p, r)?;
+    }
+    if let Some(p) = &out.csv {
+        let head = [
+            "workload",
+            "config",
+            "interval_bytes",
+            "unwinder",
+            "paired",
+            "overhead_pct",
+            "ci_low_pct",
+            "ci_high_pct",
+            "coverage_pct",
+            "direct_cost_pct",
+            "indirect_cost_pct",
+        ];
+        let rows: Vec<Vec<String>> = r
+            .rows
+            .iter()
+            .map(|x| {
+                vec![
+                    x.workload.clone(),
+                    x.config.clone(),
+                    x.interval_bytes.map_or(String::new(), |v| v.to_string()),
+                    x.unwinder.clone().unwrap_or_default(),
+                    x.paired.to_string(),
+                    format!("{:.3}", x.overhead_pct),
+                    format!("{:.3}", x.ci_low_pct),
+                    format!("{:.3}", x.ci_high_pct),
+                    x.coverage_pct.map_or(String::new(), |v| format!("{v:.3}")),
+                    x.direct_cost_pct
+                        .map_or(String::new(), |v| format!("{v:.3}")),
+                    x.indirect_cost_pct
+                        .map_or(String::new(), |v| format!("{v:.3}")),
+                ]
+            })
+            .collect();
+        output::write_csv(p, &head, &rows)?;
+    }
+    if let Some(p) = &out.html {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let mut rep = html::Report {
+            title: "memlens study: what heap profiling costs".into(),
+            sections: vec![html::Section {
+                heading: "Verdict".into(),
+                paragraphs: v.clone(),
+                ..Default::default()
+            }],
+        };
+        for (w, d) in workloads(r) {
+            rep.sections.push(html::Section {
+                heading: format!("Cost: {w}"),
+                paragraphs: vec![d],
+                tables: vec![(s(&COST_HEAD), cost_rows(r, &w))],
+                ..Default::default()
+            });
+        }
+        if !q.is_empty() {
+            rep.sections.push(html::Section {
+                heading: "Quality of the profile window".into(),
+                tables: vec![(s(&QUALITY_HEAD), q)],
+                ..Default::default()
+            });
+        }
+        output::write_text(p, &html::render(&rep))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(interval: u64, pct: f64, hw: f64, cov: Option<f64>) -> Candidate {
+        Candidate {
+            interval,
+            overhead: Estimate {
+                pct,
+                lo: pct - hw,
+                hi: pct + hw,
+                n: 10,
+            },
+            coverage: cov,
+        }
+    }
+
+    #[test]
+    fn recommendation_table() {
+        let k = 1024;
+        // (candidates, expected interval)
+        let cases: Vec<(Vec<Candidate>, Option<u64>)> = vec![
+            // the smallest interval within budget wins
+            (
+                vec![
+                    c(64 * k, 20.0, 2.0, Some(99.0)),
+                    c(512 * k, 3.0, 1.0, Some(97.0)),
+                    c(2048 * k, 1.0, 1.0, Some(91.0)),
+                ],
+                Some(512 * k),
+            ),
+            // within budget only if the whole interval is
+            (
+                vec![
+                    c(512 * k, 4.5, 1.0, Some(97.0)),
+                    c(2048 * k, 1.0, 1.0, Some(95.0)),
+                ],
+                Some(2048 * k),
+            ),
+            // coverage rules out the cheap one
+            (
+                vec![
+                    c(512 * k, 8.0, 1.0, Some(97.0)),
+                    c(2048 * k, 1.0, 1.0, Some(80.0)),
+                ],
+                Some(512 * k),
+            ),
+            // nothing in budget: the cheapest that covers
+            (
+                vec![
+                    c(64 * k, 30.0, 1.0, Some(99.0)),
+                    c(256 * k, 9.0, 1.0, Some(95.0)),
+                ],
+                Some(256 * k),
+            ),
+            // unknown coverage never qualifies
+            (vec![c(512 * k, 1.0, 1.0, None)], None),
+            (vec![], None),
+        ];
+        for (i, (cands, want)) in cases.iter().enumerate() {
+            assert_eq!(
+                recommend(cands, 90.0, 5.0).map(|x| x.interval),
+                *want,
+                "case {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_names_elide_generics_and_parameters() {
+        let cases = [
+            (
+                "std::vector<int, std::allocator<int> >::push_back(int const&)",
+                "std::vector<…>::push_back()",
+            ),
+            (
+                "alloc::raw_vec::RawVec<T,A>::grow_one::h0123456789abcdef",
+                "alloc::raw_vec::RawVec<…>::grow_one",
+            ),
+            ("operator<<(std::ostream&, int)", "operator<<()"),
+            ("malloc", "malloc"),
+            (
+                "<alloc::string::String as core::clone::Clone>::clone",
+                "<…>::clone",
+            ),
+        ];
+        for (full, short) in cases {
+            assert_eq!(short_name(full), short, "{full}");
+        }
+    }
+}
