@@ -1,12 +1,13 @@
 //! Loading the runtime into a running process with ptrace, without gdb.
 //!
 //! One thread is seized and interrupted. Unless it is inside the allocator or the dynamic loader
-//! (then it is resumed and another moment or thread is tried), it makes four calls into the
-//! process's own libc — mmap (a two-page work area), memfd_create (the runtime is written into it
-//! through /proc/PID/fd), mprotect, pthread_create — and is put back exactly as it was (registers
-//! and the whole x87/SSE/AVX state) and released. The new loader thread runs `loader.S`: dlopen
-//! of /proc/self/fd/N (so the library need not be visible in the process's mount namespace), then
-//! `memlens_attach_entry`, which patches the GOTs. memlens waits for its status word.
+//! (then it is resumed and another moment or thread is tried), it makes two calls into the
+//! process's own libc — mmap (a two-page work area for `loader.S` and its data) and pthread_create
+//! — and is put back exactly as it was (registers and the whole x87/SSE/AVX state) and released.
+//! Everything else happens while the process runs: the new loader thread creates a memfd, memlens
+//! writes the runtime into it through /proc/PID/fd/N, and the loader dlopens /proc/self/fd/N (so
+//! the library need not be visible in the process's mount namespace) and calls
+//! `memlens_attach_entry`, which patches the GOTs. memlens follows its status word.
 //!
 //! A call is made by pointing the thread at the function with a return address of 0: the return
 //! faults, the fault stops the thread for us, and the signal is never delivered.
@@ -20,25 +21,33 @@ use std::time::{Duration, Instant};
 /// `loader.S`, assembled (`as --64 loader.S && objcopy -O binary -j .text`).
 pub const LOADER: &[u8] = &[
     0x53, 0x48, 0x89, 0xfb, 0xff, 0x53, 0x20, 0x48, 0x89, 0xc7, 0xff, 0x53, 0x18, 0x48, 0x8d, 0xbb,
-    0x80, 0x00, 0x00, 0x00, 0xbe, 0x02, 0x10, 0x00, 0x00, 0xff, 0x13, 0x48, 0x85, 0xc0, 0x74, 0x42,
-    0x48, 0x89, 0xc7, 0x48, 0x8d, 0xb3, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x53, 0x08, 0x48, 0x85, 0xc0,
-    0x74, 0x39, 0x48, 0x8d, 0xbb, 0x00, 0x01, 0x00, 0x00, 0x48, 0x8d, 0xb3, 0x00, 0x02, 0x00, 0x00,
-    0xba, 0x00, 0x02, 0x00, 0x00, 0xff, 0xd0, 0x85, 0xc0, 0x75, 0x58, 0xc7, 0x43, 0x38, 0x01, 0x00,
-    0x00, 0x00, 0x48, 0x89, 0xdf, 0x48, 0x8b, 0x73, 0x40, 0x48, 0x8b, 0x43, 0x30, 0x5b, 0x50, 0xff,
-    0x67, 0x28, 0xc7, 0x43, 0x3c, 0x02, 0x00, 0x00, 0x00, 0xeb, 0x07, 0xc7, 0x43, 0x3c, 0x03, 0x00,
-    0x00, 0x00, 0xff, 0x53, 0x10, 0x48, 0x85, 0xc0, 0x74, 0x21, 0x48, 0x8d, 0xbb, 0x00, 0x02, 0x00,
-    0x00, 0xb9, 0xff, 0x01, 0x00, 0x00, 0x8a, 0x10, 0x88, 0x17, 0x84, 0xd2, 0x74, 0x0d, 0x48, 0xff,
-    0xc0, 0x48, 0xff, 0xc7, 0xff, 0xc9, 0x75, 0xee, 0xc6, 0x07, 0x00, 0x8b, 0x43, 0x3c, 0x89, 0x43,
-    0x38, 0x5b, 0xc3, 0xc7, 0x43, 0x38, 0x04, 0x00, 0x00, 0x00, 0x5b, 0xc3,
+    0x00, 0x04, 0x00, 0x00, 0xbe, 0x01, 0x00, 0x00, 0x00, 0xff, 0x53, 0x50, 0x89, 0x43, 0x58, 0xc7,
+    0x43, 0x38, 0x05, 0x00, 0x00, 0x00, 0x8b, 0x43, 0x5c, 0x83, 0xf8, 0x01, 0x74, 0x11, 0x85, 0xc0,
+    0x75, 0x0b, 0x48, 0x8d, 0x7b, 0x60, 0x31, 0xf6, 0xff, 0x53, 0x70, 0xeb, 0xe9, 0x5b, 0xc3, 0x48,
+    0x8d, 0xbb, 0x80, 0x00, 0x00, 0x00, 0xbe, 0x02, 0x10, 0x00, 0x00, 0xff, 0x13, 0x48, 0x85, 0xc0,
+    0x74, 0x42, 0x48, 0x89, 0xc7, 0x48, 0x8d, 0xb3, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x53, 0x08, 0x48,
+    0x85, 0xc0, 0x74, 0x39, 0x48, 0x8d, 0xbb, 0x00, 0x01, 0x00, 0x00, 0x48, 0x8d, 0xb3, 0x00, 0x02,
+    0x00, 0x00, 0xba, 0x00, 0x02, 0x00, 0x00, 0xff, 0xd0, 0x85, 0xc0, 0x75, 0x58, 0xc7, 0x43, 0x38,
+    0x01, 0x00, 0x00, 0x00, 0x48, 0x89, 0xdf, 0x48, 0x8b, 0x73, 0x40, 0x48, 0x8b, 0x43, 0x30, 0x5b,
+    0x50, 0xff, 0x67, 0x28, 0xc7, 0x43, 0x3c, 0x02, 0x00, 0x00, 0x00, 0xeb, 0x07, 0xc7, 0x43, 0x3c,
+    0x03, 0x00, 0x00, 0x00, 0xff, 0x53, 0x10, 0x48, 0x85, 0xc0, 0x74, 0x21, 0x48, 0x8d, 0xbb, 0x00,
+    0x02, 0x00, 0x00, 0xb9, 0xff, 0x01, 0x00, 0x00, 0x8a, 0x10, 0x88, 0x17, 0x84, 0xd2, 0x74, 0x0d,
+    0x48, 0xff, 0xc0, 0x48, 0xff, 0xc7, 0xff, 0xc9, 0x75, 0xee, 0xc6, 0x07, 0x00, 0x8b, 0x43, 0x3c,
+    0x89, 0x43, 0x38, 0x5b, 0xc3, 0xc7, 0x43, 0x38, 0x04, 0x00, 0x00, 0x00, 0x5b, 0xc3,
 ];
 
 // The work area: a data page (layout below, offsets used by loader.S) and a code page.
 const AREA: u64 = 0x2000;
 const CODE: u64 = 0x1000;
 const OFF_FUNCS: u64 = 0x00; // dlopen dlsym dlerror pthread_detach pthread_self munmap pthread_exit
-const OFF_STATUS: u64 = 0x38;
+const OFF_STATUS: u64 = 0x38; // 0 running, 5 memfd ready, 1 done, 2-4 failed
 const OFF_LEN: u64 = 0x40;
 const OFF_TID: u64 = 0x48;
+const OFF_MEMFD_CREATE: u64 = 0x50;
+const OFF_FD: u64 = 0x58;
+const OFF_GO: u64 = 0x5c; // set by memlens: 1 load, 2 give up
+const OFF_NAP: u64 = 0x60; // struct timespec of 1 ms
+const OFF_NANOSLEEP: u64 = 0x70;
 const OFF_PATH: u64 = 0x80;
 const OFF_SYM: u64 = 0xc0;
 const OFF_ARGS: u64 = 0x100;
@@ -53,13 +62,7 @@ const LOADER_FUNCS: [&str; 7] = [
     "munmap",
     "pthread_exit",
 ];
-const CALLED: [&str; 5] = [
-    "mmap",
-    "memfd_create",
-    "mprotect",
-    "pthread_create",
-    "close",
-];
+const CALLED: [&str; 4] = ["mmap", "memfd_create", "nanosleep", "pthread_create"];
 /// A thread stopped inside one of these (or anywhere in ld.so or a non-libc allocator) may hold the
 /// lock pthread_create needs: it is not used.
 const UNSAFE: [&str; 22] = [
@@ -139,8 +142,10 @@ fn is_event_stop(st: i32) -> bool {
     (st >> 16) == libc::PTRACE_EVENT_STOP
 }
 
-/// A seized, stopped thread.
+/// A seized, stopped thread. Dropping it without `release` (an early return, a panic) still puts
+/// the thread back and lets it go: the target must never be left stopped or with our registers.
 struct Stopped {
+    released: bool,
     tid: i32,
     regs: libc::user_regs_struct,
     xstate: Vec<u8>,
@@ -219,6 +224,7 @@ fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
     let regs = get_regs(tid)?;
     let xstate = get_xstate(tid)?;
     Ok(Ok(Stopped {
+        released: false,
         tid,
         regs,
         xstate,
@@ -226,9 +232,22 @@ fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
     }))
 }
 
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !self.released {
+            let _ = self.restore();
+        }
+    }
+}
+
 impl Stopped {
     /// Put the thread back as it was and let it go (also on every error path).
     fn release(mut self) -> Result<()> {
+        self.restore()
+    }
+
+    fn restore(&mut self) -> Result<()> {
+        self.released = true;
         let r1 = set_regs(self.tid, &self.regs);
         let r2 = set_xstate(self.tid, &mut self.xstate);
         let r3 = ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending as u64)
@@ -238,6 +257,15 @@ impl Stopped {
 
     /// Call `func(args…)` in the stopped thread and return its rax.
     fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+        let _t = Instant::now();
+        let r = self.call_inner(func, args);
+        if std::env::var_os("MEMLENS_ATTACH_DEBUG").is_some() {
+            eprintln!("call {func:#x}: {:?}", _t.elapsed());
+        }
+        r
+    }
+
+    fn call_inner(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let mut r = self.regs;
         // Below the red zone, 16-byte aligned, then a return address of 0.
         let sp = ((self.regs.rsp - 1024) & !15) - 8;
@@ -474,9 +502,14 @@ pub fn inject(p: &Process, lib: &[u8], args: &str) -> Result<Injected> {
                 continue;
             }
             let t0 = Instant::now();
-            let (page, result) = load(s, p, &plan, lib, args)?;
+            let (page, result) = load(s, p, &plan)?;
             let stopped = t0.elapsed();
             result?;
+            // Still holding our signals: a memlens killed before `go` is set would leave the
+            // loader thread waiting.
+            hand_over(p, page, lib, args)
+                .with_context(|| format!("cannot attach to {}", p.label()))?;
+            drop(_hold);
             wait_loaded(p, page)?;
             return Ok(Injected {
                 stopped,
@@ -501,18 +534,11 @@ fn check_ret(what: &str, v: u64) -> Result<u64> {
     Ok(v)
 }
 
-/// Work done while the thread is stopped. Always releases it; returns the work area and the
-/// outcome.
-fn load(
-    mut s: Stopped,
-    p: &Process,
-    plan: &Plan,
-    lib: &[u8],
-    args: &str,
-) -> Result<(u64, Result<()>)> {
+/// Work done while the thread is stopped: the work area and the loader thread. Always releases the
+/// thread; returns the work area (0 if none) and the outcome.
+fn load(mut s: Stopped, p: &Process, plan: &Plan) -> Result<(u64, Result<()>)> {
     let f = |n: &str| plan.funcs[n];
     let mut page = 0;
-    let mut fd = u64::MAX;
     let mut work = || -> Result<()> {
         page = check_ret(
             "mmap",
@@ -521,59 +547,28 @@ fn load(
                 &[
                     0,
                     AREA,
-                    (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                    (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64,
                     (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
                     u64::MAX,
                     0,
                 ],
             )?,
         )?;
-        write_mem(p.pid, page + OFF_NAME, b"memlens\0")?;
-        fd = check_ret(
-            "memfd_create",
-            s.call(
-                f("memfd_create"),
-                &[page + OFF_NAME, libc::MFD_CLOEXEC as u64],
-            )?,
-        )? & 0xffff_ffff;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(format!("/proc/{}/fd/{fd}", p.pid))
-            .context("cannot open the memfd created in the process")?;
-        file.write_all(lib)
-            .context("cannot write the runtime into the process's memfd")?;
-        drop(file);
-        let mut data = vec![0u8; CODE as usize];
-        for (i, name) in LOADER_FUNCS.iter().enumerate() {
-            let o = OFF_FUNCS as usize + 8 * i;
-            data[o..o + 8].copy_from_slice(&f(name).to_le_bytes());
-        }
-        data[OFF_LEN as usize..OFF_LEN as usize + 8].copy_from_slice(&AREA.to_le_bytes());
-        let mut put = |off: u64, s: &str, cap: usize| -> Result<()> {
-            if s.len() + 1 > cap {
-                bail!("attach arguments too long");
-            }
-            data[off as usize..off as usize + s.len()].copy_from_slice(s.as_bytes());
-            Ok(())
+        let mut data = vec![0u8; AREA as usize];
+        let mut put = |off: u64, bytes: &[u8]| {
+            data[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
         };
-        put(OFF_PATH, &format!("/proc/self/fd/{fd}"), 64)?;
-        put(OFF_SYM, "memlens_attach_entry", 64)?;
-        put(OFF_ARGS, &format!("fd={fd} {args}"), 256)?;
-        put(OFF_NAME, "memlens", 64)?;
+        for (i, name) in LOADER_FUNCS.iter().enumerate() {
+            put(OFF_FUNCS + 8 * i as u64, &f(name).to_le_bytes());
+        }
+        put(OFF_LEN, &AREA.to_le_bytes());
+        put(OFF_MEMFD_CREATE, &f("memfd_create").to_le_bytes());
+        put(OFF_NANOSLEEP, &f("nanosleep").to_le_bytes());
+        put(OFF_NAP + 8, &1_000_000u64.to_le_bytes());
+        put(OFF_SYM, b"memlens_attach_entry\0");
+        put(OFF_NAME, b"memlens\0");
+        put(CODE, LOADER);
         write_mem(p.pid, page, &data)?;
-        write_mem(p.pid, page + CODE, LOADER)?;
-        check_ret(
-            "mprotect",
-            s.call(
-                f("mprotect"),
-                &[
-                    page + CODE,
-                    AREA - CODE,
-                    (libc::PROT_READ | libc::PROT_EXEC) as u64,
-                ],
-            )?,
-        )?;
         let rc = s.call(f("pthread_create"), &[page + OFF_TID, 0, page + CODE, page])? as i32;
         if rc != 0 {
             bail!(
@@ -584,14 +579,8 @@ fn load(
         Ok(())
     };
     let r = work();
-    if r.is_err() {
-        // Undo what was done; best effort, the thread is still ours.
-        if fd != u64::MAX {
-            let _ = s.call(f("close"), &[fd]);
-        }
-        if page != 0 {
-            let _ = s.call(f("munmap"), &[page, AREA]);
-        }
+    if r.is_err() && page != 0 {
+        let _ = s.call(f("munmap"), &[page, AREA]); // best effort; the thread is still ours
     }
     s.release()?;
     Ok((
@@ -600,25 +589,66 @@ fn load(
     ))
 }
 
+fn read_u32(pid: i32, addr: u64) -> Result<Option<u32>> {
+    let mut w = [0u8; 4];
+    match read_mem(pid, addr, &mut w) {
+        Ok(4) => Ok(Some(u32::from_le_bytes(w))),
+        Ok(_) | Err(libc::EFAULT) => Ok(None),
+        Err(libc::ESRCH) => bail!("the process exited during attach"),
+        Err(e) => bail!(
+            "cannot read the attach status: {}",
+            std::io::Error::from_raw_os_error(e)
+        ),
+    }
+}
+
+/// The loader thread has made its memfd: fill it with the runtime, then let the thread load it.
+fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
+    let t0 = Instant::now();
+    while read_u32(p.pid, page + OFF_STATUS)? != Some(5) {
+        if t0.elapsed() > Duration::from_secs(20) {
+            bail!("the loader thread did not start within 20 s");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let fd = read_u32(p.pid, page + OFF_FD)?.unwrap_or(u32::MAX) as i32;
+    let fill = || -> Result<()> {
+        if fd < 0 {
+            bail!("memfd_create failed in the process");
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(format!("/proc/{}/fd/{fd}", p.pid))
+            .context("cannot open the memfd created in the process")?;
+        file.write_all(lib)
+            .context("cannot write the runtime into the process's memfd")?;
+        let path = format!("/proc/self/fd/{fd}\0");
+        let args = format!("fd={fd} {args}\0");
+        if args.len() > (OFF_MSG - OFF_ARGS) as usize {
+            bail!("attach arguments too long");
+        }
+        write_mem(p.pid, page + OFF_PATH, path.as_bytes())?;
+        write_mem(p.pid, page + OFF_ARGS, args.as_bytes())?;
+        Ok(())
+    };
+    let r = fill();
+    let go: u32 = if r.is_ok() { 1 } else { 2 };
+    write_mem(p.pid, page + OFF_GO, &go.to_le_bytes())?;
+    r
+}
+
 /// Wait for the loader thread's verdict (its status word, or its work area gone on success).
 fn wait_loaded(p: &Process, page: u64) -> Result<()> {
     let t0 = Instant::now();
     loop {
-        let mut w = [0u8; 4];
-        match read_mem(p.pid, page + OFF_STATUS, &mut w) {
-            Err(libc::EFAULT) => return Ok(()),
-            Err(libc::ESRCH) => bail!("{} exited during attach", p.label()),
-            Err(e) => bail!(
-                "cannot read the attach status: {}",
-                std::io::Error::from_raw_os_error(e)
-            ),
-            Ok(_) => {}
-        }
-        let status = u32::from_le_bytes(w);
+        let Some(status) = read_u32(p.pid, page + OFF_STATUS)? else {
+            return Ok(()); // the work area is gone: the loader unmapped it after success
+        };
         if status == 1 {
             return Ok(());
         }
-        if status > 1 {
+        if status > 1 && status != 5 {
             let mut msg = vec![0u8; 512];
             let n = read_mem(p.pid, page + OFF_MSG, &mut msg).unwrap_or(0);
             let end = msg[..n].iter().position(|&b| b == 0).unwrap_or(n);

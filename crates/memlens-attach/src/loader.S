@@ -1,10 +1,12 @@
 # The loader thread's start routine, copied into the target by memlens (src/inject.rs holds the
 # assembled bytes; `cargo test -p memlens-attach` checks they match this file). Position
-# independent; rdi = the data page (layout in src/inject.rs). It detaches itself, dlopen()s the
-# runtime from /proc/self/fd/N, calls memlens_attach_entry(args, msg, 512), and reports through the
-# page's status word: 1 ok, 2 dlopen failed, 3 dlsym failed, 4 entry failed (reason in msg). On
-# success it unmaps the page (munmap returns into pthread_exit); on failure it leaves it for
-# memlens to read.
+# independent; rdi = the data page (layout in src/inject.rs). It detaches itself, creates a memfd
+# and publishes its number (status 5), waits (1 ms naps) until memlens has written the runtime into
+# it and set `go` (1; 2 = give up), dlopen()s /proc/self/fd/N, calls memlens_attach_entry(args,
+# msg, 512), and reports through the status word: 1 ok, 2 dlopen failed, 3 dlsym failed, 4 entry
+# failed (reason in msg). On success it unmaps the page (munmap returns into pthread_exit); on
+# failure it leaves it for memlens to read. All the waiting happens here, not in the thread
+# memlens stopped.
         .intel_syntax noprefix
         .text
 start:
@@ -13,6 +15,25 @@ start:
         call [rbx + 0x20]               # pthread_self
         mov rdi, rax
         call [rbx + 0x18]               # pthread_detach
+        lea rdi, [rbx + 0x400]
+        mov esi, 1                      # MFD_CLOEXEC
+        call [rbx + 0x50]               # memfd_create
+        mov [rbx + 0x58], eax
+        mov dword ptr [rbx + 0x38], 5   # fd published
+wait_go:
+        mov eax, [rbx + 0x5c]
+        cmp eax, 1
+        je go
+        test eax, eax
+        jnz give_up
+        lea rdi, [rbx + 0x60]
+        xor esi, esi
+        call [rbx + 0x70]               # nanosleep(1 ms)
+        jmp wait_go
+give_up:
+        pop rbx
+        ret
+go:
         lea rdi, [rbx + 0x80]
         mov esi, 0x1002                 # RTLD_NOW | RTLD_NODELETE
         call [rbx + 0x00]               # dlopen
