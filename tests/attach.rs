@@ -209,7 +209,10 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
         .map(|o| stdout(&o).contains("PONG"))
         .unwrap_or(false)
     {
-        assert!(t0.elapsed() < Duration::from_secs(10), "redis did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "redis did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let bench = || {
@@ -221,7 +224,11 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
         assert!(o.status.success(), "{}", stderr(&o));
         let out = stdout(&o);
         assert!(!out.to_lowercase().contains("error"), "{out}");
-        assert_eq!(out.lines().filter(|l| l.contains("\"SET\"")).count(), 1, "{out}");
+        assert_eq!(
+            out.lines().filter(|l| l.contains("\"SET\"")).count(),
+            1,
+            "{out}"
+        );
         assert_eq!(out.lines().count(), 6, "{out}");
     };
     let mut files = Vec::new();
@@ -321,7 +328,10 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
                 break k;
             }
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "strace did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "strace did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let o = ml(&dir, &["attach", &traced.to_string()]);
@@ -338,7 +348,10 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     refused(&dir, &mut c, "is stopped");
     // SAFETY: as above.
     unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
-    assert!(c.wait().unwrap().success(), "the stopped target did not finish");
+    assert!(
+        c.wait().unwrap().success(),
+        "the stopped target did not finish"
+    );
     // no ptrace permission: another user
     if unsafe { libc::geteuid() } == 0 {
         let mut c = spawn(&dir, &mut Command::new(&plain));
@@ -374,7 +387,10 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
                 break k;
             }
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "memlens run did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "memlens run did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let o = ml(&dir, &["attach", &inner.to_string()]);
@@ -401,7 +417,10 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     for _ in 0..3 {
         let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("1.5"));
         std::thread::sleep(Duration::from_millis(200));
-        ok(&ml(&dir, &["attach", &child.id().to_string(), "--interval", "8K"]));
+        ok(&ml(
+            &dir,
+            &["attach", &child.id().to_string(), "--interval", "8K"],
+        ));
         let done = child.wait_with_output().unwrap();
         assert!(done.status.success(), "{}", stderr(&done));
         assert_eq!(stdout(&done), "ready\nok\n");
@@ -428,5 +447,35 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     assert!(!stderr(&done).contains("memlens"), "{}", stderr(&done));
     let top = pprof(&dir.join("s49.pb.gz"), &["-top"]);
     assert!(top.contains("churn"), "{top}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn attached_process_whose_main_called_pthread_exit_still_ends() {
+    let dir = tmp("pexit");
+    let prog = compile(
+        &root().join("runtime/tests/attach_pexit.c"),
+        &dir,
+        "attach_pexit",
+        &[],
+    );
+    let mut child = spawn(&dir, &mut Command::new(&prog));
+    std::thread::sleep(Duration::from_millis(300));
+    ok(&ml(
+        &dir,
+        &["attach", &child.id().to_string(), "--interval", "64K"],
+    ));
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "{st}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the process did not end after its last thread"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -16,6 +16,7 @@
  * A later `memlens attach` finds the control socket and re-hooks through it (`attach`). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 static _Atomic int attached;    /* the runtime came in through memlens_attach_entry */
 static _Atomic int hooked;      /* allocation slots point at us */
 static _Atomic int patching;    /* one pass over the modules at a time */
+static _Atomic int watcher_gone; /* main() exited: no more attaching */
 static unsigned long long seen_adds;
 
 /* ---- small malloc-free text helpers ---- */
@@ -137,15 +139,50 @@ static int patch_all(int alloc)
     return 0;
 }
 
+/* main() called pthread_exit: the process must be able to end once the program's threads do, so
+ * the watcher must not outlive them (the control thread leaves on its own). */
+static int main_gone(void)
+{
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char s[512];
+    ssize_t n = read(fd, s, sizeof s - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    s[n] = 0;
+    char *rp = strrchr(s, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* Stop sampling and put the allocation slots back. Returns the number of slots restored. */
+static int unhook(void)
+{
+    ml_set_active(0);
+    while (!lock_patching())
+        sched_yield();
+    int n = ml_got_apply(ML_GOT_UNHOOK);
+    atomic_store(&hooked, 0);
+    atomic_store(&patching, 0);
+    return n;
+}
+
 /* New modules (dlopen) get the same treatment. The watcher polls dl_iterate_phdr's add counter:
  * hooking dlopen instead would make glibc resolve the caller's RUNPATH/$ORIGIN against our module. */
 static void *watch(void *arg)
 {
     (void)arg;
     ml_tls.busy++; /* never sample this thread's own allocations */
-    for (;;) {
+    for (unsigned tick = 1;; tick++) {
         struct timespec ts = {0, WATCH_MS * 1000000L};
         nanosleep(&ts, NULL);
+        if (tick % 50 == 0 && main_gone()) {
+            /* Leaving: modules loaded from now on would not be patched, so stop sampling first. */
+            atomic_store(&watcher_gone, 1);
+            unhook();
+            return NULL;
+        }
         unsigned long long adds = ml_got_adds();
         if (adds == seen_adds || !lock_patching())
             continue;
@@ -248,6 +285,11 @@ static void do_attach(const char *arg, char *out, size_t cap)
         return;
     }
     int was = atomic_load(&hooked);
+    if (atomic_load(&watcher_gone)) {
+        put(out, cap, "error attach: main() has exited (pthread_exit); modules loaded from now on "
+                      "could not be patched");
+        return;
+    }
     if (!was) {
         while (!lock_patching())
             sched_yield();
@@ -270,12 +312,7 @@ static void do_attach(const char *arg, char *out, size_t cap)
 
 static void do_detach(char *out, size_t cap)
 {
-    ml_set_active(0);
-    while (!lock_patching())
-        sched_yield();
-    int n = ml_got_apply(ML_GOT_UNHOOK);
-    atomic_store(&hooked, 0);
-    atomic_store(&patching, 0);
+    int n = unhook();
     put(out, cap, "ok detached unhooked=");
     put_num(out, cap, (uint64_t)(n > 0 ? n : 0));
 }

@@ -5,7 +5,7 @@
 //! process's own libc — mmap (a two-page work area for `loader.S` and its data) and pthread_create
 //! — and is put back exactly as it was (registers and the whole x87/SSE/AVX state) and released.
 //! Everything else happens while the process runs: the new loader thread creates a memfd, memlens
-//! writes the runtime into it through /proc/PID/fd/N, and the loader dlopens /proc/self/fd/N (so
+//! writes the runtime into it through /proc/PID/fd/N, and the loader dlopens /proc/thread-self/fd/N (so
 //! the library need not be visible in the process's mount namespace) and calls
 //! `memlens_attach_entry`, which patches the GOTs. memlens follows its status word.
 //!
@@ -439,10 +439,20 @@ fn in_unsafe_spot(s: &Stopped, plan: &Plan) -> bool {
     false
 }
 
+/// Live threads of `pid`, the main thread first.
 fn tids(pid: i32) -> Vec<i32> {
+    let live = |t: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat"))
+            .map(|s| {
+                let st = s.rsplit(')').next().unwrap_or("").trim_start();
+                !st.starts_with('Z') && !st.starts_with('X')
+            })
+            .unwrap_or(false)
+    };
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|rd| {
             rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(live)
                 .collect()
         })
         .unwrap_or_default();
@@ -568,7 +578,7 @@ fn load(mut s: Stopped, p: &Process, plan: &Plan) -> Result<(u64, Result<()>)> {
         put(OFF_SYM, b"memlens_attach_entry\0");
         put(OFF_NAME, b"memlens\0");
         put(CODE, LOADER);
-        write_mem(p.pid, page, &data)?;
+        write_mem(p.mem_pid(), page, &data)?;
         let rc = s.call(f("pthread_create"), &[page + OFF_TID, 0, page + CODE, page])? as i32;
         if rc != 0 {
             bail!(
@@ -605,13 +615,13 @@ fn read_u32(pid: i32, addr: u64) -> Result<Option<u32>> {
 /// The loader thread has made its memfd: fill it with the runtime, then let the thread load it.
 fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
     let t0 = Instant::now();
-    while read_u32(p.pid, page + OFF_STATUS)? != Some(5) {
+    while read_u32(p.mem_pid(), page + OFF_STATUS)? != Some(5) {
         if t0.elapsed() > Duration::from_secs(20) {
             bail!("the loader thread did not start within 20 s");
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    let fd = read_u32(p.pid, page + OFF_FD)?.unwrap_or(u32::MAX) as i32;
+    let fd = read_u32(p.mem_pid(), page + OFF_FD)?.unwrap_or(u32::MAX) as i32;
     let fill = || -> Result<()> {
         if fd < 0 {
             bail!("memfd_create failed in the process");
@@ -619,22 +629,24 @@ fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
-            .open(format!("/proc/{}/fd/{fd}", p.pid))
+            .open(format!("{}/fd/{fd}", p.proc_dir))
             .context("cannot open the memfd created in the process")?;
         file.write_all(lib)
             .context("cannot write the runtime into the process's memfd")?;
-        let path = format!("/proc/self/fd/{fd}\0");
+        // thread-self: /proc/self is the leader, whose fd table is gone once main() has called
+        // pthread_exit.
+        let path = format!("/proc/thread-self/fd/{fd}\0");
         let args = format!("fd={fd} {args}\0");
         if args.len() > (OFF_MSG - OFF_ARGS) as usize {
             bail!("attach arguments too long");
         }
-        write_mem(p.pid, page + OFF_PATH, path.as_bytes())?;
-        write_mem(p.pid, page + OFF_ARGS, args.as_bytes())?;
+        write_mem(p.mem_pid(), page + OFF_PATH, path.as_bytes())?;
+        write_mem(p.mem_pid(), page + OFF_ARGS, args.as_bytes())?;
         Ok(())
     };
     let r = fill();
     let go: u32 = if r.is_ok() { 1 } else { 2 };
-    write_mem(p.pid, page + OFF_GO, &go.to_le_bytes())?;
+    write_mem(p.mem_pid(), page + OFF_GO, &go.to_le_bytes())?;
     r
 }
 
@@ -642,7 +654,7 @@ fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
 fn wait_loaded(p: &Process, page: u64) -> Result<()> {
     let t0 = Instant::now();
     loop {
-        let Some(status) = read_u32(p.pid, page + OFF_STATUS)? else {
+        let Some(status) = read_u32(p.mem_pid(), page + OFF_STATUS)? else {
             return Ok(()); // the work area is gone: the loader unmapped it after success
         };
         if status == 1 {
@@ -650,7 +662,7 @@ fn wait_loaded(p: &Process, page: u64) -> Result<()> {
         }
         if status > 1 && status != 5 {
             let mut msg = vec![0u8; 512];
-            let n = read_mem(p.pid, page + OFF_MSG, &mut msg).unwrap_or(0);
+            let n = read_mem(p.mem_pid(), page + OFF_MSG, &mut msg).unwrap_or(0);
             let end = msg[..n].iter().position(|&b| b == 0).unwrap_or(n);
             let text = String::from_utf8_lossy(&msg[..end]).into_owned();
             let what = match status {

@@ -2,7 +2,7 @@
 # assembled bytes; `cargo test -p memlens-attach` checks they match this file). Position
 # independent; rdi = the data page (layout in src/inject.rs). It detaches itself, creates a memfd
 # and publishes its number (status 5), waits (1 ms naps) until memlens has written the runtime into
-# it and set `go` (1; 2 = give up), dlopen()s /proc/self/fd/N, calls memlens_attach_entry(args,
+# it and set `go` (1; 2 = give up), dlopen()s /proc/thread-self/fd/N, calls memlens_attach_entry(args,
 # msg, 512), and reports through the status word: 1 ok, 2 dlopen failed, 3 dlsym failed, 4 entry
 # failed (reason in msg). On success it unmaps the page (munmap returns into pthread_exit); on
 # failure it leaves it for memlens to read. All the waiting happens here, not in the thread

@@ -21,6 +21,9 @@ pub struct Mapping {
 #[derive(Debug)]
 pub struct Process {
     pub pid: i32,
+    /// `/proc/PID`, or `/proc/PID/task/TID` of a live thread when main() has called pthread_exit
+    /// (a zombie leader has no maps, exe or fd entries).
+    pub proc_dir: String,
     pub comm: String,
     pub maps: Vec<Mapping>,
     /// Path of the dynamic loader (the program's PT_INTERP).
@@ -31,6 +34,15 @@ impl Process {
     /// `process 1234 (name)`, the prefix of every message about it.
     pub fn label(&self) -> String {
         format!("process {} ({})", self.pid, self.comm)
+    }
+
+    /// A task id whose memory calls work (process_vm_readv refuses a zombie leader).
+    pub fn mem_pid(&self) -> i32 {
+        self.proc_dir
+            .rsplit('/')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(self.pid)
     }
 
     /// The runtime is already in the process (an earlier attach, or `memlens run`).
@@ -70,7 +82,7 @@ impl Process {
 
     /// The bytes of a file the process has mapped, seen from its mount namespace.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        let inside = PathBuf::from(format!("/proc/{}/root{}", self.pid, path));
+        let inside = PathBuf::from(format!("{}/root{}", self.proc_dir, path));
         std::fs::read(&inside)
             .or_else(|_| std::fs::read(path))
             .with_context(|| format!("cannot read {path} of {}", self.label()))
@@ -163,9 +175,9 @@ fn status_field(status: &str, name: &str) -> Option<String> {
 }
 
 /// Read the maps of `pid`.
-pub fn read_maps(pid: i32) -> Result<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("cannot read /proc/{pid}/maps"))?;
+pub fn read_maps(proc_dir: &str) -> Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("{proc_dir}/maps"))
+        .with_context(|| format!("cannot read {proc_dir}/maps"))?;
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
@@ -210,9 +222,19 @@ pub fn check(pid: i32) -> Result<Process> {
         bail!("cannot attach to {label}: it belongs to uid {uid} (attach as its owner or as root)");
     }
     let state = status_field(&status, "State:").unwrap_or_default();
-    if state.starts_with('Z') || state.starts_with('X') {
+    let threads: usize = status_field(&status, "Threads:")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    // A zombie leader with live threads is a main() that called pthread_exit: still running.
+    let zombie_leader = state.starts_with('Z') || state.starts_with('X');
+    if zombie_leader && threads <= 1 {
         bail!("cannot attach to {label}: it has exited (zombie)");
     }
+    let proc_dir = if zombie_leader {
+        live_thread_dir(pid).ok_or_else(|| anyhow!("cannot attach to {label}: it is exiting"))?
+    } else {
+        format!("/proc/{pid}")
+    };
     if state.starts_with('T') || state.starts_with('t') {
         bail!(
             "cannot attach to {label}: it is stopped (state {state}); resume it first (kill -CONT {pid})"
@@ -230,7 +252,7 @@ pub fn check(pid: i32) -> Result<Process> {
         );
     }
     ptrace_policy(me)?;
-    let exe = std::fs::read(format!("/proc/{pid}/exe")).map_err(|e| {
+    let exe = std::fs::read(format!("{proc_dir}/exe")).map_err(|e| {
         if e.kind() == ErrorKind::PermissionDenied {
             anyhow!("cannot attach to {label}: permission denied reading its program (ptrace access is needed: attach as its owner or as root, with CAP_SYS_PTRACE in containers)")
         } else {
@@ -251,13 +273,29 @@ pub fn check(pid: i32) -> Result<Process> {
     if facts.own_allocator {
         bail!("cannot attach to {label}: its allocator is linked statically into the program (it defines malloc itself, so there is no GOT entry to redirect); link the allocator as a shared library to profile it");
     }
-    let maps = read_maps(pid)?;
+    let maps = read_maps(&proc_dir)?;
     Ok(Process {
         pid,
+        proc_dir,
         comm,
         maps,
         interp,
     })
+}
+
+fn live_thread_dir(pid: i32) -> Option<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| format!("/proc/{pid}/task/{}", e.file_name().to_string_lossy()))
+        .find(|d| {
+            std::fs::read_to_string(format!("{d}/stat"))
+                .map(|s| {
+                    let st = s.rsplit(')').next().unwrap_or("").trim_start();
+                    !st.starts_with('Z') && !st.starts_with('X')
+                })
+                .unwrap_or(false)
+        })
 }
 
 /// Yama's ptrace policy, when it forbids us outright.
