@@ -16,6 +16,7 @@
  * A later `memlens attach` finds the control socket and re-hooks through it (`attach`). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -205,9 +206,15 @@ static int start_watcher(void)
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 64 * 1024);
+    pthread_attr_setstacksize(&a, 256 * 1024);
     pthread_t t;
     int e = pthread_create(&t, &a, watch, NULL);
+    if (e == EINVAL) { /* the program's static TLS does not fit: the default size will */
+        pthread_attr_destroy(&a);
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        e = pthread_create(&t, &a, watch, NULL);
+    }
     pthread_attr_destroy(&a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return e;
