@@ -257,15 +257,6 @@ impl Stopped {
 
     /// Call `func(args…)` in the stopped thread and return its rax.
     fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
-        let _t = Instant::now();
-        let r = self.call_inner(func, args);
-        if std::env::var_os("MEMLENS_ATTACH_DEBUG").is_some() {
-            eprintln!("call {func:#x}: {:?}", _t.elapsed());
-        }
-        r
-    }
-
-    fn call_inner(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let mut r = self.regs;
         // Below the red zone, 16-byte aligned, then a return address of 0.
         let sp = ((self.regs.rsp - 1024) & !15) - 8;
