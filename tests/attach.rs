@@ -430,7 +430,7 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     let pid = child.id().to_string();
     std::thread::sleep(Duration::from_millis(200));
     for i in 0..50 {
-        let iv = if i % 2 == 0 { "8K" } else { "64K" };
+        let iv = if i % 2 == 0 { "32K" } else { "256K" };
         ok(&ml(&dir, &["attach", &pid, "--interval", iv]));
         std::thread::sleep(Duration::from_millis(20));
         if i % 10 == 9 {

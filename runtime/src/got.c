@@ -241,11 +241,18 @@ static int each_module(struct dl_phdr_info *info, size_t size, void *arg)
     }
     if (!m.symtab || !m.strtab || pltrel != DT_RELA) /* x86-64 uses RELA only */
         return 0;
-    int a = rela ? apply_rela(&m, rela, relasz / sizeof *rela, ps->op) : 0;
-    int b = jmprel ? apply_rela(&m, jmprel, pltsz / sizeof *jmprel, ps->op) : 0;
-    if (a < 0 || b < 0)
-        ps->failed = 1;
-    ps->changed += (a > 0 ? a : 0) + (b > 0 ? b : 0);
+    /* An allocation pass does this module's free side first, in the same visit: a module loaded
+     * between a free pass and an allocation pass must not get its malloc hooked with its free not. */
+    enum ml_got_op ops[2] = {ps->op == ML_GOT_ALLOC ? ML_GOT_FREE : ps->op, ps->op};
+    for (int k = ps->op == ML_GOT_ALLOC ? 0 : 1; k < 2; k++) {
+        int a = rela ? apply_rela(&m, rela, relasz / sizeof *rela, ops[k]) : 0;
+        int b = jmprel ? apply_rela(&m, jmprel, pltsz / sizeof *jmprel, ops[k]) : 0;
+        if (a < 0 || b < 0) {
+            ps->failed = 1;
+            return 0; /* no allocation hook in a module whose free side failed */
+        }
+        ps->changed += a + b;
+    }
     return 0;
 }
 

@@ -22,7 +22,7 @@ extern const int ml_nhooks;
 /* What a pass over the loaded modules does to each matching slot. */
 enum ml_got_op {
     ML_GOT_FREE,   /* point free-side slots holding `real` (or a lazy PLT stub) at ours */
-    ML_GOT_ALLOC,  /* the same for allocation slots */
+    ML_GOT_ALLOC,  /* the same for allocation slots, each module's free side first */
     ML_GOT_UNHOOK, /* point allocation slots holding ours back at `real` */
 };
 

@@ -4,8 +4,8 @@
 # and publishes its number (status 5), waits (1 ms naps) until memlens has written the runtime into
 # it and set `go` (1; 2 = give up), dlopen()s /proc/thread-self/fd/N, calls memlens_attach_entry(args,
 # msg, 512), and reports through the status word: 1 ok, 2 dlopen failed, 3 dlsym failed, 4 entry
-# failed (reason in msg). On success it unmaps the page (munmap returns into pthread_exit); on
-# failure it leaves it for memlens to read. All the waiting happens here, not in the thread
+# failed (reason in msg). On success it waits for memlens's acknowledgement (go = 3), then unmaps
+# the page (munmap returns into pthread_exit); on failure it leaves it for memlens to read. All the waiting happens here, not in the thread
 # memlens stopped.
         .intel_syntax noprefix
         .text
@@ -51,6 +51,17 @@ go:
         test eax, eax
         jnz entry_failed
         mov dword ptr [rbx + 0x38], 1
+wait_ack:                               # memlens acknowledges (go = 3) before the page goes away,
+        cmp dword ptr [rbx + 0x5c], 3   # so it never reads an address the program has reused
+        je unmap
+        inc dword ptr [rbx + 0x78]
+        cmp dword ptr [rbx + 0x78], 5000 # or 5 s without memlens
+        jae unmap
+        lea rdi, [rbx + 0x60]
+        xor esi, esi
+        call [rbx + 0x70]               # nanosleep(1 ms)
+        jmp wait_ack
+unmap:
         mov rdi, rbx
         mov rsi, [rbx + 0x40]
         mov rax, [rbx + 0x30]
