@@ -21,7 +21,7 @@ const ATTACH_EXAMPLE: &str = "Examples:
   memlens detach 1234                         stop sampling and unhook
   memlens attach 1234 --for 30s -o 30s.pb.gz  one shot: attach, sample 30 s, write, detach
 
-The process is stopped for well under a millisecond (one thread, while it starts a loader thread).
+One thread of the process is held briefly (typically under a millisecond) while it starts a loader thread.
 Needs ptrace rights over the process: its owner (kernel.yama.ptrace_scope 0) or root.";
 
 /// Load the sampling profiler into a running process started without memlens
