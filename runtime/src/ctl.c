@@ -54,6 +54,9 @@
 #define CTL_STACK (256 * 1024)
 #define CTL_CHILD_DELAY_MS 200 /* a forked child binds its socket after this */
 
+/* attach.c: the `attach` and `detach` requests of a runtime loaded by `memlens attach`. */
+extern int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap) __attribute__((weak));
+
 static int ctl_fd = -1;        /* listening socket, or -1 */
 static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */
 static char ctl_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -394,6 +397,8 @@ static void handle(char *line, struct buf *r)
     } else if (strcmp(line, "reset") == 0) {
         ml_reset();
         put_str(r, "ok reset");
+    } else if (ml_attach_ctl && ml_attach_ctl(line, arg, r->p + r->len, r->cap - r->len)) {
+        r->len += strlen(r->p + r->len);
     } else {
         put_str(r, "error unknown command '");
         put_str(r, line);

@@ -10,7 +10,9 @@
  * Stacks this unwinder cannot follow (a frame without CFI or with CFI it does not interpret, a
  * signal frame, a stack outside the thread's own) are left to the caller's fallback (libunwind). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cfi.h"
 
@@ -27,7 +29,13 @@ struct entry {
     uintptr_t val[MAX_READS];
 };
 
-static __thread struct entry cache[WAYS];
+/* The cache is mapped on a thread's first walk rather than kept in TLS: 2.4 KiB of initial-exec TLS
+ * would not fit the static TLS surplus glibc keeps for libraries loaded by dlopen, which is how
+ * `memlens attach` loads the runtime. A thread-exit destructor unmaps it. */
+#define CACHE_BYTES ((sizeof(struct entry) * WAYS + 4095) & ~(size_t)4095)
+static __thread struct entry *cache;
+static pthread_key_t cache_key;
+static _Atomic int cache_key_state; /* 0 none, 1 being created, 2 ready, 3 failed */
 static _Atomic uint64_t code_gen = 1;
 
 struct reads {
@@ -101,8 +109,35 @@ unreadable: /* a foreign stack ended (or its frames are garbage): keep what was 
     return n;
 }
 
+static void cache_release(void *p)
+{
+    cache = NULL; /* a later destructor may still allocate: it maps a fresh cache */
+    munmap(p, CACHE_BYTES);
+}
+
+static ML_NOINLINE struct entry *cache_map(void)
+{
+    int st = 0;
+    if (atomic_compare_exchange_strong(&cache_key_state, &st, 1))
+        atomic_store(&cache_key_state, pthread_key_create(&cache_key, cache_release) ? 3 : 2);
+    while ((st = atomic_load(&cache_key_state)) == 1)
+        __builtin_ia32_pause();
+    if (st != 2)
+        return NULL;
+    void *p = mmap(NULL, CACHE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (pthread_setspecific(cache_key, p) != 0) {
+        munmap(p, CACHE_BYTES);
+        return NULL;
+    }
+    return cache = p;
+}
+
 static struct entry *way(uintptr_t ra, uintptr_t sp0)
 {
+    if (unlikely(!cache) && !cache_map())
+        return NULL;
     return &cache[((ra ^ (sp0 >> 4)) * 0x9E3779B97F4A7C15ull) >> (64 - 2)];
 }
 
@@ -148,8 +183,10 @@ int ml_dwarf_stack(uintptr_t ra, int max, uint32_t *id, int *trunc)
     if (!ra || !find_start(ra, hi, &sp0, &rbp0))
         return 0;
     uint64_t gen = atomic_load_explicit(&code_gen, memory_order_acquire);
-    struct entry *e = way(ra, sp0);
-    if (!foreign && e->ra == ra && e->sp0 == sp0 && e->rbp0 == rbp0 && e->gen == gen &&
+    /* No cache entry on a foreign stack, nor when this thread's cache could not be mapped: walk
+     * without remembering. */
+    struct entry *e = foreign ? NULL : way(ra, sp0);
+    if (e && e->ra == ra && e->sp0 == sp0 && e->rbp0 == rbp0 && e->gen == gen &&
         still_valid(e, sp0)) {
         *id = e->stack;
         *trunc = e->trunc;
@@ -170,7 +207,7 @@ int ml_dwarf_stack(uintptr_t ra, int max, uint32_t *id, int *trunc)
         return 0;
     *trunc = t;
     *id = ml_stack_intern(pcs, n, t);
-    if (*id != ML_NO_STACK && rd.n >= 0) {
+    if (e && *id != ML_NO_STACK && rd.n >= 0) {
         e->ra = ra;
         e->sp0 = sp0;
         e->rbp0 = rbp0;

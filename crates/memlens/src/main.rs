@@ -13,6 +13,7 @@ Examples:
   memlens report memlens.server.1234.pb.gz   top allocating stacks and functions
   memlens ctl 1234 start                     switch profiling on in a running process
   memlens serve                              pprof endpoints for Pyroscope / Parca to scrape
+  memlens attach 1234 --for 30s              profile a process started without memlens
   memlens study                              what profiling costs, by sampling interval
   memlens bench alloc --sizes 128,1K         which allocator scales for a pattern
   memlens bench latency                      latency of each level of the memory hierarchy
@@ -33,6 +34,10 @@ enum Cmd {
     Ctl(memlens_run::CtlArgs),
     /// Serve pprof endpoints of the processes under memlens, for Pyroscope, Parca, go tool pprof
     Serve(memlens_serve::ServeArgs),
+    /// Load the sampling profiler into a running process that was started without memlens
+    Attach(memlens_attach::AttachArgs),
+    /// Stop sampling in an attached process and remove its allocation hooks
+    Detach(memlens_attach::DetachArgs),
     /// Show the top allocating stacks and functions of a profile
     Report(memlens_profile::ReportArgs),
     /// What grew between two profiles, per stack and per function
@@ -85,6 +90,8 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Run(a) => memlens_run::run_run(a),
         Cmd::Ctl(a) => memlens_run::run_ctl(a),
         Cmd::Serve(a) => memlens_serve::run_serve(a),
+        Cmd::Attach(a) => memlens_attach::run_attach(a),
+        Cmd::Detach(a) => memlens_attach::run_detach(a),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
         Cmd::Study(a) => memlens_study::run_study(a),

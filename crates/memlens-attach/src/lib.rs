@@ -1,0 +1,187 @@
+//! `memlens attach` and `memlens detach`: sampled heap profiling of a process that was started
+//! without memlens.
+//!
+//! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `target.rs`);
+//! from then on the process has a control socket like one started with `memlens run --inactive`,
+//! and a later attach or detach is a request on that socket (`attach …`, `detach`).
+pub mod inject;
+pub mod target;
+
+use anyhow::{bail, Result};
+use memlens_measure::error::usage;
+use memlens_measure::units::{format_size, parse_duration, parse_size};
+use memlens_run::ctl::{default_dump_name, Target};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ATTACH_EXAMPLE: &str = "Examples:
+  memlens attach 1234                         load the profiler, inactive
+  memlens ctl 1234 start --interval 512K      ... then sample
+  memlens ctl 1234 dump -o now.pb.gz
+  memlens detach 1234                         stop sampling and unhook
+  memlens attach 1234 --for 30s -o 30s.pb.gz  one shot: attach, sample 30 s, write, detach
+
+One thread of the process is held briefly (typically under a millisecond) while it starts a loader thread.
+Needs ptrace rights over the process: its owner (kernel.yama.ptrace_scope 0) or root.";
+
+/// Load the sampling profiler into a running process started without memlens
+#[derive(Debug, clap::Args)]
+#[command(after_help = ATTACH_EXAMPLE)]
+pub struct AttachArgs {
+    /// Process id
+    #[arg(value_name = "PID")]
+    pub pid: String,
+    /// Start sampling at once with this mean interval (e.g. 64K, 512K, 2M) [default: inactive;
+    /// 512K with --for]
+    #[arg(long, value_name = "SIZE")]
+    pub interval: Option<String>,
+    /// Stack unwinder: dwarf, fp, libgcc or libunwind [default: dwarf]
+    #[arg(long, value_name = "NAME")]
+    pub unwinder: Option<String>,
+    /// One shot: sample for this long (e.g. 30s, 2m), write the profile, detach
+    #[arg(long = "for", value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Profile written by --for [default: memlens.<comm>.<pid>.<n>.pb.gz]
+    #[arg(short = 'o', long, value_name = "FILE", requires = "duration")]
+    pub output: Option<PathBuf>,
+}
+
+const DETACH_EXAMPLE: &str = "Example:
+  memlens detach 1234
+
+Sampling stops and the allocation hooks are removed; the free-side hooks stay (blocks sampled
+earlier may still be live and must come back to memlens), forwarding at the cost of one compare.
+`memlens attach 1234` re-hooks later without ptrace.";
+
+/// Stop sampling in an attached process and remove its allocation hooks
+#[derive(Debug, clap::Args)]
+#[command(after_help = DETACH_EXAMPLE)]
+pub struct DetachArgs {
+    /// Process id of a process memlens attached to
+    #[arg(value_name = "PID")]
+    pub pid: String,
+}
+
+fn parse_pid(s: &str) -> Result<i32> {
+    match s.parse::<i32>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(usage(format!("'{s}' is not a process id"))),
+    }
+}
+
+/// The arguments the runtime's attach entry (and the socket's `attach`) understand.
+fn runtime_args(interval: Option<u64>, unwinder: Option<&str>) -> Result<String> {
+    let mut a = match interval {
+        Some(iv) => format!("interval={iv} active=1"),
+        None => "active=0".to_string(),
+    };
+    if let Some(u) = unwinder {
+        if !["dwarf", "fp", "libgcc", "libunwind"].contains(&u) {
+            return Err(usage(format!(
+                "unknown unwinder '{u}' (expected dwarf, fp, libgcc or libunwind)"
+            )));
+        }
+        a.push_str(&format!(" unwinder={u}"));
+    }
+    Ok(a)
+}
+
+pub fn run_attach(a: AttachArgs) -> Result<i32> {
+    let pid = parse_pid(&a.pid)?;
+    let duration = a.duration.as_deref().map(parse_duration).transpose()?;
+    let mut interval = a.interval.as_deref().map(parse_size).transpose()?;
+    if duration.is_some() && interval.is_none() {
+        interval = Some(512 * 1024);
+    }
+    let args = runtime_args(interval, a.unwinder.as_deref())?;
+    let label = attach(pid, &args)?;
+    match interval {
+        Some(iv) => println!("{label}: attached, sampling every {}", format_size(iv)),
+        None => println!(
+            "{label}: attached, inactive (memlens ctl {pid} start to sample, memlens detach {pid} to leave)"
+        ),
+    }
+    if let Some(d) = duration {
+        one_shot(pid, d, a.output)?;
+    }
+    Ok(0)
+}
+
+/// Attach (or re-attach through the socket) and return the process's label.
+pub fn attach(pid: i32, args: &str) -> Result<String> {
+    let p = target::check(pid)?;
+    let t = Target::find(pid)?;
+    if p.has_runtime() {
+        if !t.ready() {
+            bail!(
+                "cannot attach to {}: the memlens runtime is loaded but its control socket {} does not answer",
+                p.label(),
+                t.sock.display()
+            );
+        }
+        t.request(&format!("attach {args}"))?;
+        return Ok(format!(
+            "{} [re-attached through its control socket]",
+            p.label()
+        ));
+    }
+    let lib = std::fs::read(memlens_native::runtime()?)?;
+    let done = inject::inject(&p, &lib, args)?;
+    // The control thread is started by the runtime's constructor; wait until it answers.
+    if !t.wait_ready(Duration::from_secs(10), || {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+    }) {
+        bail!(
+            "{}: the runtime is loaded but its control socket {} did not appear",
+            p.label(),
+            t.sock.display()
+        );
+    }
+    let retries = if done.retries > 0 {
+        format!(
+            ", {} retries: thread in the allocator or loader",
+            done.retries
+        )
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{} [thread {} stopped {:.3} ms{retries}]",
+        p.label(),
+        done.tid,
+        done.stopped.as_secs_f64() * 1e3
+    ))
+}
+
+fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
+    let t = Target::find(pid)?;
+    std::thread::sleep(d);
+    let out = output.unwrap_or_else(|| default_dump_name(&t.comm, t.pid, false));
+    let dumped = t.dump_pprof(&out);
+    let detached = t.request("detach");
+    let s = dumped?;
+    detached?;
+    println!(
+        "process {} ({}): profile written to {} ({} samples, {} allocated, {} live); detached",
+        t.pid,
+        t.comm,
+        out.display(),
+        s.samples,
+        format_size(s.alloc_bytes as u64),
+        format_size(s.inuse_bytes as u64)
+    );
+    Ok(())
+}
+
+pub fn run_detach(a: DetachArgs) -> Result<i32> {
+    let pid = parse_pid(&a.pid)?;
+    let t = Target::find(pid)?;
+    let r = t.request("detach")?;
+    println!(
+        "process {} ({}): detached, sampling stopped ({} allocation hooks removed; free-side hooks stay)",
+        t.pid,
+        t.comm,
+        r.num("unhooked").unwrap_or(0)
+    );
+    Ok(0)
+}

@@ -1,0 +1,39 @@
+/* GOT patching for `memlens attach` (got.c), used by attach.c. */
+#ifndef MEMLENS_GOT_H
+#define MEMLENS_GOT_H
+
+#include <stddef.h>
+
+#pragma GCC visibility push(hidden)
+
+/* Free-side hooks must see every block we hand out, so they go in first and stay for the life of
+ * the process; allocation hooks go in last and come out at detach. */
+enum { ML_HOOK_FREE, ML_HOOK_ALLOC };
+
+struct ml_hook {
+    const char *name;
+    int side;
+    void *ours; /* our exported function */
+    void *real; /* the definition the program's relocations bind to (the next allocator) */
+};
+extern struct ml_hook ml_hooks[];
+extern const int ml_nhooks;
+
+/* What a pass over the loaded modules does to each matching slot. */
+enum ml_got_op {
+    ML_GOT_FREE,   /* point free-side slots holding `real` (or a lazy PLT stub) at ours */
+    ML_GOT_ALLOC,  /* the same for allocation slots, each module's free side first */
+    ML_GOT_UNHOOK, /* point allocation slots holding ours back at `real` */
+};
+
+/* Resolve `ours` and `real` for every hook. Returns NULL or why it cannot be done (one phrase). */
+const char *ml_got_resolve(void);
+/* Apply `op` to every loaded module except ld.so, the vdso and ourselves. Returns the number of
+ * slots changed, or -1 if a RELRO page could not be made writable (the slots done stay done). */
+int ml_got_apply(enum ml_got_op op);
+/* Number of modules ever added to the process (dl_iterate_phdr's dlpi_adds): changes on dlopen. */
+unsigned long long ml_got_adds(void);
+
+#pragma GCC visibility pop
+
+#endif

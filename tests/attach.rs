@@ -1,0 +1,481 @@
+//! `memlens attach` / `memlens detach` on real programs that were not started under memlens:
+//! runtime/tests/attach_target.c (three threads, blocks allocated before the attach, a library
+//! dlopen'ed after it), python3, redis-server under redis-benchmark, the refusals, and a stress
+//! run (runtime/tests/attach_busy.c: every thread in malloc or dlopen).
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("memlens-attach-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The socket directory both memlens and the target agree on (the target reads it at attach).
+fn ctl_dir(dir: &Path) -> PathBuf {
+    let d = dir.join("ctl");
+    std::fs::create_dir_all(&d).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+fn ml(dir: &Path, args: &[&str]) -> Output {
+    memlens()
+        .args(args)
+        .env("MEMLENS_CTL_DIR", ctl_dir(dir))
+        .output()
+        .expect("cannot start memlens")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "memlens failed: {}{}",
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+fn late_lib(dir: &Path) -> PathBuf {
+    let out = dir.join("libattach_late.so");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-shared", "-fPIC"])
+        .arg(root().join("runtime/tests/attach_late.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
+}
+
+fn spawn(dir: &Path, cmd: &mut Command) -> Child {
+    cmd.env("MEMLENS_CTL_DIR", ctl_dir(dir))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the target")
+}
+
+fn pprof(file: &Path, args: &[&str]) -> String {
+    let o = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("cannot run go tool pprof");
+    assert!(o.status.success(), "go tool pprof: {}", stderr(&o));
+    stdout(&o)
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let st = s.rsplit(')').next().unwrap_or("").trim_start();
+            !st.starts_with('Z') && !st.starts_with('X')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn three_threads_attached_at_1s_sampled_2s_detached() {
+    let dir = tmp("three");
+    let prog = compile(
+        &root().join("runtime/tests/attach_target.c"),
+        &dir,
+        "attach_target",
+        &[],
+    );
+    let lib = late_lib(&dir);
+    // Reference run, never attached.
+    let plain = Command::new(&prog).arg(&lib).output().unwrap();
+    assert_eq!(plain.status.code(), Some(3), "{}", stderr(&plain));
+
+    let child = spawn(&dir, Command::new(&prog).arg(&lib));
+    let pid = child.id().to_string();
+    std::thread::sleep(Duration::from_secs(1));
+    let prof = dir.join("attach.pb.gz");
+    let o = ml(
+        &dir,
+        &[
+            "attach",
+            &pid,
+            "--interval",
+            "256K",
+            "--for",
+            "2s",
+            "-o",
+            prof.to_str().unwrap(),
+        ],
+    );
+    let out = ok(&o);
+    assert!(out.contains("attached"), "{out}");
+    assert!(out.contains("detached"), "{out}");
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), plain.status.code(), "{}", stderr(&done));
+    assert_eq!(stdout(&done), stdout(&plain));
+    assert!(!stderr(&done).contains("memlens"), "{}", stderr(&done));
+    let top = pprof(&prof, &["-top", "-sample_index=alloc_space"]);
+    assert!(top.contains("attach_site_alloc"), "{top}");
+    assert!(top.contains("late_alloc_work"), "{top}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// attach, dump, detach, attach again, dump, detach.
+fn twice(dir: &Path, pid: &str, tag: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for round in 0..2 {
+        let a = ok(&ml(dir, &["attach", pid, "--interval", "64K"]));
+        assert!(
+            (round == 0) ^ a.contains("re-attached"),
+            "round {round}: {a}"
+        );
+        std::thread::sleep(Duration::from_millis(700));
+        let f = dir.join(format!("{tag}{round}.pb.gz"));
+        ok(&ml(dir, &["ctl", pid, "dump", "-o", f.to_str().unwrap()]));
+        let d = ok(&ml(dir, &["detach", pid]));
+        assert!(d.contains("detached"), "{d}");
+        files.push(f);
+    }
+    files
+}
+
+#[test]
+fn python_attach_dump_detach_twice() {
+    let dir = tmp("python");
+    let script = dir.join("alloc.py");
+    std::fs::write(
+        &script,
+        "import sys, time\n\
+         total = 0\n\
+         rounds = 250\n\
+         for r in range(rounds):\n\
+         \x20   d = {}\n\
+         \x20   for i in range(2000):\n\
+         \x20       s = ('x%d' % (i * r)) * (1 + i % 7)\n\
+         \x20       d[s] = [i, s, (i, r)]\n\
+         \x20   total += sum(len(k) for k in d)\n\
+         \x20   b = [bytearray(3000 + i) for i in range(50)]\n\
+         \x20   total += sum(len(x) for x in b)\n\
+         \x20   time.sleep(float(sys.argv[1]) / rounds)\n\
+         print('total', total)\n",
+    )
+    .unwrap();
+    let py = "/usr/bin/python3";
+    let plain = Command::new(py).arg(&script).arg("0").output().unwrap();
+    assert!(plain.status.success());
+    let child = spawn(&dir, Command::new(py).arg(&script).arg("5"));
+    let pid = child.id().to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    let files = twice(&dir, &pid, "py");
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert_eq!(stdout(&done), stdout(&plain));
+    for f in files {
+        let top = pprof(&f, &["-top", "-sample_index=alloc_space"]);
+        assert!(top.contains("python3"), "{top}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn redis_under_benchmark_attach_dump_detach_twice() {
+    let dir = tmp("redis");
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let p = port.to_string();
+    let mut server = spawn(
+        &dir,
+        Command::new("redis-server").args([
+            "--port",
+            &p,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--loglevel",
+            "warning",
+        ]),
+    );
+    let pid = server.id().to_string();
+    let t0 = Instant::now();
+    while !Command::new("redis-cli")
+        .args(["-p", &p, "ping"])
+        .output()
+        .map(|o| stdout(&o).contains("PONG"))
+        .unwrap_or(false)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "redis did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bench = || {
+        let o = Command::new("redis-benchmark")
+            .args(["-p", &p, "-q", "-n", "20000", "-c", "8", "-r", "1000"])
+            .args(["-t", "set,get,lpush,lpop,incr", "--csv"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = stdout(&o);
+        assert!(!out.to_lowercase().contains("error"), "{out}");
+        assert_eq!(
+            out.lines().filter(|l| l.contains("\"SET\"")).count(),
+            1,
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 6, "{out}");
+    };
+    let mut files = Vec::new();
+    for round in 0..2 {
+        ok(&ml(&dir, &["attach", &pid, "--interval", "64K"]));
+        bench();
+        let f = dir.join(format!("redis{round}.pb.gz"));
+        ok(&ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]));
+        ok(&ml(&dir, &["detach", &pid]));
+        files.push(f);
+    }
+    bench(); // and after the last detach
+    let o = Command::new("redis-cli")
+        .args(["-p", &p, "set", "k", "v"])
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("OK"));
+    for f in &files {
+        let top = pprof(f, &["-top", "-sample_index=alloc_space"]);
+        assert!(top.contains("zmalloc") || top.contains("zrealloc"), "{top}");
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let st = server.wait().unwrap();
+    assert!(st.success(), "redis-server exited with {st}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A refusal: one error line naming the reason; the target still runs (and was never stopped).
+fn refused(dir: &Path, child: &mut Child, expect: &str) {
+    let pid = child.id();
+    let o = ml(dir, &["attach", &pid.to_string()]);
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains(expect), "{}", stderr(&o));
+    assert!(alive(pid), "the target died");
+    assert!(
+        !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap()
+            .contains("memfd:memlens"),
+        "the runtime was loaded"
+    );
+}
+
+fn loop_program(dir: &Path, name: &str, extra: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdlib.h>\n#include <unistd.h>\n{extra}\n\
+             int main(void) {{ for (int i = 0; i < 300; i++) {{ free(malloc(100)); usleep(10000); }} return 0; }}\n"
+        ),
+    )
+    .unwrap();
+    compile(&src, dir, name, flags)
+}
+
+#[test]
+fn refusals_are_one_line_and_leave_the_target_alone() {
+    let dir = tmp("refuse");
+    // statically linked
+    let stat = loop_program(&dir, "static", "", &["-static"]);
+    let mut c = spawn(&dir, &mut Command::new(&stat));
+    refused(&dir, &mut c, "statically linked");
+    c.kill().ok();
+    c.wait().ok();
+    // an allocator linked into the program
+    let own = loop_program(
+        &dir,
+        "own_malloc",
+        "#include <sys/mman.h>\n#include <string.h>\n\
+         static char heap[1 << 24]; static size_t used;\n\
+         void *malloc(size_t n) { void *p = heap + used; used += (n + 15) & ~15ul; return p; }\n\
+         void free(void *p) { (void)p; }\n\
+         void *calloc(size_t a, size_t b) { return malloc(a * b); }\n\
+         void *realloc(void *p, size_t n) { void *q = malloc(n); if (p) memcpy(q, p, n); return q; }",
+        &[],
+    );
+    let mut c = spawn(&dir, &mut Command::new(&own));
+    refused(&dir, &mut c, "allocator is linked statically");
+    c.kill().ok();
+    c.wait().ok();
+    // already traced (strace holds it)
+    let plain = loop_program(&dir, "plain", "", &[]);
+    let mut c = spawn(
+        &dir,
+        Command::new("strace").args(["-o", "/dev/null"]).arg(&plain),
+    );
+    let t0 = Instant::now();
+    let traced = loop {
+        // strace's child is the program
+        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
+            .unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            let k: u32 = k.parse().unwrap();
+            let st = std::fs::read_to_string(format!("/proc/{k}/status")).unwrap_or_default();
+            if st.contains("TracerPid:\t") && !st.contains("TracerPid:\t0") {
+                break k;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "strace did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = ml(&dir, &["attach", &traced.to_string()]);
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains("already traced"), "{}", stderr(&o));
+    assert!(alive(traced));
+    c.kill().ok();
+    c.wait().ok();
+    // stopped (Ctrl+Z)
+    let mut c = spawn(&dir, &mut Command::new(&plain));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(100));
+    refused(&dir, &mut c, "is stopped");
+    // SAFETY: as above.
+    unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+    assert!(
+        c.wait().unwrap().success(),
+        "the stopped target did not finish"
+    );
+    // no ptrace permission: another user
+    if unsafe { libc::geteuid() } == 0 {
+        let mut c = spawn(&dir, &mut Command::new(&plain));
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_memlens"))
+            .args(["attach", &c.id().to_string()])
+            .output()
+            .unwrap();
+        assert_one_line_error(&o);
+        assert!(stderr(&o).contains("belongs to uid 0"), "{}", stderr(&o));
+        assert!(alive(c.id()));
+        assert!(c.wait().unwrap().success());
+    }
+    // started under memlens run: nothing to attach
+    let mut c = memlens()
+        .env("MEMLENS_CTL_DIR", ctl_dir(&dir))
+        .args(["run", "--inactive", "-o"])
+        .arg(dir.join("run.pb.gz"))
+        .arg("--")
+        .arg(&plain)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let inner = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
+            .unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            let k: u32 = k.parse().unwrap();
+            if ctl_dir(&dir).join(format!("{k}.sock")).exists() {
+                break k;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "memlens run did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = ml(&dir, &["attach", &inner.to_string()]);
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains("memlens run"), "{}", stderr(&o));
+    assert!(c.wait().unwrap().success());
+    // not a process
+    let o = ml(&dir, &["attach", "999999999"]);
+    assert_one_line_error(&o);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
+    let dir = tmp("stress");
+    let prog = compile(
+        &root().join("runtime/tests/attach_busy.c"),
+        &dir,
+        "attach_busy",
+        &[],
+    );
+    let lib = late_lib(&dir);
+    // Fresh injections while every thread is in malloc/free/realloc and one loops on dlopen.
+    for _ in 0..3 {
+        let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("1.5"));
+        std::thread::sleep(Duration::from_millis(200));
+        ok(&ml(
+            &dir,
+            &["attach", &child.id().to_string(), "--interval", "8K"],
+        ));
+        let done = child.wait_with_output().unwrap();
+        assert!(done.status.success(), "{}", stderr(&done));
+        assert_eq!(stdout(&done), "ready\nok\n");
+    }
+    // 50 attach/detach cycles on one busy process, sampling densely in between.
+    let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("60"));
+    let pid = child.id().to_string();
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..50 {
+        let iv = if i % 2 == 0 { "32K" } else { "256K" };
+        ok(&ml(&dir, &["attach", &pid, "--interval", iv]));
+        std::thread::sleep(Duration::from_millis(20));
+        if i % 10 == 9 {
+            let f = dir.join(format!("s{i}.pb.gz"));
+            ok(&ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]));
+        }
+        ok(&ml(&dir, &["detach", &pid]));
+    }
+    assert!(alive(child.id()));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let done = child.wait_with_output().unwrap();
+    assert!(!stdout(&done).contains("corrupted"), "{}", stdout(&done));
+    assert!(!stderr(&done).contains("memlens"), "{}", stderr(&done));
+    let top = pprof(&dir.join("s49.pb.gz"), &["-top"]);
+    assert!(top.contains("churn"), "{top}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn attached_process_whose_main_called_pthread_exit_still_ends() {
+    let dir = tmp("pexit");
+    let prog = compile(
+        &root().join("runtime/tests/attach_pexit.c"),
+        &dir,
+        "attach_pexit",
+        &[],
+    );
+    let mut child = spawn(&dir, &mut Command::new(&prog));
+    std::thread::sleep(Duration::from_millis(300));
+    ok(&ml(
+        &dir,
+        &["attach", &child.id().to_string(), "--interval", "64K"],
+    ));
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "{st}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the process did not end after its last thread"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
