@@ -383,7 +383,16 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
             .unwrap_or_default();
         if let Some(k) = kids.split_whitespace().next() {
             let k: u32 = k.parse().unwrap();
-            if ctl_dir(&dir).join(format!("{k}.sock")).exists() {
+            // `<pid>.<pidns>.sock`: the runtime's control socket is up
+            let up = std::fs::read_dir(ctl_dir(&dir))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(&format!("{k}.")) && n.ends_with(".sock")
+                });
+            if up {
                 break k;
             }
         }
