@@ -62,6 +62,93 @@ fn synthetic_workload_runs_and_reports() {
         }
     }
     assert!(stdout(&o).contains("cyc/pair"));
+    assert_unpaired_contract(&v);
+}
+
+/// Unpaired rows (separate processes) carry the paired study's contract fields, marked
+/// `paired: false`, with the same interval estimate; references have no overhead.
+fn assert_unpaired_contract(v: &Value) {
+    for w in v["workloads"].as_array().unwrap() {
+        for r in w["rows"].as_array().unwrap() {
+            for k in [
+                "workload",
+                "config",
+                "interval_bytes",
+                "unwinder",
+                "paired",
+                "overhead_pct",
+                "ci_low_pct",
+                "ci_high_pct",
+                "coverage_pct",
+            ] {
+                assert!(r.get(k).is_some(), "row lacks {k}: {r}");
+            }
+            assert_eq!(r["paired"], false, "{r}");
+            assert_eq!(r["workload"], w["workload"], "{r}");
+            if r["reference"].is_null() {
+                assert!(
+                    r["overhead_pct"].is_null() && r["ci_low_pct"].is_null(),
+                    "{r}"
+                );
+                continue;
+            }
+            let (lo, x, hi) = (
+                r["ci_low_pct"].as_f64().unwrap(),
+                r["overhead_pct"].as_f64().unwrap(),
+                r["ci_high_pct"].as_f64().unwrap(),
+            );
+            assert!(lo <= x && x <= hi, "{r}");
+            let sampled = r["config"].as_str().unwrap().contains('K');
+            assert_eq!(r["interval_bytes"].is_number(), sampled, "{r}");
+        }
+    }
+}
+
+/// tcmalloc cannot switch at run time: it runs unpaired, and its rows say so.
+#[test]
+fn unpaired_baseline_meets_the_json_contract() {
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4").exists() {
+        eprintln!("skipped: libtcmalloc.so.4 not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("s.json");
+    let o = run(&[
+        "study",
+        "--unpaired",
+        "--workload",
+        "synthetic",
+        "--threads",
+        "1",
+        "--ops",
+        "20000",
+        "--repeats",
+        "3",
+        "--intervals",
+        "64K",
+        "--unwinders",
+        "fp",
+        "--baselines",
+        "tcmalloc",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&j);
+    let r = rows(&v, "synthetic-1t");
+    let names: Vec<&str> = r.iter().map(|r| r["config"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"tcmalloc") && names.iter().any(|n| n.starts_with("tcmalloc ")),
+        "{names:?}"
+    );
+    assert_unpaired_contract(&v);
+    let fp = r.iter().find(|r| r["config"] == "memlens fp 64K").unwrap();
+    assert_eq!(fp["unwinder"], "fp");
+    assert_eq!(fp["interval_bytes"], 64 << 10);
+    // the exact run scores the sampled one: coverage measured
+    assert!(fp["coverage_pct"].as_f64().unwrap() > 0.0, "{fp}");
+    let off = r.iter().find(|r| r["config"] == "off").unwrap();
+    assert!(off["interval_bytes"].is_null() && off["unwinder"].is_null());
 }
 
 #[test]

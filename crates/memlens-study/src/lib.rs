@@ -17,8 +17,9 @@ use memlens_measure::{units, usage};
 use std::path::PathBuf;
 
 // Default budget (`memlens study`, the README's main job, < 4 minutes on 2 cores): 1 synthetic +
-// 3 pipeline workloads × (4 unwinders + jemalloc) = 20 processes, each 8 warm-up blocks + 30 rounds ×
-// 15 blocks × 20 ms ≈ 9.2 s → ~185 s, plus 4 × 8 profile windows of the pipeline (~1 s each) ≈ 35 s.
+// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 30 rounds ×
+// 15 blocks × 20 ms ≈ 9.2 s → ~110 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s
+// (122 s measured under load). libgcc and libunwind, ~45 s more each, are measured on request.
 // The unpaired engine (separate processes, --unpaired) predates the doc requirement; its items are
 // described at module level.
 #[allow(missing_docs)]
@@ -54,7 +55,8 @@ pub struct StudyArgs {
     /// Sampling intervals (mean bytes between samples) [default: 64K,128K,256K,512K,1M,2M,4M; --quick: 64K,2M]
     #[arg(long, value_name = "LIST")]
     pub intervals: Option<String>,
-    /// Unwinders to measure: dwarf, fp, libgcc, libunwind (default: all available here); `none` = only off and inactive
+    /// Unwinders to measure: dwarf, fp, libgcc, libunwind (default: dwarf,fp; --quick: fp; --unpaired:
+    /// all available here); `none` = only off and inactive
     #[arg(long, value_name = "LIST")]
     pub unwinders: Option<String>,
     /// Baseline profilers: jemalloc (paired), tcmalloc and heaptrack (--unpaired only), or none
@@ -178,6 +180,9 @@ fn plan(a: &StudyArgs) -> Result<Plan> {
     })
 }
 
+/// Unwinders of the default paired study (the others on request: `--unwinders dwarf,fp,libgcc,libunwind`).
+const DEFAULT_PAIRED_UNWINDERS: &str = "dwarf,fp";
+
 const DEFAULT_INTERVALS: &str = "64K,128K,256K,512K,1M,2M,4M";
 
 fn intervals(a: &StudyArgs) -> Result<Vec<u64>> {
@@ -233,9 +238,12 @@ fn paired_settings(a: &StudyArgs) -> Result<paired::Settings> {
         Some(_) => true,
         None => false,
     };
+    // Each unwinder is one process per workload plus its profile windows: the default measures the
+    // two that matter most (memlens's own and frame pointers) to keep the study under 4 minutes.
     let unwinders = match (&a.unwinders, a.quick) {
         (None, true) => vec!["fp".to_string()],
-        (u, _) => configs::unwinders(u.as_deref())?,
+        (None, false) => configs::unwinders(Some(DEFAULT_PAIRED_UNWINDERS))?,
+        (Some(u), _) => configs::unwinders(Some(u))?,
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let syn_threads =

@@ -5,7 +5,7 @@ use crate::configs::{Config, Setup};
 use crate::runner::{ConfigRuns, WorkloadResults};
 use crate::{Plan, StudyArgs};
 use anyhow::Result;
-use memlens_measure::stats::{is_tie, overhead_pct, Summary};
+use memlens_measure::stats::{overhead_pct, Summary};
 use memlens_measure::units::format_size;
 use memlens_measure::{html, output, plot};
 use serde::Serialize;
@@ -31,18 +31,30 @@ pub const PUBLISHED_TRADING: [(u64, f64); 6] = [
     (2 << 20, 5.0),
 ];
 
-/// One configuration, summarised over its repeats.
+/// One configuration, summarised over its repeats. Carries the fields of the paired study's JSON
+/// contract (`workload`, `config`, `interval_bytes`, `unwinder`, `paired`, `overhead_pct`,
+/// `ci_low_pct`, `ci_high_pct`, `coverage_pct`) so scripts read both alike.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    pub workload: String,
     pub config: String,
     pub family: String,
     pub interval: Option<u64>,
+    /// Sampling interval, bytes (null for off and the baselines' references).
+    pub interval_bytes: Option<u64>,
     pub unwinder: Option<String>,
+    /// Always false: separate processes, not blocks of one process.
+    pub paired: bool,
     pub reference: Option<String>,
     pub metric: Summary,
-    /// Overhead of the median over the reference's median, percent.
+    /// Median over repeats of (this run / the reference's run of the same repeat) − 1, percent
+    /// (null for a reference).
     pub overhead_pct: Option<f64>,
-    /// The repeats of this configuration and of its reference overlap: the difference is within the noise.
+    /// Bootstrap 95% interval of that median, low end.
+    pub ci_low_pct: Option<f64>,
+    /// Bootstrap 95% interval of that median, high end.
+    pub ci_high_pct: Option<f64>,
+    /// The interval contains 0: the difference is within the noise.
     pub tie: bool,
     /// synthetic: cycles per malloc/free pair (median) and its difference over the reference's median.
     pub pair_cycles: Option<f64>,
@@ -125,16 +137,32 @@ fn rows(w: &WorkloadResults) -> Vec<Row> {
             .reference
             .as_ref()
             .and_then(|r| w.configs.iter().find(|c| &c.config.name == r));
-        let ref_sum = reference.and_then(summary);
+        // Repeats are interleaved (A B C … A B C …): pair each run with its reference's run of the
+        // same repeat, as the paired study pairs blocks.
+        let est = reference.and_then(|rf| {
+            let ratios: Vec<f64> = cr
+                .runs
+                .iter()
+                .filter_map(|r| {
+                    let b = rf.runs.iter().find(|b| b.repeat == r.repeat)?;
+                    let x = overhead_pct(r.measure.primary, b.measure.primary);
+                    x.is_finite().then_some(x)
+                })
+                .collect();
+            crate::stats::estimate(&ratios)
+        });
         let pair = extra(cr, "cycles_per_pair");
         let ref_pair = reference.and_then(|r| extra(r, "cycles_per_pair"));
         let q = |f: fn(&crate::quality::Quality) -> f64| {
             median_of(cr.runs.iter().filter_map(|r| r.quality.as_ref().map(f)))
         };
         out.push(Row {
+            workload: w.workload.clone(),
             config: cr.config.name.clone(),
             family: cr.config.family.clone(),
             interval: cr.config.interval,
+            interval_bytes: cr.config.interval,
+            paired: false,
             unwinder: match &cr.config.setup {
                 Setup::Sampled { unwinder, .. } | Setup::Exact { unwinder } => {
                     Some(unwinder.clone())
@@ -142,8 +170,10 @@ fn rows(w: &WorkloadResults) -> Vec<Row> {
                 _ => None,
             },
             reference: cr.config.reference.clone(),
-            overhead_pct: ref_sum.map(|r| overhead_pct(metric.median, r.median)),
-            tie: ref_sum.is_some_and(|r| is_tie(&metric, &r)),
+            overhead_pct: est.map(|e| e.pct),
+            ci_low_pct: est.map(|e| e.lo),
+            ci_high_pct: est.map(|e| e.hi),
+            tie: est.is_some_and(|e| e.lo <= 0.0 && 0.0 <= e.hi),
             metric,
             pair_cycles: pair,
             pair_delta_cycles: pair.zip(ref_pair).map(|(a, b)| a - b),
@@ -262,6 +292,7 @@ fn table(w: &WorkloadReport) -> (Vec<String>, Vec<Vec<String>>) {
         format!("{} median", w.unit),
         "min–max".into(),
         "overhead".into(),
+        "95% CI".into(),
     ];
     if synth {
         h.extend(["cyc/pair".into(), "Δ cyc/pair".into()]);
@@ -288,6 +319,10 @@ fn table(w: &WorkloadReport) -> (Vec<String>, Vec<Vec<String>>) {
                 fmt_num(r.metric.median),
                 format!("{}–{}", fmt_num(r.metric.min), fmt_num(r.metric.max)),
                 fmt_pct(r.overhead_pct, r.tie),
+                match (r.ci_low_pct, r.ci_high_pct) {
+                    (Some(l), Some(h)) => format!("[{l:+.1}, {h:+.1}]"),
+                    _ => "—".into(),
+                },
             ];
             if synth {
                 c.push(opt(r.pair_cycles, fmt_num));
@@ -373,7 +408,7 @@ fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         crate::quality::MIN_SHARE * 100.0
     ));
     if ties > 0 {
-        n.push(format!("~ marks {ties} configuration(s) whose repeats overlap their reference's: the spread is larger than the effect"));
+        n.push(format!("~ marks {ties} configuration(s) whose 95% interval contains 0: the difference from the reference is within the noise"));
     }
     if is_synthetic(&w.workload) {
         // The exact-mode speed figure of issue 2: memlens exact vs heaptrack on the same loop.
@@ -558,7 +593,7 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
                 output::write_text(&dir.join(name), svg)?;
             }
         }
-        let mut paragraphs = vec![w.description.clone(), format!("Overhead is of the median over {} repeats, against the same allocator without profiling.", plan.repeats)];
+        let mut paragraphs = vec![w.description.clone(), format!("Unpaired (separate processes). Overhead is the median over {} interleaved repeats of each run's ratio to its reference's run of the same repeat, with a bootstrap 95% interval.", plan.repeats)];
         paragraphs.extend(w.notes.iter().cloned());
         paragraphs.extend(
             w.recommendations
@@ -642,6 +677,8 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
             "min",
             "max",
             "overhead_pct",
+            "ci_low_pct",
+            "ci_high_pct",
             "tie",
             "pair_cycles",
             "pair_delta_cycles",
@@ -668,6 +705,8 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
                     r.metric.min.to_string(),
                     r.metric.max.to_string(),
                     f(r.overhead_pct),
+                    f(r.ci_low_pct),
+                    f(r.ci_high_pct),
                     r.tie.to_string(),
                     f(r.pair_cycles),
                     f(r.pair_delta_cycles),
