@@ -962,8 +962,16 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
             "{name} under the debug runtime: {:?}\n{err}",
             o.status
         );
-        let raws = raws_in(&out);
-        assert!(!raws.is_empty(), "{name} left no dump");
+        // A launcher that only execs (python3 may be a shim: bash, env) can leave an `exec` dump
+        // with nothing sampled; the program's own dump at exit must be sensible.
+        let raws: Vec<Raw> = raws_in(&out)
+            .into_iter()
+            .filter(|r| !(r.meta.reason == "exec" && r.stacks.is_empty()))
+            .collect();
+        assert!(
+            raws.iter().any(|r| r.meta.reason == "exit"),
+            "{name} left no exit dump"
+        );
         for r in &raws {
             assert_sensible(r);
         }

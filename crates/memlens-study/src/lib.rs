@@ -17,9 +17,10 @@ use memlens_measure::{units, usage};
 use std::path::PathBuf;
 
 // Default budget (`memlens study`, the README's main job, < 4 minutes on 2 cores): 1 synthetic +
-// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 30 rounds ×
-// 15 blocks × 20 ms ≈ 9.2 s → ~110 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s
-// (122 s measured under load). libgcc and libunwind, ~45 s more each, are measured on request.
+// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 50 rounds ×
+// 15 blocks × 20 ms ≈ 15 s → ~180 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s.
+// 50 rather than 30 rounds: the intervals are ~1.3× narrower for the time the budget still had.
+// libgcc and libunwind, ~70 s more each, are measured on request.
 // The unpaired engine (separate processes, --unpaired) predates the doc requirement; its items are
 // described at module level.
 #[allow(missing_docs)]
@@ -284,7 +285,7 @@ fn paired_settings(a: &StudyArgs) -> Result<paired::Settings> {
             }
         }
     }
-    let rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 30 });
+    let rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 50 });
     if rounds == 0 || rounds > 10_000 || a.block_ms == 0 || a.block_ms > 10_000 {
         return Err(usage("--rounds and --block-ms must be between 1 and 10000"));
     }
