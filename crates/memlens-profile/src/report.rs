@@ -68,19 +68,21 @@ pub struct ReportArgs {
     pub html: Option<PathBuf>,
 }
 
+/// One function of the JSON report (also used by the views' JSON).
 #[derive(Serialize)]
-struct JsonFunc<'a> {
-    function: &'a str,
+pub(crate) struct JsonFunc<'a> {
+    pub(crate) function: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
-    file: &'a str,
-    flat: f64,
-    flat_share: f64,
-    cum: f64,
-    cum_share: f64,
+    pub(crate) file: &'a str,
+    pub(crate) flat: f64,
+    pub(crate) flat_share: f64,
+    pub(crate) cum: f64,
+    pub(crate) cum_share: f64,
 }
 
+/// The four sample values of a function, a stack or the whole profile in the JSON report.
 #[derive(Serialize)]
-struct Values {
+pub(crate) struct Values {
     alloc_objects: f64,
     alloc_space: f64,
     inuse_objects: f64,

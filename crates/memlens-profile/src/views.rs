@@ -18,7 +18,7 @@
 //! process did not expose is null).
 use crate::agg::{self, fmt_value, pct, share, Stack};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
-use crate::report::{stack_cell, Format};
+use crate::report::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -373,25 +373,6 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
     s
 }
 
-#[derive(Serialize)]
-struct JsonFunc<'a> {
-    function: &'a str,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    file: &'a str,
-    flat: f64,
-    flat_share: f64,
-    cum: f64,
-    cum_share: f64,
-}
-
-#[derive(Serialize)]
-struct Values {
-    alloc_objects: f64,
-    alloc_space: f64,
-    inuse_objects: f64,
-    inuse_space: f64,
-}
-
 #[derive(Serialize, Default)]
 struct JsonStack<'a> {
     value: f64,
@@ -434,12 +415,7 @@ struct JsonView<'a> {
 }
 
 fn values(v: [f64; 4]) -> Values {
-    Values {
-        alloc_objects: v[0],
-        alloc_space: v[1],
-        inuse_objects: v[2],
-        inuse_space: v[3],
-    }
+    Values::from(v)
 }
 
 fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
