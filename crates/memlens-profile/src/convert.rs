@@ -4,7 +4,7 @@ use crate::raw::{Module, RawDump};
 use crate::symbolize::{SymFrame, Symbolizer};
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// What `convert_raw` produced, for `memlens run` to print.
@@ -95,6 +95,33 @@ fn is_virtual(path: &str) -> bool {
 
 /// Build the symbolized model of a raw dump. Returns it with the warnings printed on stderr.
 pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
+    let mut warnings = Vec::new();
+    let p = build(d, &mut Symbolizer::new(), &mut warnings);
+    for w in &warnings {
+        eprintln!("memlens: warning: {w}");
+    }
+    (p, warnings)
+}
+
+/// Build the symbolized models of many raw dumps with one symbolizer, so that each module's
+/// symbols and debug info are read once for all of them (the runs of one program, compared with
+/// each other). Returns the profiles in the order of `dumps` and the warnings, one per module that
+/// cannot be symbolized; they are not printed. Stacks of different dumps compare by their frames'
+/// function names ([`crate::agg::stacks`]): unsymbolized frames are named `module+0xOFFSET`,
+/// stable across processes.
+pub fn symbolize_dumps(dumps: &[RawDump]) -> (Vec<Profile>, Vec<String>) {
+    let mut sym = Symbolizer::new();
+    let mut warnings = Vec::new();
+    let profiles = dumps
+        .iter()
+        .map(|d| build(d, &mut sym, &mut warnings))
+        .collect();
+    (profiles, warnings)
+}
+
+/// The model of `d`, symbolized by `sym`; a warning per module not symbolized (and not already
+/// in `warnings`) is appended.
+fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profile {
     let mut b = Builder {
         p: Profile {
             meta: d.meta.clone(),
@@ -116,9 +143,6 @@ pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
             });
         }
     }
-    let mut sym = Symbolizer::new();
-    let mut warnings = Vec::new();
-    let mut warned = HashSet::new();
     let mut loc_of: HashMap<u64, u64> = HashMap::new();
     for (&mi, pcs) in &by_module {
         let m = &d.modules[mi];
@@ -129,12 +153,11 @@ pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
         let frames = match sym.module(&m.path, &m.build_id, &addrs) {
             Ok(f) => f,
             Err(why) => {
-                if !is_virtual(&m.path) && warned.insert(m.path.clone()) {
-                    let w = format!(
-                        "cannot symbolize {}: {why}; its frames show as addresses",
-                        m.path
-                    );
-                    eprintln!("memlens: warning: {w}");
+                let w = format!(
+                    "cannot symbolize {}: {why}; its frames show as addresses",
+                    m.path
+                );
+                if !is_virtual(&m.path) && !warnings.contains(&w) {
                     warnings.push(w);
                 }
                 vec![Vec::new(); pcs.len()]
@@ -182,7 +205,7 @@ pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
         });
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);
-    (b.p, warnings)
+    b.p
 }
 
 fn find_module(mods: &[Module], pc: u64) -> Option<usize> {

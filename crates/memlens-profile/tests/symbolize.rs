@@ -221,3 +221,41 @@ fn separate_debug_files_are_found_by_debuglink_and_build_id() {
     );
     assert!(libc.line > 0, "{libc:?}");
 }
+
+/// Dumps of several processes of one program, symbolized together, compare stack by stack: by
+/// function names, and by `module+0xOFFSET` where a module cannot be symbolized (its addresses
+/// differ between the processes under ASLR, its names do not); each such module warns once.
+#[test]
+fn dumps_of_several_processes_symbolized_together_compare_by_names() {
+    use memlens_profile::{agg, convert, raw};
+    let dir = tempfile::tempdir().unwrap();
+    let first = common::build_and_dump(dir.path());
+    let again = Command::new(dir.path().join("fakeprof")).output().unwrap();
+    assert!(again.status.success());
+    let dumps = [
+        raw::parse(&first).unwrap(),
+        raw::parse(&String::from_utf8(again.stdout).unwrap()).unwrap(),
+    ];
+    let keys = |p: &Profile| {
+        let mut k: Vec<(Vec<String>, f64)> = agg::stacks(p)
+            .iter()
+            .map(|s| (s.key(), s.get(SampleIndex::AllocSpace)))
+            .collect();
+        k.sort_by(|a, b| a.0.cmp(&b.0));
+        k
+    };
+    let (ps, warnings) = convert::symbolize_dumps(&dumps);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(ps.len(), 2);
+    assert_eq!(keys(&ps[0]), keys(&ps[1]));
+    assert!(keys(&ps[0]).iter().any(|(k, _)| k[0] == "lib_site"));
+
+    std::fs::remove_file(dir.path().join("libsite.so")).unwrap();
+    let (ps, warnings) = convert::symbolize_dumps(&dumps);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("libsite.so"), "{warnings:?}");
+    assert_eq!(keys(&ps[0]), keys(&ps[1]));
+    let lib = keys(&ps[0]);
+    let lib = lib.iter().find(|(_, b)| *b == 3000.0).unwrap();
+    assert!(lib.0[0].starts_with("libsite.so+0x"), "{lib:?}");
+}
