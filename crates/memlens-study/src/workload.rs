@@ -6,24 +6,34 @@ use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// A workload of the unpaired study: a program started once per run.
 #[derive(Debug, Clone)]
 pub enum Workload {
     /// The malloc-test loop (workloads/c/malloc_test.c).
     Synthetic {
+        /// Threads allocating.
         threads: u64,
+        /// Block size.
         size: u64,
+        /// Call depth of the loop.
         depth: u32,
+        /// malloc/free pairs per thread.
         ops: u64,
     },
-    /// The trading pipeline (`memlens workload pipeline`).
+    /// The staged trading pipeline (`memlens workload pipeline`).
     Pipeline {
+        /// Quotes per run.
         quotes: u64,
+        /// Instruments (order books).
         instruments: usize,
+        /// Seed of the quote generator.
         seed: u64,
     },
     /// Any program; metric = wall time or the first capture of `metric` in its output.
     Command {
+        /// Program and arguments.
         argv: Vec<String>,
+        /// Where the metric is in its output (None: wall time).
         metric: Option<Regex>,
     },
 }
@@ -31,10 +41,13 @@ pub enum Workload {
 /// One run's measurements: the primary metric (what overhead is computed on) and extra figures.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Measure {
+    /// The metric overheads are computed on (see [`Workload::unit`]).
     pub primary: f64,
+    /// Other figures by name (`cycles_per_pair`, `p99_ns`, `checksum`, `wall_s`…).
     pub extra: BTreeMap<String, f64>,
 }
 
+/// The workloads the arguments ask for: a CMD after `--`, or the built-in ones, checked.
 pub fn from_args(a: &StudyArgs) -> Result<Vec<Workload>> {
     if !a.cmd.is_empty() {
         let metric = match &a.metric {
@@ -237,34 +250,21 @@ fn parse_synthetic(stdout: &str) -> Result<Measure> {
 }
 
 fn parse_pipeline(stdout: &str) -> Result<Measure> {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("{\"workload\":\"pipeline\""))
-        .context("the pipeline printed no result line")?;
-    let v: serde_json::Value =
-        serde_json::from_str(line).context("the pipeline's result line is not JSON")?;
-    let ns = &v["latency_ns"];
-    let get = |k: &str| {
-        ns[k]
-            .as_f64()
-            .with_context(|| format!("pipeline result lacks latency_ns.{k}"))
-    };
-    let mut extra = BTreeMap::new();
-    for k in ["mean", "p50", "p99", "p999"] {
-        extra.insert(format!("{k}_ns"), get(k)?);
-    }
-    if let Some(s) = v["seconds"].as_f64() {
-        extra.insert("seconds".into(), s);
-    }
+    let m = memlens_workloads::pipeline::Metrics::find(stdout)?;
+    let ns = &m.latency_ns;
+    let mut extra = BTreeMap::from([
+        ("mean_ns".to_string(), ns.mean),
+        ("p50_ns".to_string(), ns.p50),
+        ("p99_ns".to_string(), ns.p99),
+        ("p999_ns".to_string(), ns.p999),
+        ("seconds".to_string(), m.seconds),
+    ]);
     // The checksum of the orders is the proof that every configuration did the same work.
-    if let Some(c) = v["checksum"]
-        .as_str()
-        .and_then(|c| u64::from_str_radix(c, 16).ok())
-    {
+    if let Ok(c) = u64::from_str_radix(&m.checksum, 16) {
         extra.insert("checksum".into(), (c >> 12) as f64);
     }
     Ok(Measure {
-        primary: get("mean")?,
+        primary: ns.mean,
         extra,
     })
 }

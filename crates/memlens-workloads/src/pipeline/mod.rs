@@ -14,7 +14,7 @@
 //! orders are the same on every run (their checksum is reported); only the timings vary.
 use anyhow::{bail, Context, Result};
 use memlens_measure::tsc;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
@@ -91,31 +91,60 @@ impl PipelineArgs {
 }
 
 /// Tick-to-order latency in one unit.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
+    /// Mean.
     pub mean: f64,
+    /// Median.
     pub p50: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p999: f64,
+    /// Largest.
     pub max: f64,
 }
 
-/// What one run reports (one JSON line on stdout).
-#[derive(Debug, Clone, Serialize)]
+/// What one run reports (one JSON line on stdout, starting with [`Metrics::PREFIX`]); programs
+/// that start the workload read it back with serde, so a renamed field fails to compile there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Metrics {
-    pub workload: &'static str,
+    /// Always `pipeline`.
+    pub workload: String,
+    /// Seed of the quote generator.
     pub seed: u64,
+    /// Quotes pushed through.
     pub quotes: u64,
+    /// Instruments (order books).
     pub instruments: usize,
+    /// Price levels kept per side of each book.
     pub levels: usize,
+    /// Orders sent (one per quote).
     pub orders: u64,
     /// FNV-1a of every serialised order, in order: equal across runs with the same seed.
     pub checksum: String,
     /// Price levels in all books after pre-population (the working set's size in levels).
     pub book_levels: usize,
+    /// Tick-to-order latency in TSC cycles.
     pub latency_cycles: Latency,
+    /// Tick-to-order latency in nanoseconds.
     pub latency_ns: Latency,
+    /// Wall time of the run.
     pub seconds: f64,
+}
+
+impl Metrics {
+    /// How the JSON line of a run starts (the `workload` field comes first).
+    pub const PREFIX: &'static str = "{\"workload\":\"pipeline\"";
+
+    /// The metrics in the first line of `stdout` that starts with [`Metrics::PREFIX`].
+    pub fn find(stdout: &str) -> Result<Metrics> {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(Self::PREFIX))
+            .context("the pipeline printed no result line")?;
+        serde_json::from_str(line).context("the pipeline's result line is not its metrics")
+    }
 }
 
 struct StrategyOut {
@@ -278,7 +307,7 @@ pub fn run(cfg: &Config) -> Result<Metrics> {
     let mut v: Vec<f64> = out.latencies.iter().map(|&c| c as f64).collect();
     v.sort_by(|a, b| a.total_cmp(b));
     Ok(Metrics {
-        workload: "pipeline",
+        workload: "pipeline".into(),
         seed: cfg.seed,
         quotes: cfg.quotes,
         instruments: cfg.instruments,
@@ -305,6 +334,16 @@ mod tests {
             queue: 16,
             rate: 0,
         }
+    }
+
+    #[test]
+    fn the_result_line_reads_back() {
+        let m = run(&small(1)).unwrap();
+        let line = serde_json::to_string(&m).unwrap();
+        let back = Metrics::find(&format!("other output\n{line}\n")).unwrap();
+        assert_eq!(back.checksum, m.checksum);
+        assert!((back.latency_ns.p99 / m.latency_ns.p99 - 1.0).abs() < 1e-12);
+        assert!(Metrics::find("{\"workload\":\"rtc\"}").is_err());
     }
 
     #[test]
