@@ -8,6 +8,7 @@ use memlens_measure::{units::format_size, usage};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// Every unwinder the runtime has.
 pub const ALL_UNWINDERS: [&str; 4] = ["dwarf", "fp", "libgcc", "libunwind"];
 const LIB_DIRS: [&str; 4] = [
     "/usr/lib/x86_64-linux-gnu",
@@ -24,7 +25,8 @@ pub fn find_lib(name: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn find_exe(name: &str) -> Option<PathBuf> {
+/// A program on the PATH, if installed.
+pub(crate) fn find_exe(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -66,17 +68,22 @@ pub fn unwinders(asked: Option<&str>) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The other heap profilers a study compares memlens with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BaselineKind {
+    /// jemalloc's sampling profiler (`prof:true`, `lg_prof_sample`).
     Jemalloc,
+    /// gperftools tcmalloc's sampler (`TCMALLOC_SAMPLE_PARAMETER`).
     Tcmalloc,
+    /// heaptrack, which records every allocation.
     Heaptrack,
 }
 
 /// A baseline profiler asked for, found or not.
 #[derive(Debug, Clone, Serialize)]
 pub struct Baseline {
+    /// Which profiler.
     pub kind: BaselineKind,
     /// Library or program found on this machine.
     pub path: Option<PathBuf>,
@@ -85,6 +92,7 @@ pub struct Baseline {
 }
 
 impl Baseline {
+    /// Its name on the command line and in tables.
     pub fn name(&self) -> &'static str {
         match self.kind {
             BaselineKind::Jemalloc => "jemalloc",
@@ -94,6 +102,7 @@ impl Baseline {
     }
 }
 
+/// The baselines of a `--baselines` list (`none` for none), each found on this machine or not.
 pub fn baselines(list: &str) -> Result<Vec<Baseline>> {
     if list.trim() == "none" {
         return Ok(vec![]);
@@ -139,20 +148,37 @@ pub enum Setup {
     /// Runtime loaded, sampling off (MEMLENS_ACTIVE=0).
     Inactive,
     /// memlens sampling at `interval` with `unwinder`.
-    Sampled { interval: u64, unwinder: String },
+    Sampled {
+        /// Mean bytes between samples.
+        interval: u64,
+        /// Unwinder name.
+        unwinder: String,
+    },
     /// memlens exact mode (every allocation).
-    Exact { unwinder: String },
-    /// jemalloc preloaded, profiler off (`prof` = None) or sampling at 2^lg bytes.
-    Jemalloc { lg_sample: Option<u32> },
-    /// gperftools tcmalloc preloaded, sampler off or at `interval`.
-    Tcmalloc { interval: Option<u64> },
+    Exact {
+        /// Unwinder name.
+        unwinder: String,
+    },
+    /// jemalloc preloaded, profiler off (None) or sampling at 2^lg bytes.
+    Jemalloc {
+        /// log2 of the sampling interval.
+        lg_sample: Option<u32>,
+    },
+    /// gperftools tcmalloc preloaded, sampler off (None) or at `interval`.
+    Tcmalloc {
+        /// Mean bytes between samples.
+        interval: Option<u64>,
+    },
     /// heaptrack (exact tracing) over glibc malloc.
     Heaptrack,
 }
 
+/// A configuration: one way of running the workload, compared with its reference.
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
+    /// Its name in tables (`memlens fp 512K`, `jemalloc prof 512K`, `off`).
     pub name: String,
+    /// What it runs.
     pub setup: Setup,
     /// Name of the configuration it is compared with (None: it is a reference itself).
     pub reference: Option<String>,

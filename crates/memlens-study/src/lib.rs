@@ -21,22 +21,13 @@ use std::path::PathBuf;
 // 15 blocks × 20 ms ≈ 15 s → ~180 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s.
 // 50 rather than 30 rounds: the intervals are ~1.3× narrower for the time the budget still had.
 // libgcc and libunwind, ~70 s more each, are measured on request.
-// The unpaired engine (separate processes, --unpaired) predates the doc requirement; its items are
-// described at module level.
-#[allow(missing_docs)]
 pub mod configs;
 pub mod paired;
-#[allow(missing_docs)]
 pub mod quality;
-#[allow(missing_docs)]
-pub mod rawdump;
-#[allow(missing_docs)]
 pub mod report;
-#[allow(missing_docs)]
 pub mod runner;
 pub mod stats;
 pub mod verdict;
-#[allow(missing_docs)]
 pub mod workload;
 
 const EXAMPLE: &str = "Example:

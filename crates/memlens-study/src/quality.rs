@@ -6,46 +6,150 @@
 //!   appears in the sampled profile — the published study's criterion (≥ 90% of all memory);
 //! * total error = error of the estimated total allocated bytes;
 //! * top-stack errors = error of the estimate for each of the truth's top stacks.
+//!
+//! Addresses differ between runs (ASLR): the dumps of a workload are symbolized together by
+//! memlens-profile ([`memlens_profile::convert::symbolize_dumps`]) and a stack is compared across
+//! runs as its sequence of function names ([`memlens_profile::agg::stacks`]).
 use crate::configs::{Config, Setup};
-use crate::rawdump::{self, RunProfile};
 use crate::runner::{ConfigRuns, Run};
-use anyhow::Result;
+use anyhow::{Context, Result};
+use memlens_measure::names::short_name;
+use memlens_profile::{agg, convert, Profile, SampleIndex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// Stacks of the truth whose estimate error is reported: the largest, at most TOP of them, each
 /// with at least MIN_SHARE of the bytes (smaller ones are too rarely sampled to be estimated; the
-/// issue-2 accuracy criterion uses the same 5% threshold).
+/// accuracy criterion of the design uses the same 5% threshold).
 pub const TOP: usize = 5;
+/// The smallest share of the truth's bytes a top stack must hold (see [`TOP`]).
 pub const MIN_SHARE: f64 = 0.05;
 
+/// How well one profile matches the exact truth.
 #[derive(Debug, Clone, Serialize)]
 pub struct Quality {
+    /// Share of the truth's allocated bytes whose stack the profile has, percent.
     pub coverage_pct: f64,
+    /// Error of the estimated total allocated bytes, percent of the truth's total.
     pub total_error_pct: f64,
     /// Error of the estimate of each top stack of the truth, in the truth's order.
     pub top_errors_pct: Vec<f64>,
     /// Largest absolute error among the top stacks.
     pub top_max_abs_error_pct: f64,
+    /// Distinct stacks in the profile.
     pub stacks: usize,
 }
 
+/// One of the truth's largest stacks.
 #[derive(Debug, Clone, Serialize)]
 pub struct TopStack {
     /// Innermost frames first, `;`-joined (the allocating function first).
     pub stack: String,
+    /// Bytes it allocated.
     pub bytes: f64,
+    /// Its share of all allocated bytes, percent.
     pub share_pct: f64,
+}
+
+impl TopStack {
+    /// The frames, innermost first.
+    pub fn frames(&self) -> impl Iterator<Item = &str> {
+        self.stack.split(" ← ")
+    }
+
+    /// The stack for a terminal: four frames after the `skip` innermost ones (`…` marks them),
+    /// names shortened as pprof shows them.
+    pub fn short(&self, skip: usize) -> String {
+        let frames: Vec<String> = self.frames().skip(skip).take(4).map(short_name).collect();
+        let more = if skip > 0 { "… ← " } else { "" };
+        format!("{more}{}", frames.join(" ← "))
+    }
+}
+
+impl TruthSummary {
+    /// Innermost frames every top stack shares (the allocator's own, typically), leaving at least
+    /// one frame of each: what a short display of the top stacks can skip.
+    pub fn common_frames(&self) -> usize {
+        let Some((first, rest)) = self.top.split_first() else {
+            return 0;
+        };
+        let shortest = self.top.iter().map(|s| s.frames().count()).min();
+        let shared = first
+            .frames()
+            .enumerate()
+            .take_while(|(i, f)| rest.iter().all(|s| s.frames().nth(*i) == Some(*f)))
+            .count();
+        shared.min(shortest.unwrap_or(1).saturating_sub(1))
+    }
 }
 
 /// The exact truth of one unwinder, summarised.
 #[derive(Debug, Clone, Serialize)]
 pub struct TruthSummary {
+    /// The unwinder of the exact run.
     pub unwinder: String,
+    /// Bytes allocated.
     pub total_bytes: f64,
+    /// Distinct stacks.
     pub stacks: usize,
+    /// The largest stacks (see [`TOP`] and [`MIN_SHARE`]), largest first.
     pub top: Vec<TopStack>,
+}
+
+/// One run's profile (all its processes' dumps): stacks as function names, innermost first, with
+/// their estimated allocated bytes.
+#[derive(Debug, Clone, Default)]
+struct RunProfile {
+    samples: u64,
+    truncated: u64,
+    stacks: HashMap<Vec<String>, f64>,
+}
+
+impl RunProfile {
+    /// Add one process's profile, merging stacks by function names.
+    fn add(&mut self, p: &Profile) {
+        self.samples += p.meta.samples;
+        self.truncated += p.meta.truncated;
+        for s in agg::stacks(p) {
+            *self.stacks.entry(s.key()).or_insert(0.0) += s.get(SampleIndex::AllocSpace);
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.stacks.values().sum()
+    }
+
+    fn truncated_share(&self) -> f64 {
+        self.truncated as f64 / self.samples.max(1) as f64
+    }
+}
+
+/// Read the raw dumps of many runs (a run may have several processes' dumps) and symbolize them
+/// together. Returns one profile per run, in order.
+fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
+    let dumps = runs
+        .iter()
+        .flatten()
+        .map(|p| {
+            memlens_profile::raw::read(p)
+                .with_context(|| format!("cannot read the profile {}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // A module that cannot be symbolized keeps `module+0xOFFSET` names, still stable across runs:
+    // quality is judged all the same, so its warning is not worth printing here.
+    let (profiles, _warnings) = convert::symbolize_dumps(&dumps);
+    let mut profiles = profiles.into_iter();
+    Ok(runs
+        .iter()
+        .map(|r| {
+            let mut run = RunProfile::default();
+            for p in profiles.by_ref().take(r.len()) {
+                run.add(&p);
+            }
+            run
+        })
+        .collect())
 }
 
 struct Truth {
@@ -66,6 +170,23 @@ impl Truth {
             stacks: p.stacks.clone(),
             total,
             top,
+        }
+    }
+
+    fn summary(&self, unwinder: &str) -> TruthSummary {
+        TruthSummary {
+            unwinder: unwinder.to_string(),
+            total_bytes: self.total,
+            stacks: self.stacks.len(),
+            top: self
+                .top
+                .iter()
+                .map(|(k, v)| TopStack {
+                    stack: k.join(" ← "),
+                    bytes: *v,
+                    share_pct: v / self.total.max(1.0) * 100.0,
+                })
+                .collect(),
         }
     }
 }
@@ -124,7 +245,7 @@ pub fn judge(
             flat.extend(rs.iter().map(|(_, d)| d.clone()));
         }
     }
-    let mut profiles = rawdump::load_runs(&flat)?.into_iter();
+    let mut profiles = load_runs(&flat)?.into_iter();
     for (c, rs) in cfgs.iter().zip(&runs) {
         loaded.push(if c.memlens_profile() {
             profiles.by_ref().take(rs.len()).collect()
@@ -135,20 +256,7 @@ pub fn judge(
     for (c, ps) in cfgs.iter().zip(&loaded) {
         if let (Setup::Exact { unwinder }, Some(first)) = (&c.setup, ps.first()) {
             let t = Truth::of(first);
-            summaries.push(TruthSummary {
-                unwinder: unwinder.clone(),
-                total_bytes: t.total,
-                stacks: t.stacks.len(),
-                top: t
-                    .top
-                    .iter()
-                    .map(|(k, v)| TopStack {
-                        stack: k.join(" ← "),
-                        bytes: *v,
-                        share_pct: v / t.total.max(1.0) * 100.0,
-                    })
-                    .collect(),
-            });
+            summaries.push(t.summary(unwinder));
             truths.insert(unwinder.clone(), t);
         }
     }
@@ -166,11 +274,7 @@ pub fn judge(
         for (i, (mut run, _)) in rs.into_iter().enumerate() {
             if let Some(p) = ps.get(i) {
                 run.samples = Some(p.samples);
-                run.truncated_share = Some(if p.samples > 0 {
-                    p.truncated as f64 / p.samples as f64
-                } else {
-                    0.0
-                });
+                run.truncated_share = Some(p.truncated_share());
                 if let Some(t) = unwinder_of(c).and_then(|u| truths.get(u)) {
                     run.quality = Some(judge_one(t, p));
                 }
@@ -198,29 +302,12 @@ pub fn window(
 ) -> Result<(TruthSummary, Vec<WindowQuality>)> {
     let mut all = vec![exact];
     all.extend(sampled);
-    let mut ps = rawdump::load_runs(&all)?.into_iter();
+    let mut ps = load_runs(&all)?.into_iter();
     let truth = Truth::of(&ps.next().expect("the exact run was loaded"));
-    let summary = TruthSummary {
-        unwinder: unwinder.to_string(),
-        total_bytes: truth.total,
-        stacks: truth.stacks.len(),
-        top: truth
-            .top
-            .iter()
-            .map(|(k, v)| TopStack {
-                stack: k.join(" ← "),
-                bytes: *v,
-                share_pct: v / truth.total.max(1.0) * 100.0,
-            })
-            .collect(),
-    };
     let q = ps
-        .map(|p| {
-            let tr = p.truncated as f64 / p.samples.max(1) as f64;
-            (judge_one(&truth, &p), p.samples, tr)
-        })
+        .map(|p| (judge_one(&truth, &p), p.samples, p.truncated_share()))
         .collect();
-    Ok((summary, q))
+    Ok((truth.summary(unwinder), q))
 }
 
 #[cfg(test)]
@@ -245,6 +332,32 @@ mod tests {
         assert_eq!(q.coverage_pct, 100.0);
         assert_eq!(q.total_error_pct, 0.0);
         assert!(q.top_errors_pct.iter().all(|e| *e == 0.0));
+    }
+
+    #[test]
+    fn common_frames_leave_one_of_each_stack() {
+        let t = |stacks: &[&str]| TruthSummary {
+            unwinder: "fp".into(),
+            total_bytes: 1.0,
+            stacks: stacks.len(),
+            top: stacks
+                .iter()
+                .map(|s| TopStack {
+                    stack: s.to_string(),
+                    bytes: 1.0,
+                    share_pct: 1.0,
+                })
+                .collect(),
+        };
+        assert_eq!(
+            t(&["malloc ← new ← a ← main", "malloc ← new ← b ← main"]).common_frames(),
+            2
+        );
+        assert_eq!(t(&["malloc ← new", "malloc ← new ← b"]).common_frames(), 1);
+        assert_eq!(t(&["a ← main", "b ← main"]).common_frames(), 0);
+        assert_eq!(t(&[]).common_frames(), 0);
+        let s = &t(&["malloc ← new ← std::vector<int>::push_back(int const&) ← main"]).top[0];
+        assert_eq!(s.short(2), "… ← std::vector::push_back ← main");
     }
 
     #[test]

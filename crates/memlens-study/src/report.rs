@@ -1,15 +1,19 @@
-//! Summaries of the runs, the recommendation, and every output: tables on stdout, JSON, CSV, SVG
-//! plots and the HTML page. Published figures (docs/design.md, published studies) are printed beside ours,
-//! always labelled as published.
+//! The unpaired study's results: summaries of the runs, the recommendation, and one document
+//! (verdict, notes, tables, plots) for the terminal and HTML, with the rows as JSON and CSV.
+//! Published figures (docs/design.md, published studies) are shown beside ours, always labelled
+//! as published.
 use crate::configs::{Config, Setup};
+use crate::quality::TruthSummary;
 use crate::runner::{ConfigRuns, WorkloadResults};
 use crate::{Plan, StudyArgs};
 use anyhow::Result;
+use memlens_measure::doc::{self, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED};
 use memlens_measure::stats::{overhead_pct, Summary};
 use memlens_measure::units::format_size;
-use memlens_measure::{html, output, plot};
+use memlens_measure::{output, plot};
 use serde::Serialize;
 
+/// Where the published figures come from.
 pub const PUBLISHED_LABEL: &str =
     "published: jemalloc 3.4.1, 2×8-core Xeon E5-2690, libgcc unwinder, 16 threads (docs/design.md)";
 /// Increase of mean malloc() time in the malloc-test program, by interval (published).
@@ -36,16 +40,23 @@ pub const PUBLISHED_TRADING: [(u64, f64); 6] = [
 /// `ci_low_pct`, `ci_high_pct`, `coverage_pct`) so scripts read both alike.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// Workload name.
     pub workload: String,
+    /// Configuration name.
     pub config: String,
+    /// Group of the plots (`memlens fp`, `jemalloc`, `reference`…).
     pub family: String,
+    /// Sampling interval, bytes (the same as `interval_bytes`).
     pub interval: Option<u64>,
     /// Sampling interval, bytes (null for off and the baselines' references).
     pub interval_bytes: Option<u64>,
+    /// memlens unwinder (null for the others).
     pub unwinder: Option<String>,
     /// Always false: separate processes, not blocks of one process.
     pub paired: bool,
+    /// The configuration it is compared with (null: a reference itself).
     pub reference: Option<String>,
+    /// The workload's metric over the repeats.
     pub metric: Summary,
     /// Median over repeats of (this run / the reference's run of the same repeat) − 1, percent
     /// (null for a reference).
@@ -56,41 +67,63 @@ pub struct Row {
     pub ci_high_pct: Option<f64>,
     /// The interval contains 0: the difference is within the noise.
     pub tie: bool,
-    /// synthetic: cycles per malloc/free pair (median) and its difference over the reference's median.
+    /// synthetic: cycles per malloc/free pair (median over repeats).
     pub pair_cycles: Option<f64>,
+    /// synthetic: `pair_cycles` minus the reference's.
     pub pair_delta_cycles: Option<f64>,
     /// pipeline: p99 latency (median over repeats), ns.
     pub p99_ns: Option<f64>,
+    /// Coverage of the profile against the exact run, percent (memlens; null when not measured).
     pub coverage_pct: Option<f64>,
+    /// Error of the estimated total allocated bytes, percent.
     pub total_error_pct: Option<f64>,
+    /// Largest absolute error among the exact run's top stacks, percent.
     pub top_error_pct: Option<f64>,
+    /// Samples recorded (memlens, median over repeats).
     pub samples: Option<f64>,
+    /// Truncated stacks among the samples, percent.
     pub truncated_pct: Option<f64>,
+    /// The published overhead at this interval, percent.
     pub published_pct: Option<f64>,
 }
 
+/// The interval to use with one unwinder, by the study's criteria.
 #[derive(Debug, Clone, Serialize)]
 pub struct Recommendation {
+    /// The unwinder.
     pub unwinder: String,
     /// Largest interval with coverage ≥ --min-coverage.
     pub interval: Option<u64>,
+    /// Its overhead, percent.
     pub overhead_pct: Option<f64>,
+    /// Its coverage, percent.
     pub coverage_pct: Option<f64>,
     /// Smallest interval whose overhead ≤ --max-overhead (if given).
     pub under_max_overhead: Option<u64>,
+    /// Its overhead, percent.
     pub under_max_overhead_pct: Option<f64>,
+    /// Its coverage, percent.
     pub under_max_overhead_coverage: Option<f64>,
+    /// The recommendation in a sentence.
     pub text: String,
 }
 
+/// Everything reported about one workload (an element of the JSON's `workloads`).
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadReport {
+    /// Workload name.
     pub workload: String,
+    /// What it does.
     pub description: String,
+    /// Unit of its metric.
     pub unit: String,
+    /// One row per configuration.
     pub rows: Vec<Row>,
+    /// One per unwinder.
     pub recommendations: Vec<Recommendation>,
+    /// How to read the rows, and what was not measured.
     pub notes: Vec<String>,
+    /// Every run.
     pub results: WorkloadResults,
 }
 
@@ -254,109 +287,90 @@ fn recommend(
     out
 }
 
+/// A percentage with its sign; `~` marks a tie with the reference.
 fn fmt_pct(p: Option<f64>, tie: bool) -> String {
     match p {
         Some(p) if p.is_finite() => format!("{p:+.1}%{}", if tie { " ~" } else { "" }),
-        _ => "—".into(),
+        Some(_) => NOT_MEASURED.into(),
+        None => NOT_APPLICABLE.into(),
     }
 }
 
-fn fmt_num(x: f64) -> String {
-    if !x.is_finite() {
-        "—".into()
-    } else if x.abs() >= 1000.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 100.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
+/// A cell of an optional value: `-` where it does not apply to the row, `n/a` where it could have
+/// been measured but was not.
+fn cell(x: Option<f64>, applies: bool, f: impl Fn(f64) -> String) -> String {
+    match x.filter(|v| v.is_finite()) {
+        Some(v) => f(v),
+        None if applies => NOT_MEASURED.into(),
+        None => NOT_APPLICABLE.into(),
     }
-}
-
-fn opt(x: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    x.filter(|v| v.is_finite())
-        .map(f)
-        .unwrap_or_else(|| "—".into())
 }
 
 fn is_synthetic(w: &str) -> bool {
     w.starts_with("synthetic")
 }
 
-/// Table header and rows for the terminal, the CSV-like HTML table.
-fn table(w: &WorkloadReport) -> (Vec<String>, Vec<Vec<String>>) {
+/// The configurations of a workload: cost first, then its own figures, then quality.
+fn table(w: &WorkloadReport) -> Table {
     let synth = is_synthetic(&w.workload);
     let pipe = w.workload == "pipeline";
-    let mut h: Vec<String> = vec![
-        "configuration".into(),
-        format!("{} median", w.unit),
-        "min–max".into(),
-        "overhead".into(),
-        "95% CI".into(),
-    ];
+    let mut t =
+        Table::new(&["configuration"]).topic("cost", &["median", "min–max", "overhead", "95% CI"]);
     if synth {
-        h.extend(["cyc/pair".into(), "Δ cyc/pair".into()]);
+        t = t.topic("cycles per pair", &["cyc/pair", "Δ cyc/pair"]);
     }
     if pipe {
-        h.push("p99 ns".into());
+        t = t.topic("latency", &["p99 ns"]);
     }
-    h.extend([
-        "coverage".into(),
-        "total err".into(),
-        "top err".into(),
-        "samples".into(),
-        "trunc.".into(),
-    ]);
+    t = t.topic(
+        "quality",
+        &["coverage", "total err", "top err", "samples", "trunc."],
+    );
     if synth || pipe {
-        h.push("published".into());
+        t = t.topic("published", &["published"]);
     }
-    let rows = w
-        .rows
-        .iter()
-        .map(|r| {
-            let mut c = vec![
-                r.config.clone(),
-                fmt_num(r.metric.median),
-                format!("{}–{}", fmt_num(r.metric.min), fmt_num(r.metric.max)),
-                fmt_pct(r.overhead_pct, r.tie),
-                match (r.ci_low_pct, r.ci_high_pct) {
-                    (Some(l), Some(h)) => format!("[{l:+.1}, {h:+.1}]"),
-                    _ => "—".into(),
-                },
-            ];
-            if synth {
-                c.push(opt(r.pair_cycles, fmt_num));
-                c.push(opt(r.pair_delta_cycles, |d| format!("{d:+.1}")));
-            }
-            if pipe {
-                c.push(opt(r.p99_ns, fmt_num));
-            }
-            c.push(opt(r.coverage_pct, |v| format!("{v:.1}%")));
-            c.push(opt(r.total_error_pct, |v| format!("{v:+.1}%")));
-            c.push(opt(r.top_error_pct, |v| format!("{v:.1}%")));
-            c.push(opt(r.samples, |v| format!("{v:.0}")));
-            c.push(opt(r.truncated_pct, |v| format!("{v:.1}%")));
-            if synth || pipe {
-                c.push(opt(r.published_pct, |v| format!("+{v:.0}%")));
-            }
-            c
-        })
-        .collect();
-    (h, rows)
+    for r in &w.rows {
+        let memlens = r.unwinder.is_some();
+        let compared = r.reference.is_some();
+        let mut c = vec![
+            r.config.clone(),
+            doc::num(r.metric.median),
+            format!("{}–{}", doc::num(r.metric.min), doc::num(r.metric.max)),
+            fmt_pct(r.overhead_pct, r.tie),
+            match (r.ci_low_pct, r.ci_high_pct) {
+                (Some(l), Some(h)) => format!("[{l:+.1}, {h:+.1}]"),
+                _ => fmt_pct(r.overhead_pct, false),
+            },
+        ];
+        if synth {
+            c.push(cell(r.pair_cycles, true, doc::num));
+            c.push(cell(r.pair_delta_cycles, compared, |d| format!("{d:+.1}")));
+        }
+        if pipe {
+            c.push(cell(r.p99_ns, true, doc::num));
+        }
+        c.push(cell(r.coverage_pct, memlens, |v| format!("{v:.1}%")));
+        c.push(cell(r.total_error_pct, memlens, |v| format!("{v:+.1}%")));
+        c.push(cell(r.top_error_pct, memlens, |v| format!("{v:.1}%")));
+        c.push(cell(r.samples, memlens, |v| format!("{v:.0}")));
+        c.push(cell(r.truncated_pct, memlens, |v| format!("{v:.1}%")));
+        if synth || pipe {
+            c.push(cell(r.published_pct, false, |v| format!("+{v:.0}%")));
+        }
+        t.push(c);
+    }
+    t
 }
 
 /// Overhead at each interval: synthetic vs pipeline vs published, for one unwinder.
-fn comparison(
-    reports: &[WorkloadReport],
-    unwinder: &str,
-) -> Option<(Vec<String>, Vec<Vec<String>>)> {
+fn comparison(reports: &[WorkloadReport], unwinder: &str) -> Option<Table> {
     let synth = reports.iter().rfind(|w| is_synthetic(&w.workload))?;
     let pipe = reports.iter().find(|w| w.workload == "pipeline")?;
     let get = |w: &WorkloadReport, r: u64| {
         w.rows
             .iter()
             .find(|x| x.unwinder.as_deref() == Some(unwinder) && x.interval == Some(r))
-            .map(|x| fmt_pct(x.overhead_pct, x.tie))
+            .map_or_else(|| NOT_MEASURED.into(), |x| fmt_pct(x.overhead_pct, x.tie))
     };
     let mut intervals: Vec<u64> = synth
         .rows
@@ -365,36 +379,48 @@ fn comparison(
         .collect();
     intervals.sort_unstable();
     intervals.dedup();
-    let pubf = |t: &[(u64, f64)], r: u64| {
-        t.iter()
-            .find(|x| x.0 == r)
-            .map(|x| format!("+{:.0}%", x.1))
-            .unwrap_or_else(|| "—".into())
+    let published = |t: &[(u64, f64)], r: u64| {
+        let p = t.iter().find(|x| x.0 == r).map(|x| x.1);
+        cell(p, false, |v| format!("+{v:.0}%"))
     };
-    let rows = intervals
-        .iter()
-        .map(|&r| {
-            vec![
-                format_size(r),
-                get(synth, r).unwrap_or_else(|| "—".into()),
-                get(pipe, r).unwrap_or_else(|| "—".into()),
-                pubf(&PUBLISHED_SYNTHETIC, r),
-                pubf(&PUBLISHED_TRADING, r),
-            ]
-        })
-        .collect();
-    let h = vec![
-        "interval".into(),
-        format!("{} ({unwinder})", synth.workload),
-        format!("pipeline ({unwinder})"),
-        "published synthetic".into(),
-        "published trading".into(),
-    ];
-    Some((h, rows))
+    let mut t = Table::new(&["interval"])
+        .topic("measured", &[&synth.workload, "pipeline"])
+        .topic("published", &["published synthetic", "published trading"]);
+    for &r in &intervals {
+        t.push(vec![
+            format_size(r),
+            get(synth, r),
+            get(pipe, r),
+            published(&PUBLISHED_SYNTHETIC, r),
+            published(&PUBLISHED_TRADING, r),
+        ]);
+    }
+    Some(t)
 }
 
-fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
-    let mut n = Vec::new();
+/// The exact run's top stacks, innermost first, with short names and without the frames they
+/// all share (the JSON has them whole).
+fn truth_table(t: &TruthSummary) -> Table {
+    let skip = t.common_frames();
+    let mut tab = Table::new(&[]).topic("", &["share", "bytes", "stack"]);
+    for s in &t.top {
+        tab.push(vec![
+            format!("{:.1}%", s.share_pct),
+            format!("{:.0}", s.bytes),
+            s.short(skip),
+        ]);
+    }
+    tab
+}
+
+/// How to read a workload's rows; the same sentences on the terminal, in HTML and in the JSON.
+fn notes(plan: &Plan, w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
+    let mut n = vec![format!(
+        "overhead = median over {} interleaved repeats of each run's ratio to its reference's run \
+         of the same repeat, with a bootstrap 95% interval; {NOT_MEASURED} = not measured, \
+         {NOT_APPLICABLE} = does not apply",
+        plan.repeats
+    )];
     if let Some(q) = &w.quality_note {
         n.push(q.clone());
     }
@@ -411,7 +437,7 @@ fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         n.push(format!("~ marks {ties} configuration(s) whose 95% interval contains 0: the difference from the reference is within the noise"));
     }
     if is_synthetic(&w.workload) {
-        // The exact-mode speed figure of issue 2: memlens exact vs heaptrack on the same loop.
+        // The exact-mode speed figure: memlens exact vs heaptrack on the same loop.
         let ht = rows.iter().find(|r| r.config == "heaptrack");
         for ex in rows.iter().filter(|r| r.config.ends_with(" exact")) {
             if let (Some(h), Some(e)) = (ht.and_then(|h| h.pair_cycles), ex.pair_cycles) {
@@ -442,6 +468,9 @@ fn notes(w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         } else if !sums.is_empty() {
             n.push("WARNING: the order checksums differ between runs: the pipeline was not deterministic".into());
         }
+    }
+    if rows.iter().any(|r| r.published_pct.is_some()) {
+        n.push(format!("published column = {PUBLISHED_LABEL}"));
     }
     n
 }
@@ -518,6 +547,161 @@ fn plots(w: &WorkloadReport) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Summarise every workload's runs: rows, recommendations and notes.
+pub fn reports(plan: &Plan, results: &[WorkloadResults]) -> Vec<WorkloadReport> {
+    results
+        .iter()
+        .map(|w| {
+            let rows = rows(w);
+            WorkloadReport {
+                workload: w.workload.clone(),
+                description: w.description.clone(),
+                unit: w.unit.clone(),
+                recommendations: recommend(
+                    &rows,
+                    &plan.unwinders,
+                    plan.min_coverage,
+                    plan.max_overhead,
+                ),
+                notes: notes(plan, w, &rows),
+                rows,
+                results: w.clone(),
+            }
+        })
+        .collect()
+}
+
+/// Baselines asked for but not installed here, with the package that provides each.
+fn missing_baselines(plan: &Plan) -> Vec<String> {
+    plan.baselines
+        .iter()
+        .filter(|b| b.path.is_none())
+        .map(|b| format!("{} (not installed; Debian package {})", b.name(), b.package))
+        .collect()
+}
+
+/// The study as one document: the recommendations as its verdict, a section per workload (table,
+/// notes, the exact run's top stacks, plots), the comparison with the published figures.
+/// `svgs` holds each workload's plots, in the order of `reports`.
+pub fn document(plan: &Plan, reports: &[WorkloadReport], svgs: Vec<Vec<String>>) -> Document {
+    let mut d = Document::new("memlens study: what heap profiling costs (unpaired)");
+    d.verdict.push(format!(
+        "UNPAIRED: separate processes, {} interleaved repeats per configuration; a paired study \
+         (the default, without --unpaired) resolves smaller differences.",
+        plan.repeats
+    ));
+    for w in reports {
+        d.verdict.extend(
+            w.recommendations
+                .iter()
+                .map(|r| format!("{} — {}", w.workload, r.text)),
+        );
+    }
+    for (w, plots) in reports
+        .iter()
+        .zip(svgs.into_iter().chain(std::iter::repeat(vec![])))
+    {
+        let mut s = Section::new(format!("{} ({})", w.workload, w.unit))
+            .note(w.description.clone())
+            .table(table(w));
+        for n in &w.notes {
+            s = s.note(n.clone());
+        }
+        for t in &w.results.truth {
+            s = s
+                .note(format!(
+                    "Top stacks of the exact run ({}), innermost first:",
+                    t.unwinder
+                ))
+                .table(truth_table(t));
+        }
+        for svg in plots {
+            s = s.plot(svg);
+        }
+        d.sections.push(s);
+    }
+    for u in &plan.unwinders {
+        if let Some(t) = comparison(reports, u) {
+            d.sections.push(
+                Section::new(format!(
+                    "Overhead by interval ({u}): synthetic vs realistic workload, published beside"
+                ))
+                .table(t)
+                .note(PUBLISHED_LABEL),
+            );
+        }
+    }
+    let missing = missing_baselines(plan);
+    if !missing.is_empty() {
+        let mut s = Section::new("Baselines left out");
+        for m in missing {
+            s = s.note(m);
+        }
+        d.sections.push(s);
+    }
+    d
+}
+
+/// One CSV line per configuration: the numbers of a [`Row`], flat; an empty cell is not measured
+/// or does not apply.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    workload: &'a str,
+    configuration: &'a str,
+    family: &'a str,
+    interval: Option<u64>,
+    unwinder: Option<&'a str>,
+    unit: &'a str,
+    median: f64,
+    min: f64,
+    max: f64,
+    overhead_pct: Option<f64>,
+    ci_low_pct: Option<f64>,
+    ci_high_pct: Option<f64>,
+    tie: bool,
+    pair_cycles: Option<f64>,
+    pair_delta_cycles: Option<f64>,
+    p99_ns: Option<f64>,
+    coverage_pct: Option<f64>,
+    total_error_pct: Option<f64>,
+    top_error_pct: Option<f64>,
+    samples: Option<f64>,
+    truncated_pct: Option<f64>,
+    published_pct: Option<f64>,
+}
+
+fn csv_rows(reports: &[WorkloadReport]) -> Vec<CsvRow<'_>> {
+    let finite = |x: Option<f64>| x.filter(|v| v.is_finite());
+    reports
+        .iter()
+        .flat_map(|w| w.rows.iter().map(move |r| (w, r)))
+        .map(|(w, r)| CsvRow {
+            workload: &w.workload,
+            configuration: &r.config,
+            family: &r.family,
+            interval: r.interval,
+            unwinder: r.unwinder.as_deref(),
+            unit: &w.unit,
+            median: r.metric.median,
+            min: r.metric.min,
+            max: r.metric.max,
+            overhead_pct: finite(r.overhead_pct),
+            ci_low_pct: finite(r.ci_low_pct),
+            ci_high_pct: finite(r.ci_high_pct),
+            tie: r.tie,
+            pair_cycles: finite(r.pair_cycles),
+            pair_delta_cycles: finite(r.pair_delta_cycles),
+            p99_ns: finite(r.p99_ns),
+            coverage_pct: finite(r.coverage_pct),
+            total_error_pct: finite(r.total_error_pct),
+            top_error_pct: finite(r.top_error_pct),
+            samples: finite(r.samples),
+            truncated_pct: finite(r.truncated_pct),
+            published_pct: r.published_pct,
+        })
+        .collect()
+}
+
 #[derive(Serialize)]
 struct JsonOut<'a> {
     published: Published,
@@ -537,117 +721,23 @@ struct Published {
     trading_overhead_pct: Vec<(u64, f64)>,
 }
 
-/// Print the tables and write every file asked for.
+/// Print the document and write every file asked for.
 pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Result<()> {
-    let reports: Vec<WorkloadReport> = results
-        .iter()
-        .map(|w| {
-            let rows = rows(w);
-            WorkloadReport {
-                workload: w.workload.clone(),
-                description: w.description.clone(),
-                unit: w.unit.clone(),
-                recommendations: recommend(
-                    &rows,
-                    &plan.unwinders,
-                    plan.min_coverage,
-                    plan.max_overhead,
-                ),
-                notes: notes(w, &rows),
-                rows,
-                results: w.clone(),
-            }
-        })
-        .collect();
-    let missing: Vec<String> = plan
-        .baselines
-        .iter()
-        .filter(|b| b.path.is_none())
-        .map(|b| format!("{} (not installed; Debian package {})", b.name(), b.package))
-        .collect();
-    let mut page = html::Report {
-        title: "memlens study: what heap profiling costs".into(),
-        sections: Vec::new(),
-    };
+    let reports = reports(plan, results);
+    let mut svgs = Vec::with_capacity(reports.len());
     for w in &reports {
-        let (h, rows) = table(w);
-        println!("\n== {} — {}", w.workload, w.description);
-        println!(
-            "{}",
-            output::table(&h.iter().map(String::as_str).collect::<Vec<_>>(), &rows)
-        );
-        for n in &w.notes {
-            println!("  note: {n}");
-        }
-        for r in &w.recommendations {
-            println!("  recommendation: {}", r.text);
-        }
-        if w.rows.iter().any(|r| r.published_pct.is_some()) {
-            println!("  published column = {PUBLISHED_LABEL}");
-        }
-        let svgs = plots(w)?;
+        let named = plots(w)?;
         if let Some(dir) = &args.plots {
             std::fs::create_dir_all(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-            for (name, svg) in &svgs {
+            for (name, svg) in &named {
                 output::write_text(&dir.join(name), svg)?;
             }
         }
-        let mut paragraphs = vec![w.description.clone(), format!("Unpaired (separate processes). Overhead is the median over {} interleaved repeats of each run's ratio to its reference's run of the same repeat, with a bootstrap 95% interval.", plan.repeats)];
-        paragraphs.extend(w.notes.iter().cloned());
-        paragraphs.extend(
-            w.recommendations
-                .iter()
-                .map(|r| format!("Recommendation — {}", r.text)),
-        );
-        if w.rows.iter().any(|r| r.published_pct.is_some()) {
-            paragraphs.push(format!("Column 'published' = {PUBLISHED_LABEL}."));
-        }
-        let mut tables = vec![(h, rows)];
-        for t in &w.results.truth {
-            let th = vec![
-                format!("top stacks of the exact run ({})", t.unwinder),
-                "bytes".into(),
-                "share".into(),
-            ];
-            let tr = t
-                .top
-                .iter()
-                .map(|s| {
-                    vec![
-                        s.stack.clone(),
-                        format!("{:.0}", s.bytes),
-                        format!("{:.1}%", s.share_pct),
-                    ]
-                })
-                .collect();
-            tables.push((th, tr));
-        }
-        page.sections.push(html::Section {
-            heading: format!("{} ({})", w.workload, w.unit),
-            paragraphs,
-            tables,
-            svgs: svgs.into_iter().map(|s| s.1).collect(),
-        });
+        svgs.push(named.into_iter().map(|(_, svg)| svg).collect());
     }
-    for u in &plan.unwinders {
-        if let Some((h, rows)) = comparison(&reports, u) {
-            println!("\n== overhead by interval: synthetic vs realistic workload ({u}), published figures beside");
-            println!(
-                "{}",
-                output::table(&h.iter().map(String::as_str).collect::<Vec<_>>(), &rows)
-            );
-            page.sections.push(html::Section {
-                heading: format!("Synthetic vs realistic workload ({u})"),
-                paragraphs: vec![format!("Published figures: {PUBLISHED_LABEL}.")],
-                tables: vec![(h, rows)],
-                svgs: vec![],
-            });
-        }
-    }
-    for m in &missing {
-        println!("  baseline left out: {m}");
-    }
+    let d = document(plan, &reports, svgs);
+    d.print();
     if let Some(p) = &args.out.json {
         let j = JsonOut {
             published: Published {
@@ -655,7 +745,7 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
                 synthetic_overhead_pct: PUBLISHED_SYNTHETIC.to_vec(),
                 trading_overhead_pct: PUBLISHED_TRADING.to_vec(),
             },
-            missing_baselines: missing.clone(),
+            missing_baselines: missing_baselines(plan),
             intervals: &plan.intervals,
             unwinders: &plan.unwinders,
             repeats: plan.repeats,
@@ -666,71 +756,137 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
         output::write_json(p, &j)?;
     }
     if let Some(p) = &args.out.csv {
-        let h = [
-            "workload",
-            "configuration",
-            "family",
-            "interval",
-            "unwinder",
-            "unit",
-            "median",
-            "min",
-            "max",
-            "overhead_pct",
-            "ci_low_pct",
-            "ci_high_pct",
-            "tie",
-            "pair_cycles",
-            "pair_delta_cycles",
-            "p99_ns",
-            "coverage_pct",
-            "total_error_pct",
-            "top_error_pct",
-            "samples",
-            "truncated_pct",
-            "published_pct",
-        ];
-        let f = |x: Option<f64>| x.map(|v| format!("{v}")).unwrap_or_default();
-        let mut rows = Vec::new();
-        for w in &reports {
-            for r in &w.rows {
-                rows.push(vec![
-                    w.workload.clone(),
-                    r.config.clone(),
-                    r.family.clone(),
-                    r.interval.map(|i| i.to_string()).unwrap_or_default(),
-                    r.unwinder.clone().unwrap_or_default(),
-                    w.unit.clone(),
-                    r.metric.median.to_string(),
-                    r.metric.min.to_string(),
-                    r.metric.max.to_string(),
-                    f(r.overhead_pct),
-                    f(r.ci_low_pct),
-                    f(r.ci_high_pct),
-                    r.tie.to_string(),
-                    f(r.pair_cycles),
-                    f(r.pair_delta_cycles),
-                    f(r.p99_ns),
-                    f(r.coverage_pct),
-                    f(r.total_error_pct),
-                    f(r.top_error_pct),
-                    f(r.samples),
-                    f(r.truncated_pct),
-                    f(r.published_pct),
-                ]);
-            }
-        }
-        output::write_csv(p, &h, &rows)?;
+        output::write_csv_rows(p, &csv_rows(&reports))?;
     }
     if let Some(p) = &args.out.html {
-        if !missing.is_empty() {
-            page.sections.push(html::Section {
-                heading: "Baselines left out".into(),
-                paragraphs: missing.clone(),
-                ..Default::default()
-            });
-        }
-        output::write_text(p, &html::render(&page))?;
+        output::write_text(p, &d.to_html())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::configs::all;
+    use crate::quality::{Quality, TopStack};
+    use crate::runner::Run;
+    use crate::workload::{Measure, Workload};
+
+    fn plan() -> Plan {
+        Plan {
+            workloads: vec![Workload::Pipeline {
+                quotes: 1,
+                instruments: 1,
+                seed: 1,
+            }],
+            intervals: vec![64 << 10, 2 << 20],
+            unwinders: vec!["fp".into()],
+            baselines: vec![],
+            repeats: 2,
+            exact_repeats: 1,
+            exact: true,
+            min_coverage: 90.0,
+            max_overhead: None,
+        }
+    }
+
+    /// Pipeline results: `off` at 100 ns, every profiled configuration at 110 ns, the sampled
+    /// ones covering 95% (64K) and 50% (2M) of the bytes; a truth of long C++ stacks.
+    fn results(p: &Plan) -> WorkloadResults {
+        let cfgs = all(&p.intervals, &p.unwinders, &p.baselines, p.exact);
+        let configs = cfgs
+            .into_iter()
+            .map(|config| {
+                let (ns, cov) = match config.interval {
+                    None if config.name == "off" => (100.0, None),
+                    None => (110.0, None),
+                    Some(i) => (110.0, Some(if i == 64 << 10 { 95.0 } else { 50.0 })),
+                };
+                let runs = (0..2)
+                    .map(|repeat| Run {
+                        repeat,
+                        measure: Measure {
+                            primary: ns + repeat as f64,
+                            extra: [("p99_ns".to_string(), 4.0 * ns)].into(),
+                        },
+                        wall_s: 1.0,
+                        samples: cov.map(|_| 10),
+                        truncated_share: cov.map(|_| 0.0),
+                        quality: cov.map(|c| Quality {
+                            coverage_pct: c,
+                            total_error_pct: -1.0,
+                            top_errors_pct: vec![1.0],
+                            top_max_abs_error_pct: 1.0,
+                            stacks: 3,
+                        }),
+                    })
+                    .collect();
+                ConfigRuns { config, runs }
+            })
+            .collect();
+        let frame =
+            "std::vector<std::pair<int, std::string>>::emplace_back(int const&, std::string&&)";
+        let stack = |site: &str| {
+            let mut f = vec!["malloc", "operator new(unsigned long)", site];
+            f.extend(std::iter::repeat_n(frame, 6));
+            f.join(" ← ")
+        };
+        WorkloadResults {
+            workload: "pipeline".into(),
+            description: "a pipeline ".repeat(20),
+            unit: "ns".into(),
+            configs,
+            truth: vec![TruthSummary {
+                unwinder: "fp".into(),
+                total_bytes: 100.0,
+                stacks: 2,
+                top: [
+                    "Book::apply(Quote const&)",
+                    "Strategy::decide(Signal const&)",
+                ]
+                .iter()
+                .map(|site| TopStack {
+                    stack: stack(site),
+                    bytes: 50.0,
+                    share_pct: 50.0,
+                })
+                .collect(),
+            }],
+            quality_note: None,
+        }
+    }
+
+    #[test]
+    fn the_document_fits_the_width_and_opens_with_the_recommendation() {
+        let p = plan();
+        let r = reports(&p, &[results(&p)]);
+        let row = |c: &str| r[0].rows.iter().find(|x| x.config == c).unwrap();
+        assert!(!row("off").paired && row("off").overhead_pct.is_none());
+        assert!((row("memlens fp 2M").overhead_pct.unwrap() - 9.95).abs() < 0.1);
+        assert_eq!(r[0].recommendations[0].interval, Some(64 << 10));
+        let d = document(&p, &r, vec![vec!["<svg></svg>".into()]]);
+        for w in [80, 100, 120] {
+            let text = d.to_text(w);
+            assert!(doc::text_width(&text) <= w, "width {w}:\n{text}");
+            assert!(text.contains("pipeline — fp: use 64K"), "{text}");
+        }
+        // the stacks skip the allocator frames they share, and read short
+        let text = d.to_text(100);
+        assert!(
+            text.contains("… ← Book::apply ← std::vector::emplace_back"),
+            "{text}"
+        );
+        let cells = text.lines().filter(|l| l.starts_with('│'));
+        assert!(
+            cells.clone().any(|l| l.contains(" - ")) && !cells.clone().any(|l| l.contains('—')),
+            "one mark per meaning: {text}"
+        );
+        let html = d.to_html();
+        let verdict = html.find("use 64K").unwrap();
+        assert!(verdict < html.find("<table").unwrap(), "verdict first");
+        assert!(html.contains("<svg></svg>"));
+        let csv = csv_rows(&r);
+        assert_eq!(csv.len(), r[0].rows.len());
+        assert_eq!(csv[0].configuration, "off");
+    }
 }

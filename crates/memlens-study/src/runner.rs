@@ -14,8 +14,11 @@ use std::time::Instant;
 /// One run of one configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
+    /// Which repeat (0-based): runs of the same repeat are compared with each other.
     pub repeat: u32,
+    /// The workload's metric and extra figures.
     pub measure: Measure,
+    /// Wall time of the process, seconds.
     pub wall_s: f64,
     /// Samples the profiler reported (memlens: from its dump).
     pub samples: Option<u64>,
@@ -28,16 +31,22 @@ pub struct Run {
 /// Every run of one configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfigRuns {
+    /// The configuration.
     pub config: Config,
+    /// Its runs, in repeat order.
     pub runs: Vec<Run>,
 }
 
 /// All results of one workload.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadResults {
+    /// Workload name ([`Workload::name`]).
     pub workload: String,
+    /// What it does ([`Workload::describe`]).
     pub description: String,
+    /// Unit of its metric ([`Workload::unit`]).
     pub unit: String,
+    /// Every configuration's runs, in the order they were interleaved.
     pub configs: Vec<ConfigRuns>,
     /// The top stacks of the exact truth, per unwinder (for the per-stack error table).
     pub truth: Vec<quality::TruthSummary>,
@@ -120,8 +129,10 @@ fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
             }
         }
         Setup::Heaptrack => {
-            let exe = which("heaptrack")
-                .context("heaptrack is not installed (Debian package heaptrack)")?;
+            let exe = configs::find_exe("heaptrack")
+                .context("heaptrack is not installed (Debian package heaptrack)")?
+                .display()
+                .to_string();
             l.env.extend(warm_up());
             l.wrapper = vec![
                 exe,
@@ -131,14 +142,6 @@ fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
         }
     }
     Ok(l)
-}
-
-fn which(name: &str) -> Option<String> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .map(|p| p.display().to_string())
 }
 
 /// Variables of ours or of the baselines that the parent may carry and that would leak into a run.
