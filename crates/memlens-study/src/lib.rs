@@ -130,16 +130,24 @@ pub struct StudyArgs {
 
 /// The unpaired study's parameters, validated.
 #[derive(Debug, Clone)]
-#[allow(missing_docs)]
 pub struct Plan {
+    /// Workloads measured.
     pub workloads: Vec<workload::Workload>,
+    /// Sampling intervals.
     pub intervals: Vec<u64>,
+    /// memlens unwinders.
     pub unwinders: Vec<String>,
+    /// Other profilers, found here or not.
     pub baselines: Vec<configs::Baseline>,
+    /// Runs of every configuration.
     pub repeats: u32,
+    /// Runs of the exact-mode configurations (at most `repeats`).
     pub exact_repeats: u32,
+    /// Are the exact-mode runs (the truth of quality) made?
     pub exact: bool,
+    /// Coverage a recommended interval must reach, percent.
     pub min_coverage: f64,
+    /// Also recommend the best coverage under this overhead, percent.
     pub max_overhead: Option<f64>,
 }
 
