@@ -253,7 +253,7 @@ fn recommend(
                 "{u}: use {} — the largest interval whose coverage ({:.1}%) meets {min_cov}%; overhead {}",
                 format_size(r.interval.unwrap_or(0)),
                 r.coverage_pct.unwrap_or(f64::NAN),
-                fmt_pct(r.overhead_pct, r.tie)
+                overhead_words(r)
             ),
             None if sampled.iter().all(|r| r.coverage_pct.is_none()) => {
                 format!("{u}: no recommendation — coverage was not measured (no exact run)")
@@ -265,10 +265,8 @@ fn recommend(
                 Some(r) => text.push_str(&format!(
                     "; under {m}% overhead the finest interval is {} ({}, coverage {})",
                     format_size(r.interval.unwrap_or(0)),
-                    fmt_pct(r.overhead_pct, r.tie),
-                    r.coverage_pct
-                        .map(|c| format!("{c:.1}%"))
-                        .unwrap_or_else(|| "n/a".into())
+                    overhead_words(r),
+                    cell(r.coverage_pct, true, |c| format!("{c:.1}%"))
                 )),
                 None => text.push_str(&format!("; no interval stays under {m}% overhead")),
             }
@@ -294,6 +292,13 @@ fn fmt_pct(p: Option<f64>, tie: bool) -> String {
         Some(_) => NOT_MEASURED.into(),
         None => NOT_APPLICABLE.into(),
     }
+}
+
+/// A row's overhead in a sentence: the tie said in words (a lone `~` would wrap onto a line of
+/// its own).
+fn overhead_words(r: &Row) -> String {
+    let tie = if r.tie { " (within the noise)" } else { "" };
+    format!("{}{tie}", fmt_pct(r.overhead_pct, false))
 }
 
 /// A cell of an optional value: `-` where it does not apply to the row, `n/a` where it could have
