@@ -4,8 +4,7 @@
 //! Every test uses its own control directory (MEMLENS_CTL_DIR) and a loopback port chosen by the
 //! kernel, so tests never see each other's processes. `load_*` runs for MEMLENS_SERVE_LOAD_SECS
 //! seconds (default 3; scripts/serve-load.sh runs the 30-second version and prints its numbers).
-mod common;
-use common::*;
+use crate::util::*;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -3,8 +3,7 @@
 //! used to have (lost profiles, quadratic realloc, resident calloc, hangs and crashes in _exit, fork
 //! and exec, foreign stacks, exhausted or unmappable ranges, hostile control peers, odd paths) are
 //! each provoked on purpose.
-mod common;
-use common::*;
+use crate::util::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

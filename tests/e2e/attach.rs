@@ -2,8 +2,7 @@
 //! runtime/tests/attach_target.c (three threads, blocks allocated before the attach, a library
 //! dlopen'ed after it), python3, redis-server under redis-benchmark, the refusals, and a stress
 //! run (runtime/tests/attach_busy.c: every thread in malloc or dlopen).
-mod common;
-use common::*;
+use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

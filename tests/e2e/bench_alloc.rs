@@ -1,7 +1,6 @@
 //! End-to-end tests of `memlens bench alloc` and of the reference allocators it ships.
-mod common;
 
-use common::{assert_one_line_error, compile, root, run, stderr, stdout};
+use crate::util::{assert_one_line_error, compile, root, run, stderr, stdout};
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -2,8 +2,7 @@
 //!
 //! Profiles are checked from the runtime's raw dumps (`--keep-raw`), which carry the unbiased
 //! estimates; site names come from the test program's own symbol table (`nm`).
-mod common;
-use common::*;
+use crate::util::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,8 +2,7 @@
 //! `--dump-every`, the C API, and the control channel's errors and ownership check.
 //! The program under test is runtime/tests/ctl_leaker.c (two threads allocating steadily, a leak on
 //! demand) run under the real runtime.
-mod common;
-use common::*;
+use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

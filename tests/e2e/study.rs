@@ -2,8 +2,7 @@
 //! in well under a minute). They check behaviour — the JSON contract, the switch reaching every
 //! thread, clear errors — never speed. The pairing statistics and the recommendation are tested on
 //! synthetic data in the crate (stats.rs, verdict.rs).
-mod common;
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 
 fn json(path: &std::path::Path) -> Value {

@@ -1,6 +1,5 @@
 //! The command line itself: help with examples, one-line errors, exit codes.
-mod common;
-use common::*;
+use crate::util::*;
 
 #[test]
 fn help_lists_commands_with_examples() {

@@ -1,7 +1,6 @@
 //! End-to-end tests of `memlens bench latency` and `memlens bench bandwidth`: small real runs on this
 //! machine, checked for sane ordering, the counter paths, the n/a path and usage errors.
-mod common;
-use common::{assert_one_line_error, run, stderr, stdout};
+use crate::util::{assert_one_line_error, run, stderr, stdout};
 use serde_json::Value;
 use std::path::Path;
 

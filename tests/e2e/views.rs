@@ -1,8 +1,7 @@
 //! The views beyond "who allocated" on programs of known behaviour: `memlens report --view
 //! peak|leaks|temporaries|timeline`, the `<stem>.peak.pb.gz` profile, lifetimes in pprof for
 //! `go tool pprof`, flamegraphs per view and the HTML report.
-mod common;
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
