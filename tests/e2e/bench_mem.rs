@@ -1,6 +1,6 @@
 //! End-to-end tests of `memlens bench latency` and `memlens bench bandwidth`: small real runs on this
 //! machine, checked for sane ordering, the counter paths, the n/a path and usage errors.
-use crate::util::{assert_one_line_error, run, stderr, stdout};
+use crate::util::{memlens, stdout, TestCommand};
 use serde_json::Value;
 use std::path::Path;
 
@@ -38,29 +38,30 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     );
     // Working sets up to 16× a 512 KiB L2 (8 MiB); larger L2s get a larger sweep below.
     let max_ws = 8u64 << 20;
-    let o = run(&[
-        "bench",
-        "latency",
-        "--min-ws",
-        "4K",
-        "--max-ws",
-        &max_ws.to_string(),
-        "--repeats",
-        "3",
-        "--min-time",
-        "2ms",
-        "--counters",
-        "software",
-        "--json",
-        j.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-        "--svg",
-        s.to_str().unwrap(),
-        "--html",
-        h.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--min-ws",
+            "4K",
+            "--max-ws",
+            &max_ws.to_string(),
+            "--repeats",
+            "3",
+            "--min-time",
+            "2ms",
+            "--counters",
+            "software",
+            "--json",
+            j.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+            "--svg",
+            s.to_str().unwrap(),
+            "--html",
+            h.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(
         out.contains("random/64B") && out.contains("Levels"),
@@ -125,27 +126,28 @@ fn latency_unopenable_counter_shows_na_with_reason() {
     // reason, and the run (and the other counters) go on.
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("l.json");
-    let o = run(&[
-        "bench",
-        "latency",
-        "--min-ws",
-        "64K",
-        "--max-ws",
-        "256K",
-        "--sizes",
-        "8",
-        "--orders",
-        "seq,random",
-        "--repeats",
-        "2",
-        "--min-time",
-        "2ms",
-        "--test-break-event",
-        "cycles",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--min-ws",
+            "64K",
+            "--max-ws",
+            "256K",
+            "--sizes",
+            "8",
+            "--orders",
+            "seq,random",
+            "--repeats",
+            "2",
+            "--min-time",
+            "2ms",
+            "--test-break-event",
+            "cycles",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(out.contains("CPI: n/a (cycles: "), "{out}");
     let v = json(&j);
@@ -185,13 +187,11 @@ fn latency_bad_input_is_one_line_usage_error() {
     ] {
         let mut a = vec!["bench", "latency"];
         a.extend_from_slice(args);
-        let o = run(&a);
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        memlens().args(&a).error(2);
     }
-    let o = run(&["bench", "bandwidth", "--size", "1x"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
+    memlens()
+        .args(["bench", "bandwidth", "--size", "1x"])
+        .error(2);
 }
 
 #[test]
@@ -202,25 +202,26 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
         dir.path().join("b.csv"),
         dir.path().join("b.svg"),
     );
-    let o = run(&[
-        "bench",
-        "bandwidth",
-        "--size",
-        "4M",
-        "--threads",
-        "1,2",
-        "--repeats",
-        "2",
-        "--pool-dir",
-        dir.path().to_str().unwrap(),
-        "--json",
-        j.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-        "--svg",
-        s.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "bandwidth",
+            "--size",
+            "4M",
+            "--threads",
+            "1,2",
+            "--repeats",
+            "2",
+            "--pool-dir",
+            dir.path().to_str().unwrap(),
+            "--json",
+            j.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+            "--svg",
+            s.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(
         out.contains("STREAM's way") && out.contains("write-allocate"),
@@ -312,30 +313,31 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
 fn latency_hugepages_and_loaded_threads_run() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("l.json");
-    let o = run(&[
-        "bench",
-        "latency",
-        "--orders",
-        "random",
-        "--sizes",
-        "64",
-        "--min-ws",
-        "4M",
-        "--max-ws",
-        "4M",
-        "--threads",
-        "2",
-        "--hugepages",
-        "--repeats",
-        "2",
-        "--min-time",
-        "2ms",
-        "--counters",
-        "off",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--orders",
+            "random",
+            "--sizes",
+            "64",
+            "--min-ws",
+            "4M",
+            "--max-ws",
+            "4M",
+            "--threads",
+            "2",
+            "--hugepages",
+            "--repeats",
+            "2",
+            "--min-time",
+            "2ms",
+            "--counters",
+            "off",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let v = json(&j);
     assert_eq!(v["results"]["config"]["threads"], 2);
     assert_eq!(v["results"]["config"]["hugepages"], true);

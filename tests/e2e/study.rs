@@ -25,26 +25,27 @@ fn rows<'a>(v: &'a Value, workload: &str) -> &'a Vec<Value> {
 fn synthetic_workload_runs_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("s.json");
-    let o = run(&[
-        "study",
-        "--unpaired",
-        "--workload",
-        "synthetic",
-        "--threads",
-        "1,2",
-        "--ops",
-        "20000",
-        "--repeats",
-        "2",
-        "--unwinders",
-        "none",
-        "--baselines",
-        "none",
-        "--no-exact",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "study",
+            "--unpaired",
+            "--workload",
+            "synthetic",
+            "--threads",
+            "1,2",
+            "--ops",
+            "20000",
+            "--repeats",
+            "2",
+            "--unwinders",
+            "none",
+            "--baselines",
+            "none",
+            "--no-exact",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let v = json(&j);
     for w in ["synthetic-1t", "synthetic-2t"] {
         let names: Vec<&str> = rows(&v, w)
@@ -106,33 +107,35 @@ fn assert_unpaired_contract(v: &Value) {
 /// tcmalloc cannot switch at run time: it runs unpaired, and its rows say so.
 #[test]
 fn unpaired_baseline_meets_the_json_contract() {
-    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4").exists() {
-        eprintln!("skipped: libtcmalloc.so.4 not installed (scripts/install-deps.sh)");
-        return;
-    }
+    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4";
+    assert!(
+        std::path::Path::new(tc).exists(),
+        "{tc} missing: scripts/install-deps.sh installs libgoogle-perftools4"
+    );
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("s.json");
-    let o = run(&[
-        "study",
-        "--unpaired",
-        "--workload",
-        "synthetic",
-        "--threads",
-        "1",
-        "--ops",
-        "20000",
-        "--repeats",
-        "3",
-        "--intervals",
-        "64K",
-        "--unwinders",
-        "fp",
-        "--baselines",
-        "tcmalloc",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    memlens()
+        .args([
+            "study",
+            "--unpaired",
+            "--workload",
+            "synthetic",
+            "--threads",
+            "1",
+            "--ops",
+            "20000",
+            "--repeats",
+            "3",
+            "--intervals",
+            "64K",
+            "--unwinders",
+            "fp",
+            "--baselines",
+            "tcmalloc",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let v = json(&j);
     let r = rows(&v, "synthetic-1t");
     let names: Vec<&str> = r.iter().map(|r| r["config"].as_str().unwrap()).collect();
@@ -164,12 +167,11 @@ fn pipeline_workload_runs_reports_and_is_deterministic() {
         "--rate",
         "0",
     ];
-    let a = run(&args);
-    let b = run(&args);
-    assert!(a.status.success(), "{}", stderr(&a));
+    let a = memlens().args(args).ok_stdout();
+    let b = memlens().args(args).ok_stdout();
     let (va, vb): (Value, Value) = (
-        serde_json::from_str(&stdout(&a)).unwrap(),
-        serde_json::from_str(&stdout(&b)).unwrap(),
+        serde_json::from_str(&a).unwrap(),
+        serde_json::from_str(&b).unwrap(),
     );
     assert_eq!(va["orders"], 2000);
     assert_eq!(
@@ -179,19 +181,21 @@ fn pipeline_workload_runs_reports_and_is_deterministic() {
     for k in ["mean", "p50", "p99", "p999"] {
         assert!(va["latency_ns"][k].as_f64().unwrap() > 0.0, "{k}");
     }
-    let c = run(&[
-        "workload",
-        "pipeline",
-        "--seed",
-        "8",
-        "--quotes",
-        "2000",
-        "--instruments",
-        "128",
-        "--rate",
-        "0",
-    ]);
-    let vc: Value = serde_json::from_str(&stdout(&c)).unwrap();
+    let c = memlens()
+        .args([
+            "workload",
+            "pipeline",
+            "--seed",
+            "8",
+            "--quotes",
+            "2000",
+            "--instruments",
+            "128",
+            "--rate",
+            "0",
+        ])
+        .ok_stdout();
+    let vc: Value = serde_json::from_str(&c).unwrap();
     assert_ne!(va["checksum"], vc["checksum"]);
 }
 
@@ -204,17 +208,18 @@ fn quick_paired_study_meets_the_json_contract() {
         dir.path().join("s.html"),
         dir.path().join("s.csv"),
     );
-    let o = run(&[
-        "study",
-        "--quick",
-        "--json",
-        j.to_str().unwrap(),
-        "--html",
-        h.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "study",
+            "--quick",
+            "--json",
+            j.to_str().unwrap(),
+            "--html",
+            h.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+        ])
+        .ok();
     assert!(stdout(&o).starts_with("VERDICT"), "{}", stdout(&o));
     let v = json(&j);
     let rows = v["rows"].as_array().unwrap();
@@ -287,18 +292,18 @@ fn switch_reaches_every_thread_at_its_next_allocation() {
         "switch",
         &[inc.as_str()],
     );
-    let o = run(&[
-        "run",
-        "--inactive",
-        "-o",
-        tmp.path().join("s.pb.gz").to_str().unwrap(),
-        "--",
-        prog.to_str().unwrap(),
-        "4",
-        "60",
-    ]);
-    let text = stdout(&o);
-    assert!(o.status.success(), "{text}{}", stderr(&o));
+    let text = memlens()
+        .args([
+            "run",
+            "--inactive",
+            "-o",
+            tmp.path().join("s.pb.gz").to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            "4",
+            "60",
+        ])
+        .ok_stdout();
     let val = |k: &str| -> u64 {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{k} ")))
@@ -314,25 +319,28 @@ fn switch_reaches_every_thread_at_its_next_allocation() {
 #[test]
 fn run_to_completion_pipeline_is_deterministic() {
     let args = ["workload", "rtc", "--ticks", "5000", "--working-set", "2M"];
-    let (a, b) = (run(&args), run(&args));
-    assert!(a.status.success(), "{}", stderr(&a));
-    let sum = |o: &std::process::Output| {
-        stdout(o)
-            .lines()
+    let (a, b) = (
+        memlens().args(args).ok_stdout(),
+        memlens().args(args).ok_stdout(),
+    );
+    let sum = |out: &str| {
+        out.lines()
             .find_map(|l| l.split("checksum=").nth(1).map(str::to_string))
             .expect("no checksum")
     };
     assert_eq!(sum(&a), sum(&b));
-    let c = run(&[
-        "workload",
-        "rtc",
-        "--ticks",
-        "5000",
-        "--working-set",
-        "2M",
-        "--seed",
-        "2",
-    ]);
+    let c = memlens()
+        .args([
+            "workload",
+            "rtc",
+            "--ticks",
+            "5000",
+            "--working-set",
+            "2M",
+            "--seed",
+            "2",
+        ])
+        .ok_stdout();
     assert_ne!(sum(&a), sum(&c));
 }
 
@@ -348,9 +356,7 @@ fn bad_input_gives_usage_errors() {
         &["study", "--baselines", "heaptrack"][..],
         &["study", "--unpaired", "--repeats", "0"][..],
     ] {
-        let o = run(args);
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        memlens().args(args).error(2);
     }
 }
 
@@ -358,23 +364,23 @@ fn bad_input_gives_usage_errors() {
 fn failing_command_is_reported_with_its_status_and_no_overhead() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("s.json");
-    let o = run(&[
-        "study",
-        "--repeats",
-        "1",
-        "--unwinders",
-        "none",
-        "--baselines",
-        "none",
-        "--json",
-        j.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "exit 3",
-    ]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(1));
+    let o = memlens()
+        .args([
+            "study",
+            "--repeats",
+            "1",
+            "--unwinders",
+            "none",
+            "--baselines",
+            "none",
+            "--json",
+            j.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .error(1);
     let e = stderr(&o);
     assert!(
         e.contains("exit status 3") && e.contains("no overhead"),
@@ -387,26 +393,27 @@ fn failing_command_is_reported_with_its_status_and_no_overhead() {
 fn any_command_with_a_metric_regex() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("s.json");
-    let o = run(&[
-        "study",
-        "--repeats",
-        "2",
-        "--intervals",
-        "512K",
-        "--unwinders",
-        "fp",
-        "--baselines",
-        "none",
-        "--metric",
-        "value=([0-9.]+)",
-        "--json",
-        j.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "echo value=42.5",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    memlens()
+        .args([
+            "study",
+            "--repeats",
+            "2",
+            "--intervals",
+            "512K",
+            "--unwinders",
+            "fp",
+            "--baselines",
+            "none",
+            "--metric",
+            "value=([0-9.]+)",
+            "--json",
+            j.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo value=42.5",
+        ])
+        .ok();
     let v = json(&j);
     let r = rows(&v, "sh");
     assert!(r
