@@ -36,8 +36,15 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
         dir.path().join("l.svg"),
         dir.path().join("l.html"),
     );
-    // Working sets up to 16× a 512 KiB L2 (8 MiB); larger L2s get a larger sweep below.
-    let max_ws = 8u64 << 20;
+    // Working sets up to 16× the L2 (8 MiB for a 512 KiB L2, at least 8 MiB), so that the orders
+    // are compared beyond L2 on every machine.
+    let facts = dir.path().join("m.json");
+    memlens()
+        .args(["sysinfo", "--json", facts.to_str().unwrap()])
+        .ok();
+    let l2 = l2_bytes(&serde_json::json!({ "machine": json(&facts) }));
+    let max_ws = (16 * l2).next_power_of_two().max(8 << 20);
+    let sizes = u64::from((max_ws / 4096).ilog2()) + 1; // 4K, 8K, … max_ws
     let o = memlens()
         .args([
             "bench",
@@ -69,8 +76,8 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     );
     let v = json(&j);
     let points = v["results"]["points"].as_array().unwrap();
-    // 12 working sets × 3 sizes × 3 orders, minus page order below two pages (4K).
-    assert_eq!(points.len(), 12 * 9 - 3, "{out}");
+    // The working sets × 3 sizes × 3 orders, minus page order below two pages (4K).
+    assert_eq!(points.len() as u64, sizes * 9 - 3, "{out}");
     for p in points {
         let m = p["ns"]["median"].as_f64().unwrap();
         assert!(m > 0.05 && m < 1e5, "implausible {m} ns in {p}");
@@ -91,15 +98,17 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     }
     // Beyond L2 (at 4× and more), a random cycle cannot be faster than the prefetched sequence;
     // one element per page is never faster than sequential at the same working set (10% noise).
-    let l2 = l2_bytes(&v);
-    if 4 * l2 <= max_ws {
-        for ws in [4 * l2, max_ws] {
-            for e in [8, 64, 256] {
-                assert!(
-                    ns(&v, "random", e, ws) >= ns(&v, "seq", e, ws),
-                    "random < seq at {ws}/{e}: {out}"
-                );
-            }
+    assert_eq!(
+        l2_bytes(&v),
+        l2,
+        "the result's machine facts differ from sysinfo's"
+    );
+    for ws in [(4 * l2).next_power_of_two(), max_ws] {
+        for e in [8, 64, 256] {
+            assert!(
+                ns(&v, "random", e, ws) >= ns(&v, "seq", e, ws),
+                "random < seq at {ws}/{e}: {out}"
+            );
         }
     }
     // With one element per page, the page order's data is ws/4096 elements (a few lines at small

@@ -147,8 +147,11 @@ fn unpaired_baseline_meets_the_json_contract() {
     let fp = r.iter().find(|r| r["config"] == "memlens fp 64K").unwrap();
     assert_eq!(fp["unwinder"], "fp");
     assert_eq!(fp["interval_bytes"], 64 << 10);
-    // the exact run scores the sampled one: coverage measured
-    assert!(fp["coverage_pct"].as_f64().unwrap() > 0.0, "{fp}");
+    // the exact run scores the sampled one: at 64K it finds the stacks of at least the published
+    // 90% of the bytes (measured: 99.98%) and estimates the total within 25% (measured: 2-4%)
+    let cov = fp["coverage_pct"].as_f64().unwrap();
+    assert!((90.0..=100.0).contains(&cov), "{fp}");
+    assert!(fp["total_error_pct"].as_f64().unwrap().abs() < 25.0, "{fp}");
     let off = r.iter().find(|r| r["config"] == "off").unwrap();
     assert!(off["interval_bytes"].is_null() && off["unwinder"].is_null());
 }
@@ -223,9 +226,13 @@ fn quick_paired_study_meets_the_json_contract() {
     assert!(stdout(&o).starts_with("VERDICT"), "{}", stdout(&o));
     let v = json(&j);
     let rows = v["rows"].as_array().unwrap();
-    let je = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists();
+    let je = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    assert!(
+        std::path::Path::new(je).exists(),
+        "{je} missing: scripts/install-deps.sh installs libjemalloc2"
+    );
     // 2 workloads x 2 intervals x (memlens fp + jemalloc)
-    assert_eq!(rows.len(), if je { 8 } else { 4 }, "{rows:?}");
+    assert_eq!(rows.len(), 8, "{rows:?}");
     for r in rows {
         for k in [
             "workload",
@@ -259,17 +266,37 @@ fn quick_paired_study_meets_the_json_contract() {
             pipeline && memlens,
             "{r}"
         );
-        // quality: the pipeline's profile window, memlens only
-        if pipeline && memlens {
-            let cov = r["coverage_pct"].as_f64().unwrap();
-            assert!(
-                cov > 0.0 && cov <= 100.0 && r["samples"].as_u64().unwrap() > 0,
-                "{r}"
-            );
-        } else {
+        // quality: the pipeline's profile window, memlens only (judged below)
+        if !(pipeline && memlens) {
             assert!(r["coverage_pct"].is_null(), "{r}");
         }
     }
+    // The quality figures measure: at 64K the sampled profile finds the stacks of at least the
+    // published 90% of the bytes (measured: 99.5-100%, ~340 samples) and estimates the total within
+    // 25% (measured: within 5%; 25% is over four standard errors); 2M samples 32 times less often,
+    // so it has fewer samples and cannot find more of the bytes (measured: 70-80%, ~12 samples).
+    let quality = |interval: u64| {
+        let r = rows
+            .iter()
+            .find(|r| {
+                r["workload"] == "pipeline-l2"
+                    && r["profiler"] == "memlens"
+                    && r["interval_bytes"] == interval
+            })
+            .unwrap_or_else(|| panic!("no pipeline row at {interval}: {rows:?}"));
+        (
+            r["coverage_pct"].as_f64().unwrap(),
+            r["samples"].as_u64().unwrap(),
+            r["total_error_pct"].as_f64().unwrap(),
+            r.to_string(),
+        )
+    };
+    let (cov64, samples64, err64, row64) = quality(64 << 10);
+    let (cov2m, samples2m, _, row2m) = quality(2 << 20);
+    assert!((90.0..=100.0).contains(&cov64), "{row64}");
+    assert!(err64.abs() < 25.0, "{row64}");
+    assert!(samples2m > 0 && samples2m < samples64, "{row2m}\n{row64}");
+    assert!(cov2m > 0.0 && cov2m <= cov64, "{row2m}\n{row64}");
     assert!(v["machine"].is_object() && v["switch"]["threads"].as_u64().unwrap() >= 2);
     let page = std::fs::read_to_string(&h).unwrap();
     let verdict = page.find("Verdict").unwrap();
