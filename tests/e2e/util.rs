@@ -16,6 +16,7 @@ pub fn memlens_path() -> PathBuf {
 
 /// Run memlens with `args`, returning its output whatever its exit status (for the tests of how it
 /// fails; a run that must succeed is `memlens().args(…).ok()`).
+#[track_caller]
 pub fn run(args: &[&str]) -> Output {
     memlens().args(args).out()
 }
@@ -44,12 +45,13 @@ pub fn describe(what: &dyn Debug, o: &Output) -> String {
 }
 
 /// Panic, with [`describe`], unless `o` (the output of `what`) is a success.
+#[track_caller]
 pub fn assert_ok(what: &dyn Debug, o: &Output) {
     assert!(o.status.success(), "expected success{}", describe(what, o));
 }
 
 /// Running a command in a test: each method runs it once, and when the expectation fails it panics
-/// with the command line, the exit status, stdout and stderr.
+/// (at the test's line) with the command line, the exit status, stdout and stderr.
 pub trait TestCommand {
     /// Its output, whatever the exit status (only starting it must work).
     fn out(&mut self) -> Output;
@@ -66,21 +68,25 @@ pub trait TestCommand {
 }
 
 impl TestCommand for Command {
+    #[track_caller]
     fn out(&mut self) -> Output {
         self.output()
             .unwrap_or_else(|e| panic!("cannot start {self:?}: {e}"))
     }
 
+    #[track_caller]
     fn ok(&mut self) -> Output {
         let o = self.out();
         assert_ok(self, &o);
         o
     }
 
+    #[track_caller]
     fn ok_stdout(&mut self) -> String {
         stdout(&self.ok())
     }
 
+    #[track_caller]
     fn fails(&mut self) -> Output {
         let o = self.out();
         assert!(
@@ -91,6 +97,7 @@ impl TestCommand for Command {
         o
     }
 
+    #[track_caller]
     fn exits(&mut self, code: i32) -> Output {
         let o = self.out();
         assert_eq!(
@@ -102,6 +109,7 @@ impl TestCommand for Command {
         o
     }
 
+    #[track_caller]
     fn error(&mut self, code: i32) -> Output {
         let o = self.exits(code);
         assert_one_line_error(&o);
@@ -118,6 +126,7 @@ pub fn root() -> PathBuf {
 }
 
 /// Compile a C or C++ test program into `dir`, returning the executable's path.
+#[track_caller]
 pub fn compile(src: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
     let cxx = src.extension().is_some_and(|e| e == "cc" || e == "cpp");
@@ -133,6 +142,7 @@ pub fn compile(src: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
 }
 
 /// Assert an error is a single `memlens: error: …` line and no panic trace.
+#[track_caller]
 pub fn assert_one_line_error(o: &Output) {
     let e = stderr(o);
     let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
