@@ -7,4 +7,4 @@
 #   scripts/serve-load.sh [SECS]
 set -eu
 cd "$(dirname "$0")/.."
-MEMLENS_SERVE_LOAD_SECS=${1:-30} cargo test --release --test serve load_20_clients_3_processes -- --nocapture
+MEMLENS_SERVE_LOAD_SECS=${1:-30} cargo test --release --test e2e serve::load_20_clients_3_processes -- --nocapture

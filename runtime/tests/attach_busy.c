@@ -1,4 +1,4 @@
-/* A busy program for the attach stress test (tests/attach.rs): every thread, main included, is
+/* A busy program for the attach stress test (tests/e2e/attach.rs): every thread, main included, is
  * inside malloc/free/realloc most of the time, and one more thread dlopens and dlcloses LIB in a
  * loop, so an attach finds threads in the allocator and in the dynamic loader. Blocks carry a
  * pattern that is checked before every free; prints "ok" and exits 0 after SECONDS.

@@ -1,4 +1,4 @@
-/* main() calls pthread_exit while a worker allocates for 1.5 s (tests/attach.rs): after an attach,
+/* main() calls pthread_exit while a worker allocates for 1.5 s (tests/e2e/attach.rs): after an attach,
  * the process must still end when the worker does (the runtime's threads must not keep it alive). */
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* A program memlens attaches to while it runs (tests/attach.rs). Three threads, paced so the run
+/* A program memlens attaches to while it runs (tests/e2e/attach.rs). Three threads, paced so the run
  * lasts about four seconds and the output does not depend on timing:
  *   - "site": allocates from attach_site_alloc() (the stack the profile must name), keeps some
  *     blocks for a while, frees them;

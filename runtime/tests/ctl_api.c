@@ -4,7 +4,7 @@
  *
  * Without the runtime it must run normally and exit 0 (prints "runtime: absent").
  * Under `memlens run --inactive` it starts sampling, allocates, dumps to DUMP_PATH, stops, and prints
- * what memlens_status() reports, one `key value` per line, for tests/ctl.rs to check. */
+ * what memlens_status() reports, one `key value` per line, for tests/e2e/ctl.rs to check. */
 #define MEMLENS_WEAK
 #include <memlens.h>
 

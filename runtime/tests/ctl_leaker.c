@@ -1,4 +1,4 @@
-/* A long-running program for the live-control tests (tests/ctl.rs): two threads allocate and free
+/* A long-running program for the live-control tests (tests/e2e/ctl.rs): two threads allocate and free
  * steadily at steady_site(); the main thread leaks at leak_site() while told to.
  *
  *   ctl_leaker DIR          leak 256 KiB blocks (untouched) while DIR/leak exists

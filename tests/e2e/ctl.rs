@@ -2,8 +2,7 @@
 //! `--dump-every`, the C API, and the control channel's errors and ownership check.
 //! The program under test is runtime/tests/ctl_leaker.c (two threads allocating steadily, a leak on
 //! demand) run under the real runtime.
-mod common;
-use common::*;
+use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -99,38 +98,17 @@ fn ctl(pid: i32, args: &[&str]) -> std::process::Output {
 }
 
 fn ctl_ok(pid: i32, args: &[&str]) -> String {
-    let o = ctl(pid, args);
-    assert!(
-        o.status.success(),
-        "memlens ctl {pid} {args:?} failed: {}",
-        stderr(&o)
-    );
-    stdout(&o)
+    memlens()
+        .args(["ctl", &pid.to_string()])
+        .args(args)
+        .ok_stdout()
 }
 
-/// `samples` of a raw dump's header and the sum of its per-stack sample counts.
+/// `samples` of a raw dump's header and the sum of its per-stack sample counts, read by memlens's
+/// own strict reader (a dump that is not one, or is cut short, fails the test).
 fn raw_samples(path: &Path) -> (u64, u64) {
-    let text = std::fs::read_to_string(path).unwrap();
-    assert!(
-        text.starts_with("memlens-raw 1\n"),
-        "not a raw dump: {}",
-        path.display()
-    );
-    assert!(
-        text.trim_end().ends_with("\nend"),
-        "truncated raw dump: {}",
-        path.display()
-    );
-    let mut header = None;
-    let mut sum = 0;
-    for l in text.lines() {
-        if let Some(v) = l.strip_prefix("samples ") {
-            header = Some(v.parse::<u64>().unwrap());
-        } else if let Some(v) = l.strip_prefix("stack ") {
-            sum += v.split(' ').next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    (header.expect("no samples line"), sum)
+    let d = memlens_profile::raw::read(path).unwrap_or_else(|e| panic!("{e:#}"));
+    (d.meta.samples, d.stacks.iter().map(|s| s.samples).sum())
 }
 
 /// The first of `names` to appear in `text` (a report or diff listing, largest first).
@@ -143,18 +121,10 @@ fn first_of<'a>(text: &str, names: &[&'a str]) -> Option<&'a str> {
 }
 
 fn go_pprof_top(file: &Path, index: &str) -> String {
-    let o = Command::new("go")
+    Command::new("go")
         .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
         .arg(file)
-        .output()
-        .expect("cannot run go tool pprof");
-    assert!(
-        o.status.success(),
-        "go tool pprof rejected {}: {}",
-        file.display(),
-        stderr(&o)
-    );
-    stdout(&o)
+        .ok_stdout()
 }
 
 /// Live control: a program loaded inactive survives 100 start → dump → stop cycles while two
@@ -196,13 +166,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
 
     // Every dump reads back with our reader; a sample of them with the real go tool.
     for (i, pb) in dumps.iter().enumerate() {
-        let o = run(&["report", pb.to_str().unwrap()]);
-        assert!(
-            o.status.success(),
-            "memlens report {}: {}",
-            pb.display(),
-            stderr(&o)
-        );
+        memlens().args(["report", pb.to_str().unwrap()]).ok();
         if i % 25 == 24 {
             go_pprof_top(pb, "alloc_space");
         }
@@ -261,35 +225,32 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     ctl_ok(pid, &["stop"]);
     go_pprof_top(&new, "inuse_space");
     for index in ["inuse_space", "alloc_space"] {
-        let o = run(&[
-            "diff",
-            base.to_str().unwrap(),
-            new.to_str().unwrap(),
-            "--sample-index",
-            index,
-        ]);
-        assert!(o.status.success(), "memlens diff: {}", stderr(&o));
-        let d = stdout(&o);
+        let d = memlens()
+            .args([
+                "diff",
+                base.to_str().unwrap(),
+                new.to_str().unwrap(),
+                "--sample-index",
+                index,
+            ])
+            .ok_stdout();
         assert_eq!(
             first_of(&d, &["leak_site", "steady_site"]),
             Some("leak_site"),
             "diff by {index}:\n{d}"
         );
         // Dominates: the leaking function holds most of the growth.
-        let o = run(&[
-            "diff",
-            base.to_str().unwrap(),
-            new.to_str().unwrap(),
-            "--sample-index",
-            index,
-            "--format",
-            "json",
-        ]);
-        assert!(
-            o.status.success(),
-            "memlens diff --format json: {}",
-            stderr(&o)
-        );
+        let o = memlens()
+            .args([
+                "diff",
+                base.to_str().unwrap(),
+                new.to_str().unwrap(),
+                "--sample-index",
+                index,
+                "--format",
+                "json",
+            ])
+            .ok();
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let total = j["delta"].as_f64().unwrap();
         let leak = j["functions"]
@@ -347,13 +308,14 @@ fn start_on_growth_catches_the_growing_site() {
     assert_eq!(code, 0, "memlens run: {err}");
     assert!(err.contains("sampling started"), "{err}");
     assert!(growth.exists(), "no growth profile; stderr: {err}");
-    let rep = run(&[
-        "report",
-        growth.to_str().unwrap(),
-        "--sample-index",
-        "alloc_space",
-    ]);
-    assert!(rep.status.success(), "{}", stderr(&rep));
+    let rep = memlens()
+        .args([
+            "report",
+            growth.to_str().unwrap(),
+            "--sample-index",
+            "alloc_space",
+        ])
+        .ok();
     let text = stdout(&rep);
     assert_eq!(
         first_of(&text, &["leak_site", "steady_site"]),
@@ -379,22 +341,21 @@ fn c_api_with_and_without_runtime() {
         "ctl_api",
         &[inc.as_str()],
     );
-    let o = Command::new(&prog).output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("runtime: absent"));
+    let alone = Command::new(&prog).ok_stdout();
+    assert!(alone.contains("runtime: absent"), "{alone}");
 
     let raw = dir.join("api.raw");
-    let o = run(&[
-        "run",
-        "--inactive",
-        "-o",
-        dir.join("api.pb.gz").to_str().unwrap(),
-        "--",
-        prog.to_str().unwrap(),
-        raw.to_str().unwrap(),
-    ]);
-    let text = stdout(&o);
-    assert!(o.status.success(), "{text}{}", stderr(&o));
+    let text = memlens()
+        .args([
+            "run",
+            "--inactive",
+            "-o",
+            dir.join("api.pb.gz").to_str().unwrap(),
+            "--",
+            prog.to_str().unwrap(),
+            raw.to_str().unwrap(),
+        ])
+        .ok_stdout();
     let val = |k: &str| -> String {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{k} ")))
@@ -426,9 +387,9 @@ fn ctl_errors_are_one_line() {
     let mut c = Command::new("true").spawn().unwrap();
     let dead = c.id() as i32;
     c.wait().unwrap();
-    let o = ctl(dead, &["status"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(1));
+    let o = memlens()
+        .args(["ctl", &dead.to_string(), "status"])
+        .error(1);
     assert!(stderr(&o).contains("not running"), "{}", stderr(&o));
 
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
@@ -436,18 +397,17 @@ fn ctl_errors_are_one_line() {
     sleeper.kill().ok();
     sleeper.wait().ok();
     assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(1), "{}", printed(&o));
     assert!(
         stderr(&o).contains("is not running under memlens (no control socket"),
         "{}",
         stderr(&o)
     );
 
-    let o = run(&["ctl", "abc", "status"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
-    let o = run(&["ctl", "1", "start", "--interval", "lots"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    memlens().args(["ctl", "abc", "status"]).error(2);
+    memlens()
+        .args(["ctl", "1", "start", "--interval", "lots"])
+        .exits(2);
 }
 
 /// Only the owner (or root) controls a process: another user gets a permission error from the CLI,
@@ -455,17 +415,8 @@ fn ctl_errors_are_one_line() {
 /// file permissions would let them in.
 #[test]
 fn another_user_cannot_control_the_process() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
-        // Without root the test cannot act as another user; it fails rather than pass unchecked,
-        // unless the person running it says so (CI runs as root).
-        assert!(
-            std::env::var_os("MEMLENS_TEST_NO_ROOT").is_some(),
-            "this test needs root to act as another user: run as root, or set MEMLENS_TEST_NO_ROOT=1 to skip it"
-        );
-        eprintln!(
-            "SKIPPED (MEMLENS_TEST_NO_ROOT): another_user_cannot_control_the_process needs root"
-        );
+    // Acting as another user needs root (CI runs as root).
+    if !root_or_skip("another_user_cannot_control_the_process") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -550,16 +501,7 @@ fn another_user_cannot_control_the_process() {
     );
 }
 
-fn memlens_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_memlens"))
-}
-
 fn set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }

@@ -1,12 +1,9 @@
 //! The command line itself: help with examples, one-line errors, exit codes.
-mod common;
-use common::*;
+use crate::util::*;
 
 #[test]
 fn help_lists_commands_with_examples() {
-    let o = run(&["--help"]);
-    assert!(o.status.success());
-    let s = stdout(&o);
+    let s = memlens().arg("--help").ok_stdout();
     for c in [
         "run",
         "ctl",
@@ -36,32 +33,25 @@ fn every_subcommand_help_has_an_example() {
     ] {
         let mut args: Vec<&str> = sub.to_vec();
         args.push("--help");
-        let o = run(&args);
-        assert!(o.status.success(), "{sub:?} --help failed");
-        assert!(
-            stdout(&o).contains("Example"),
-            "{sub:?} --help has no example"
-        );
+        let out = memlens().args(&args).ok_stdout();
+        assert!(out.contains("Example"), "{sub:?} --help has no example");
     }
 }
 
 #[test]
 fn unknown_option_is_a_one_line_usage_error() {
-    let o = run(&["run", "--no-such-option"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
-    let o = run(&["no-such-command"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
+    memlens().args(["run", "--no-such-option"]).error(2);
+    memlens().arg("no-such-command").error(2);
 }
 
 #[test]
 fn sysinfo_reports_machine_and_json() {
     let d = tempfile::tempdir().unwrap();
     let j = d.path().join("m.json");
-    let o = run(&["sysinfo", "--json", j.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("TSC"));
+    let out = memlens()
+        .args(["sysinfo", "--json", j.to_str().unwrap()])
+        .ok_stdout();
+    assert!(out.contains("TSC"), "{out}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(j).unwrap()).unwrap();
     assert!(v["logical_cpus"].as_u64().unwrap() >= 1);
     assert!(v["tsc_hz"].as_f64().unwrap() > 1e8);
@@ -78,15 +68,12 @@ fn report_and_diff_on_bad_files_are_one_line_errors() {
     std::fs::write(&cut, "memlens-raw 1\npid 1\nexe /x\ninterval 0\n").unwrap();
     for f in [d.path().join("absent.pb.gz"), junk, text, cut] {
         let f = f.to_str().unwrap();
-        let o = run(&["report", f]);
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-        let o = run(&["diff", f, f]);
-        assert_one_line_error(&o);
+        memlens().args(["report", f]).error(1);
+        assert_one_line_error(&run(&["diff", f, f]));
     }
-    let o = run(&["report", "x.pb.gz", "--sample-index", "cpu"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
+    memlens()
+        .args(["report", "x.pb.gz", "--sample-index", "cpu"])
+        .error(2);
 }
 
 #[test]
@@ -100,16 +87,17 @@ fn report_of_a_profile_whose_binaries_are_absent_shows_addresses() {
          maps\nend maps\nstack 1 65536 600000 65536 600000 0 0x401234 0x401500\nend\n",
     )
     .unwrap();
-    let o = run(&["report", raw.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens().args(["report", raw.to_str().unwrap()]).ok();
     assert!(stdout(&o).contains("app+0x1233"), "{}", stdout(&o));
     assert!(
         stderr(&o).contains("memlens: warning: cannot symbolize /gone/app"),
         "{}",
         stderr(&o)
     );
-    let o = run(&["report", raw.to_str().unwrap(), "--format", "folded"]);
-    assert_eq!(stdout(&o).trim(), "app+0x14ff;app+0x1233 600000");
+    let folded = memlens()
+        .args(["report", raw.to_str().unwrap(), "--format", "folded"])
+        .ok_stdout();
+    assert_eq!(folded.trim(), "app+0x14ff;app+0x1233 600000");
 }
 
 #[test]
@@ -127,39 +115,39 @@ fn diff_names_the_stack_that_grew() {
     std::fs::write(&a, dump(1000)).unwrap();
     std::fs::write(&b, dump(901000)).unwrap();
     let out = d.path().join("d.pb.gz");
-    let o = run(&[
-        "diff",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        "--format",
-        "json",
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let json = memlens()
+        .args([
+            "diff",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--format",
+            "json",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .ok_stdout();
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(j["sample_index"], "inuse_space");
     assert_eq!(j["delta"], 900000.0);
     assert_eq!(j["stacks"][0]["frames"][0]["function"], "app+0x11ff");
     assert_eq!(j["functions"][0]["flat_delta"], 900000.0);
-    let o = run(&[
-        "report",
-        out.to_str().unwrap(),
-        "--sample-index",
-        "inuse_space",
-        "--format",
-        "folded",
-    ]);
+    let folded = memlens()
+        .args([
+            "report",
+            out.to_str().unwrap(),
+            "--sample-index",
+            "inuse_space",
+            "--format",
+            "folded",
+        ])
+        .ok_stdout();
+    assert!(folded.contains("app+0x14ff;app+0x11ff 900000"), "{folded}");
+    let text = memlens()
+        .args(["diff", a.to_str().unwrap(), b.to_str().unwrap()])
+        .ok_stdout();
     assert!(
-        stdout(&o).contains("app+0x14ff;app+0x11ff 900000"),
-        "{}",
-        stdout(&o)
-    );
-    let o = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
-    assert!(
-        stdout(&o).contains("stacks that grew most") && stdout(&o).contains("+879 KiB"),
-        "{}",
-        stdout(&o)
+        text.contains("stacks that grew most") && text.contains("+879 KiB"),
+        "{text}"
     );
 }
 
@@ -168,14 +156,8 @@ fn widest(s: &str) -> usize {
     s.lines().map(|l| l.chars().count()).max().unwrap_or(0)
 }
 
-fn with_columns(cols: &str, args: &[&str]) -> std::process::Output {
-    let o = memlens()
-        .env("COLUMNS", cols)
-        .args(args)
-        .output()
-        .expect("cannot start memlens");
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    o
+fn with_columns(cols: &str, args: &[&str]) -> String {
+    memlens().env("COLUMNS", cols).args(args).ok_stdout()
 }
 
 #[test]
@@ -188,19 +170,17 @@ fn output_fits_a_terminal_of_100_columns() {
         &[],
     );
     let prof = d.path().join("p.pb.gz");
-    let o = memlens()
+    memlens()
         .args(["run", "--interval", "64K", "-o"])
         .arg(&prof)
         .arg("--")
         .arg(&prog)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+        .ok();
     let p = prof.to_str().unwrap();
 
     // The report: pprof-style short names, stacks wrapped into the width.
-    let wide = stdout(&with_columns("400", &["report", p]));
-    let narrow = stdout(&with_columns("100", &["report", p]));
+    let wide = with_columns("400", &["report", p]);
+    let narrow = with_columns("100", &["report", p]);
     assert!(widest(&narrow) <= 100, "wider than 100:\n{narrow}");
     assert!(
         narrow.contains("Registry::add_entry") && !narrow.contains("std::allocator<"),
@@ -211,14 +191,14 @@ fn output_fits_a_terminal_of_100_columns() {
         "the stacks need more than 100 columns:\n{wide}"
     );
     // JSON keeps the full names.
-    let json = stdout(&with_columns("100", &["report", p, "--format", "json"]));
+    let json = with_columns("100", &["report", p, "--format", "json"]);
     assert!(json.contains("std::allocator<"), "full names lost in JSON");
 
     // bench alloc: its wide table is split by topic; no latency reads 0.
-    let alloc = stdout(&with_columns(
+    let alloc = with_columns(
         "100",
         &["bench", "alloc", "--quick", "--allocators", "system,pooled"],
-    ));
+    );
     assert!(widest(&alloc) <= 100, "wider than 100:\n{alloc}");
     assert!(alloc.contains("(continued: latency"), "{alloc}");
     let cells: Vec<&str> = alloc
@@ -231,7 +211,7 @@ fn output_fits_a_terminal_of_100_columns() {
     );
 
     // bench latency, small: three orders × three sizes of columns, split by order.
-    let lat = stdout(&with_columns(
+    let lat = with_columns(
         "100",
         &[
             "bench",
@@ -247,7 +227,7 @@ fn output_fits_a_terminal_of_100_columns() {
             "--counters",
             "software",
         ],
-    ));
+    );
     assert!(widest(&lat) <= 100, "wider than 100:\n{lat}");
     assert!(lat.contains("(continued: random"), "{lat}");
 }

@@ -2,10 +2,9 @@
 //! runtime/tests/attach_target.c (three threads, blocks allocated before the attach, a library
 //! dlopen'ed after it), python3, redis-server under redis-benchmark, the refusals, and a stress
 //! run (runtime/tests/attach_busy.c: every thread in malloc or dlopen).
-mod common;
-use common::*;
+use crate::util::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn tmp(name: &str) -> PathBuf {
@@ -23,34 +22,21 @@ fn ctl_dir(dir: &Path) -> PathBuf {
     d
 }
 
-fn ml(dir: &Path, args: &[&str]) -> Output {
-    memlens()
-        .args(args)
-        .env("MEMLENS_CTL_DIR", ctl_dir(dir))
-        .output()
-        .expect("cannot start memlens")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "memlens failed: {}{}",
-        stdout(o),
-        stderr(o)
-    );
-    stdout(o)
+/// `memlens ARGS` with the socket directory of `dir`.
+fn ml(dir: &Path, args: &[&str]) -> Command {
+    let mut c = memlens();
+    c.args(args).env("MEMLENS_CTL_DIR", ctl_dir(dir));
+    c
 }
 
 fn late_lib(dir: &Path) -> PathBuf {
     let out = dir.join("libattach_late.so");
-    let st = Command::new("gcc")
+    Command::new("gcc")
         .args(["-O2", "-g", "-shared", "-fPIC"])
         .arg(root().join("runtime/tests/attach_late.c"))
         .arg("-o")
         .arg(&out)
-        .status()
-        .unwrap();
-    assert!(st.success());
+        .ok();
     out
 }
 
@@ -63,14 +49,11 @@ fn spawn(dir: &Path, cmd: &mut Command) -> Child {
 }
 
 fn pprof(file: &Path, args: &[&str]) -> String {
-    let o = Command::new("go")
+    Command::new("go")
         .args(["tool", "pprof"])
         .args(args)
         .arg(file)
-        .output()
-        .expect("cannot run go tool pprof");
-    assert!(o.status.success(), "go tool pprof: {}", stderr(&o));
-    stdout(&o)
+        .ok_stdout()
 }
 
 fn alive(pid: u32) -> bool {
@@ -93,14 +76,13 @@ fn three_threads_attached_at_1s_sampled_2s_detached() {
     );
     let lib = late_lib(&dir);
     // Reference run, never attached.
-    let plain = Command::new(&prog).arg(&lib).output().unwrap();
-    assert_eq!(plain.status.code(), Some(3), "{}", stderr(&plain));
+    let plain = Command::new(&prog).arg(&lib).exits(3);
 
     let child = spawn(&dir, Command::new(&prog).arg(&lib));
     let pid = child.id().to_string();
     std::thread::sleep(Duration::from_secs(1));
     let prof = dir.join("attach.pb.gz");
-    let o = ml(
+    let out = ml(
         &dir,
         &[
             "attach",
@@ -112,8 +94,8 @@ fn three_threads_attached_at_1s_sampled_2s_detached() {
             "-o",
             prof.to_str().unwrap(),
         ],
-    );
-    let out = ok(&o);
+    )
+    .ok_stdout();
     assert!(out.contains("attached"), "{out}");
     assert!(out.contains("detached"), "{out}");
     let done = child.wait_with_output().unwrap();
@@ -130,15 +112,15 @@ fn three_threads_attached_at_1s_sampled_2s_detached() {
 fn twice(dir: &Path, pid: &str, tag: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for round in 0..2 {
-        let a = ok(&ml(dir, &["attach", pid, "--interval", "64K"]));
+        let a = ml(dir, &["attach", pid, "--interval", "64K"]).ok_stdout();
         assert!(
             (round == 0) ^ a.contains("re-attached"),
             "round {round}: {a}"
         );
         std::thread::sleep(Duration::from_millis(700));
         let f = dir.join(format!("{tag}{round}.pb.gz"));
-        ok(&ml(dir, &["ctl", pid, "dump", "-o", f.to_str().unwrap()]));
-        let d = ok(&ml(dir, &["detach", pid]));
+        ml(dir, &["ctl", pid, "dump", "-o", f.to_str().unwrap()]).ok_stdout();
+        let d = ml(dir, &["detach", pid]).ok_stdout();
         assert!(d.contains("detached"), "{d}");
         files.push(f);
     }
@@ -167,14 +149,13 @@ fn python_attach_dump_detach_twice() {
     )
     .unwrap();
     let py = "/usr/bin/python3";
-    let plain = Command::new(py).arg(&script).arg("0").output().unwrap();
-    assert!(plain.status.success());
+    let plain = Command::new(py).arg(&script).arg("0").ok();
     let child = spawn(&dir, Command::new(py).arg(&script).arg("5"));
     let pid = child.id().to_string();
     std::thread::sleep(Duration::from_millis(500));
     let files = twice(&dir, &pid, "py");
     let done = child.wait_with_output().unwrap();
-    assert!(done.status.success(), "{}", stderr(&done));
+    assert_ok(&format!("{py} {} 5", script.display()), &done);
     assert_eq!(stdout(&done), stdout(&plain));
     for f in files {
         let top = pprof(&f, &["-top", "-sample_index=alloc_space"]);
@@ -186,8 +167,7 @@ fn python_attach_dump_detach_twice() {
 #[test]
 fn redis_under_benchmark_attach_dump_detach_twice() {
     let dir = tmp("redis");
-    let port = 20000 + (std::process::id() % 20000) as u16;
-    let p = port.to_string();
+    let p = free_port().to_string();
     let mut server = spawn(
         &dir,
         Command::new("redis-server").args([
@@ -216,13 +196,10 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let bench = || {
-        let o = Command::new("redis-benchmark")
+        let out = Command::new("redis-benchmark")
             .args(["-p", &p, "-q", "-n", "20000", "-c", "8", "-r", "1000"])
             .args(["-t", "set,get,lpush,lpop,incr", "--csv"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        let out = stdout(&o);
+            .ok_stdout();
         assert!(!out.to_lowercase().contains("error"), "{out}");
         assert_eq!(
             out.lines().filter(|l| l.contains("\"SET\"")).count(),
@@ -233,19 +210,18 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
     };
     let mut files = Vec::new();
     for round in 0..2 {
-        ok(&ml(&dir, &["attach", &pid, "--interval", "64K"]));
+        ml(&dir, &["attach", &pid, "--interval", "64K"]).ok_stdout();
         bench();
         let f = dir.join(format!("redis{round}.pb.gz"));
-        ok(&ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]));
-        ok(&ml(&dir, &["detach", &pid]));
+        ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]).ok_stdout();
+        ml(&dir, &["detach", &pid]).ok_stdout();
         files.push(f);
     }
     bench(); // and after the last detach
-    let o = Command::new("redis-cli")
+    let set = Command::new("redis-cli")
         .args(["-p", &p, "set", "k", "v"])
-        .output()
-        .unwrap();
-    assert!(stdout(&o).contains("OK"));
+        .ok_stdout();
+    assert!(set.contains("OK"), "{set}");
     for f in &files {
         let top = pprof(f, &["-top", "-sample_index=alloc_space"]);
         assert!(top.contains("zmalloc") || top.contains("zrealloc"), "{top}");
@@ -260,7 +236,7 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
 /// A refusal: one error line naming the reason; the target still runs (and was never stopped).
 fn refused(dir: &Path, child: &mut Child, expect: &str) {
     let pid = child.id();
-    let o = ml(dir, &["attach", &pid.to_string()]);
+    let o = ml(dir, &["attach", &pid.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains(expect), "{}", stderr(&o));
     assert!(alive(pid), "the target died");
@@ -334,7 +310,7 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let o = ml(&dir, &["attach", &traced.to_string()]);
+    let o = ml(&dir, &["attach", &traced.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("already traced"), "{}", stderr(&o));
     assert!(alive(traced));
@@ -353,14 +329,13 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         "the stopped target did not finish"
     );
     // no ptrace permission: another user
-    if unsafe { libc::geteuid() } == 0 {
+    if root_or_skip("refusing another user's attach") {
         let mut c = spawn(&dir, &mut Command::new(&plain));
         let o = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_memlens"))
+            .arg(memlens_path())
             .args(["attach", &c.id().to_string()])
-            .output()
-            .unwrap();
+            .out();
         assert_one_line_error(&o);
         assert!(stderr(&o).contains("belongs to uid 0"), "{}", stderr(&o));
         assert!(alive(c.id()));
@@ -402,12 +377,12 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let o = ml(&dir, &["attach", &inner.to_string()]);
+    let o = ml(&dir, &["attach", &inner.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("memlens run"), "{}", stderr(&o));
     assert!(c.wait().unwrap().success());
     // not a process
-    let o = ml(&dir, &["attach", "999999999"]);
+    let o = ml(&dir, &["attach", "999999999"]).out();
     assert_one_line_error(&o);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -426,12 +401,13 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     for _ in 0..3 {
         let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("1.5"));
         std::thread::sleep(Duration::from_millis(200));
-        ok(&ml(
+        ml(
             &dir,
             &["attach", &child.id().to_string(), "--interval", "8K"],
-        ));
+        )
+        .ok_stdout();
         let done = child.wait_with_output().unwrap();
-        assert!(done.status.success(), "{}", stderr(&done));
+        assert_ok(&format!("{} {} 1.5", prog.display(), lib.display()), &done);
         assert_eq!(stdout(&done), "ready\nok\n");
     }
     // 50 attach/detach cycles on one busy process, sampling densely in between.
@@ -440,13 +416,13 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     std::thread::sleep(Duration::from_millis(200));
     for i in 0..50 {
         let iv = if i % 2 == 0 { "32K" } else { "256K" };
-        ok(&ml(&dir, &["attach", &pid, "--interval", iv]));
+        ml(&dir, &["attach", &pid, "--interval", iv]).ok_stdout();
         std::thread::sleep(Duration::from_millis(20));
         if i % 10 == 9 {
             let f = dir.join(format!("s{i}.pb.gz"));
-            ok(&ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]));
+            ml(&dir, &["ctl", &pid, "dump", "-o", f.to_str().unwrap()]).ok_stdout();
         }
-        ok(&ml(&dir, &["detach", &pid]));
+        ml(&dir, &["detach", &pid]).ok_stdout();
     }
     assert!(alive(child.id()));
     // SAFETY: signalling our own child.
@@ -470,10 +446,11 @@ fn attached_process_whose_main_called_pthread_exit_still_ends() {
     );
     let mut child = spawn(&dir, &mut Command::new(&prog));
     std::thread::sleep(Duration::from_millis(300));
-    ok(&ml(
+    ml(
         &dir,
         &["attach", &child.id().to_string(), "--interval", "64K"],
-    ));
+    )
+    .ok_stdout();
     let t0 = Instant::now();
     loop {
         if let Some(st) = child.try_wait().unwrap() {

@@ -3,8 +3,7 @@
 //! used to have (lost profiles, quadratic realloc, resident calloc, hangs and crashes in _exit, fork
 //! and exec, foreign stacks, exhausted or unmappable ranges, hostile control peers, odd paths) are
 //! each provoked on purpose.
-mod common;
-use common::*;
+use crate::util::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,17 +22,16 @@ fn prog(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// `memlens run -o OUT --keep-raw DIR/raw [extra] -- cmd…` in `cwd`.
-fn memlens_run(cwd: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Output {
-    memlens()
-        .current_dir(cwd)
+fn memlens_run(cwd: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Command {
+    let mut c = memlens();
+    c.current_dir(cwd)
         .arg("run")
         .arg("-o")
         .arg(out)
         .args(extra)
         .arg("--")
-        .args(cmd)
-        .output()
-        .expect("cannot start memlens")
+        .args(cmd);
+    c
 }
 
 /// `memlens report FILE --format json`, parsed.
@@ -41,9 +39,7 @@ fn report_json(file: &Path) -> serde_json::Value {
     let o = memlens()
         .args(["report", "--format", "json"])
         .arg(file)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "report failed: {}", stderr(&o));
+        .ok();
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -92,7 +88,7 @@ fn redis_keeps_its_profile_and_the_working_directory_clean() {
     let cwd = tmp.path().join("cwd");
     std::fs::create_dir(&cwd).unwrap();
     let out = tmp.path().join("redis.pb.gz");
-    let port = (20000 + std::process::id() % 20000).to_string();
+    let port = free_port().to_string();
     let server = memlens()
         .current_dir(&cwd)
         .args(["run", "-o"])
@@ -148,7 +144,7 @@ fn realloc_growth_is_linear_and_still_counted() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "realloc_grow");
     let t0 = Instant::now();
-    let alone = Command::new(&p).env("KEEP", "1").output().unwrap();
+    let alone = Command::new(&p).env("KEEP", "1").ok();
     let t_alone = t0.elapsed().as_secs_f64();
     let out = tmp.path().join("g.pb.gz");
     let t0 = Instant::now();
@@ -158,10 +154,8 @@ fn realloc_growth_is_linear_and_still_counted() {
         .arg("--")
         .arg(&p)
         .env("KEEP", "1")
-        .output()
-        .unwrap();
+        .ok();
     let t_memlens = t0.elapsed().as_secs_f64();
-    assert!(o.status.success(), "{}", stderr(&o));
     let (a, b) = (stdout(&alone), stdout(&o));
     assert_eq!(a.lines().next(), b.lines().next(), "output differs");
     // memlens itself (start-up, conversion) is part of the second time: allow it a second.
@@ -189,7 +183,7 @@ fn sparse_calloc_stays_sparse() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "calloc_sparse");
     let t0 = Instant::now();
-    let alone = Command::new(&p).output().unwrap();
+    let alone = Command::new(&p).ok();
     let t_alone = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let o = memlens_run(
@@ -197,9 +191,9 @@ fn sparse_calloc_stays_sparse() {
         &tmp.path().join("c.pb.gz"),
         &[],
         &[p.to_str().unwrap()],
-    );
+    )
+    .ok();
     let t_memlens = t0.elapsed().as_secs_f64();
-    assert!(o.status.success(), "{}", stderr(&o));
     let (a, b) = (stdout(&alone), stdout(&o));
     assert_eq!(value(&a, "sum"), 0.0);
     assert_eq!(value(&b, "sum"), 0.0);
@@ -235,7 +229,7 @@ fn unshare_succeeds_under_memlens() {
     for (i, cmd) in cases.iter().enumerate() {
         let alone = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
         let out = tmp.path().join(format!("u{i}.pb.gz"));
-        let o = memlens_run(tmp.path(), &out, &[], cmd);
+        let o = memlens_run(tmp.path(), &out, &[], cmd).out();
         assert_eq!(
             o.status.code(),
             alone.status.code(),
@@ -255,13 +249,13 @@ fn every_command_into_head_exits_quietly() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "realloc_grow");
     let prof = tmp.path().join("p.pb.gz");
-    let o = memlens_run(
+    memlens_run(
         tmp.path(),
         &prof,
         &["--interval", "4K"],
         &[p.to_str().unwrap(), "8"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    )
+    .ok();
     let f = prof.to_str().unwrap();
     let cmds: Vec<Vec<&str>> = vec![
         vec!["report", f, "--format", "folded"],
@@ -307,10 +301,7 @@ fn every_command_into_head_exits_quietly() {
             .arg("sysinfo")
             .env("RUST_BACKTRACE", bt)
             .env("MEMLENS_DEBUG_PANIC", "1")
-            .output()
-            .unwrap();
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(1));
+            .error(1);
         assert!(!stderr(&o).contains("backtrace"), "{}", stderr(&o));
     }
 }
@@ -325,15 +316,13 @@ fn runtime_cache_is_verified() {
     let cache = tmp.path().join("cache");
     std::fs::create_dir(&cache).unwrap();
     let run = |out: &str| {
-        memlens()
-            .current_dir(tmp.path())
+        let mut c = memlens();
+        c.current_dir(tmp.path())
             .env("XDG_CACHE_HOME", &cache)
-            .args(["run", "-o", out, "--", "true"])
-            .output()
-            .unwrap()
+            .args(["run", "-o", out, "--", "true"]);
+        c
     };
-    let o = run("a.pb.gz");
-    assert!(o.status.success(), "{}", stderr(&o));
+    run("a.pb.gz").ok();
     let hashdir = std::fs::read_dir(cache.join("memlens"))
         .unwrap()
         .flatten()
@@ -344,15 +333,13 @@ fn runtime_cache_is_verified() {
     let len = std::fs::metadata(&lib).unwrap().len() as usize;
     // A planted library of the same length is replaced, not preloaded.
     std::fs::write(&lib, vec![0x42u8; len]).unwrap();
-    let o = run("b.pb.gz");
-    let e = stderr(&o);
-    assert!(o.status.success(), "{e}");
+    let e = stderr(&run("b.pb.gz").ok());
     assert!(tmp.path().join("b.pb.gz").exists(), "no profile: {e}");
     assert!(!e.contains("cannot be preloaded"), "{e}");
     assert_ne!(std::fs::read(&lib).unwrap(), vec![0x42u8; len]);
     // A directory others may write to is refused.
     std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let o = run("c.pb.gz");
+    let o = run("c.pb.gz").out();
     assert_one_line_error(&o);
     assert!(
         stderr(&o).contains("writable by other users"),
@@ -361,9 +348,9 @@ fn runtime_cache_is_verified() {
     );
     std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o700)).unwrap();
     // So is one owned by someone else (needs root to arrange).
-    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0 {
+    if root_or_skip("refusing a runtime cache owned by another user") {
         std::os::unix::fs::chown(&hashdir, Some(65534), Some(65534)).unwrap();
-        let o = run("d.pb.gz");
+        let o = run("d.pb.gz").out();
         assert_one_line_error(&o);
         assert!(
             stderr(&o).contains("belongs to uid 65534"),
@@ -416,7 +403,7 @@ fn exit_dumps_are_signal_safe() {
         .spawn()
         .unwrap();
     let o = wait_deadline(child, 30, "fork child of a thread in dl_iterate_phdr");
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&format!("memlens run -- {}", f.display()), &o);
     assert_eq!(stdout(&o).trim(), "child exited 0");
 }
 
@@ -433,8 +420,8 @@ fn range_reuses_space_and_reports_what_it_drops() {
         &out,
         &[],
         &[p.to_str().unwrap(), "40", "1048576", "4194304"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    )
+    .ok();
     assert_eq!(stdout(&o).trim(), "ok");
     let r = report_json(&out);
     assert_eq!(r["meta"]["dropped"], 0, "{}", r["meta"]);
@@ -448,20 +435,16 @@ fn range_reuses_space_and_reports_what_it_drops() {
         &out,
         &[],
         &[p.to_str().unwrap(), "70", "1048576", "0"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    )
+    .ok();
     assert_eq!(stdout(&o).trim(), "ok");
     let r = report_json(&out);
     let dropped = r["meta"]["dropped"].as_u64().unwrap();
     let bytes = r["meta"]["dropped_bytes"].as_u64().unwrap();
     assert!(dropped >= 5, "{}", r["meta"]);
     assert!(bytes >= dropped << 30, "{}", r["meta"]);
-    let table = memlens().arg("report").arg(&out).output().unwrap();
-    assert!(
-        stdout(&table).contains("GiB not in this profile"),
-        "{}",
-        stdout(&table)
-    );
+    let table = memlens().arg("report").arg(&out).ok_stdout();
+    assert!(table.contains("GiB not in this profile"), "{table}");
 }
 
 /// 3. Every path of the range (classes, page runs, in-place resize, retained and reused pages,
@@ -477,8 +460,8 @@ fn range_torture_keeps_every_byte() {
             &tmp.path().join(format!("t{iv}.pb.gz")),
             &["--interval", iv],
             &[p.to_str().unwrap(), "3000"],
-        );
-        assert!(o.status.success(), "{iv}: {}{}", stdout(&o), stderr(&o));
+        )
+        .ok();
         assert_eq!(stdout(&o).trim(), "ok", "{iv}");
     }
 }
@@ -552,9 +535,8 @@ fn memlens_native_runtime() -> PathBuf {
         .args(["run", "-o"])
         .arg(tmp.path().join("x.pb.gz"))
         .args(["--", "sh", "-c", "echo $LD_PRELOAD"])
-        .output()
-        .unwrap();
-    PathBuf::from(stdout(&o).split_whitespace().next().unwrap())
+        .ok_stdout();
+    PathBuf::from(o.split_whitespace().next().unwrap())
 }
 
 /// 4. A fork child neither copies the stack table (its counts restart lazily) nor dumps on every
@@ -563,14 +545,13 @@ fn memlens_native_runtime() -> PathBuf {
 fn fork_is_cheap_and_exec_attempts_do_not_dump() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "fork_stacks");
-    let o = memlens_run(
+    let out = memlens_run(
         tmp.path(),
         &tmp.path().join("cow.pb.gz"),
         &["--exact"],
         &[p.to_str().unwrap(), "cow"],
-    );
-    let out = stdout(&o);
-    assert!(o.status.success(), "{out}{}", stderr(&o));
+    )
+    .ok_stdout();
     let child = value(&out, "child_dirty_kib");
     let parent = value(&out, "parent_dirty_kib");
     assert!(parent > 8192.0, "too few stacks recorded to tell: {out}");
@@ -580,13 +561,13 @@ fn fork_is_cheap_and_exec_attempts_do_not_dump() {
     );
 
     let raw = tmp.path().join("raw");
-    let o = memlens_run(
+    memlens_run(
         tmp.path(),
         &tmp.path().join("path.pb.gz"),
         &["--keep-raw", raw.to_str().unwrap()],
         &[p.to_str().unwrap(), "path"],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    )
+    .ok();
     // d.<pid>.<seq>.raw: 50 failed attempts used to take sequence numbers (a dump each).
     for n in names_in(&raw) {
         let seq: u64 = n.split('.').nth(2).unwrap().parse().unwrap();
@@ -598,15 +579,13 @@ fn fork_is_cheap_and_exec_attempts_do_not_dump() {
 ///    pid, each keep their own control socket, and both can be controlled from outside.
 #[test]
 fn control_sockets_are_unique_across_pid_namespaces() {
-    if Command::new("unshare")
-        .args(["-pf", "--mount-proc", "true"])
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("skipped: cannot create pid namespaces here");
+    // Creating pid namespaces needs root (CI runs as root).
+    if !root_or_skip("control_sockets_are_unique_across_pid_namespaces") {
         return;
     }
+    Command::new("unshare")
+        .args(["-pf", "--mount-proc", "true"])
+        .ok();
     let tmp = tempfile::tempdir().unwrap();
     let sockdir = tmp.path().join("sockets");
     std::fs::create_dir(&sockdir).unwrap();
@@ -681,8 +660,8 @@ fn control_sockets_are_unique_across_pid_namespaces() {
     assert_eq!(socks.len(), 2, "sockets: {socks:?}");
     assert_ne!(socks[0], socks[1]);
     assert_eq!(sleeps.len(), 2);
-    for o in statuses {
-        assert!(o.status.success(), "{}", stderr(&o));
+    for (p, o) in sleeps.iter().zip(&statuses) {
+        assert_ok(&format!("memlens ctl {p} status"), o);
     }
 }
 
@@ -766,10 +745,9 @@ fn control_protocol_is_robust() {
     let st = memlens()
         .env("MEMLENS_CTL_DIR", &sockdir)
         .args(["ctl", &pid, "status"])
-        .output()
-        .unwrap();
+        .out();
     let waited = t0.elapsed();
-    assert!(st.status.success(), "{}", stderr(&st));
+    assert_ok(&format!("memlens ctl {pid} status"), &st);
     assert!(
         waited < Duration::from_secs(6),
         "status waited {waited:?} behind a trickling client"
@@ -790,13 +768,11 @@ fn control_protocol_is_robust() {
     let r = ask(b"dump ../escape.raw\n");
     assert!(r.starts_with("error dump"), "{r}");
     // The CLI still writes wherever its user asks (it copies the file out).
-    let o = memlens()
+    memlens()
         .env("MEMLENS_CTL_DIR", &sockdir)
         .args(["ctl", &pid, "dump", "--raw", "-o"])
         .arg(&outside)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+        .ok();
     assert!(std::fs::read_to_string(&outside)
         .unwrap()
         .starts_with("memlens-raw 1\n"));
@@ -815,11 +791,10 @@ fn control_protocol_is_robust() {
 fn coroutine_stacks_are_walked_safely() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "coroutine");
-    let alone = Command::new(&p).output().unwrap();
+    let alone = Command::new(&p).ok();
     for u in ["fp", "dwarf", "libgcc", "libunwind"] {
         let out = tmp.path().join(format!("{u}.pb.gz"));
-        let o = memlens_run(tmp.path(), &out, &["--unwinder", u], &[p.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(0), "{u}: {}", stderr(&o));
+        let o = memlens_run(tmp.path(), &out, &["--unwinder", u], &[p.to_str().unwrap()]).exits(0);
         assert_eq!(stdout(&o), stdout(&alone), "{u}");
         let r = report_json(&out);
         assert!(
@@ -854,10 +829,8 @@ fn odd_paths_do_not_break_dumps() {
         .arg("--")
         .arg(&exe)
         .arg("8")
-        .output()
-        .unwrap();
+        .ok();
     let e = stderr(&o);
-    assert!(o.status.success(), "{e}");
     // The file cannot be opened under a name that is not UTF-8 (its frames show as addresses),
     // but the dump itself is read and converted.
     assert!(

@@ -1,7 +1,6 @@
 //! End-to-end tests of `memlens bench latency` and `memlens bench bandwidth`: small real runs on this
 //! machine, checked for sane ordering, the counter paths, the n/a path and usage errors.
-mod common;
-use common::{assert_one_line_error, run, stderr, stdout};
+use crate::util::{memlens, stdout, TestCommand};
 use serde_json::Value;
 use std::path::Path;
 
@@ -37,31 +36,39 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
         dir.path().join("l.svg"),
         dir.path().join("l.html"),
     );
-    // Working sets up to 16× a 512 KiB L2 (8 MiB); larger L2s get a larger sweep below.
-    let max_ws = 8u64 << 20;
-    let o = run(&[
-        "bench",
-        "latency",
-        "--min-ws",
-        "4K",
-        "--max-ws",
-        &max_ws.to_string(),
-        "--repeats",
-        "3",
-        "--min-time",
-        "2ms",
-        "--counters",
-        "software",
-        "--json",
-        j.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-        "--svg",
-        s.to_str().unwrap(),
-        "--html",
-        h.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // Working sets up to 16× the L2 (8 MiB for a 512 KiB L2, at least 8 MiB), so that the orders
+    // are compared beyond L2 on every machine.
+    let facts = dir.path().join("m.json");
+    memlens()
+        .args(["sysinfo", "--json", facts.to_str().unwrap()])
+        .ok();
+    let l2 = l2_bytes(&serde_json::json!({ "machine": json(&facts) }));
+    let max_ws = (16 * l2).next_power_of_two().max(8 << 20);
+    let sizes = u64::from((max_ws / 4096).ilog2()) + 1; // 4K, 8K, … max_ws
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--min-ws",
+            "4K",
+            "--max-ws",
+            &max_ws.to_string(),
+            "--repeats",
+            "3",
+            "--min-time",
+            "2ms",
+            "--counters",
+            "software",
+            "--json",
+            j.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+            "--svg",
+            s.to_str().unwrap(),
+            "--html",
+            h.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(
         out.contains("random/64B") && out.contains("Levels"),
@@ -69,8 +76,8 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     );
     let v = json(&j);
     let points = v["results"]["points"].as_array().unwrap();
-    // 12 working sets × 3 sizes × 3 orders, minus page order below two pages (4K).
-    assert_eq!(points.len(), 12 * 9 - 3, "{out}");
+    // The working sets × 3 sizes × 3 orders, minus page order below two pages (4K).
+    assert_eq!(points.len() as u64, sizes * 9 - 3, "{out}");
     for p in points {
         let m = p["ns"]["median"].as_f64().unwrap();
         assert!(m > 0.05 && m < 1e5, "implausible {m} ns in {p}");
@@ -91,15 +98,17 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
     }
     // Beyond L2 (at 4× and more), a random cycle cannot be faster than the prefetched sequence;
     // one element per page is never faster than sequential at the same working set (10% noise).
-    let l2 = l2_bytes(&v);
-    if 4 * l2 <= max_ws {
-        for ws in [4 * l2, max_ws] {
-            for e in [8, 64, 256] {
-                assert!(
-                    ns(&v, "random", e, ws) >= ns(&v, "seq", e, ws),
-                    "random < seq at {ws}/{e}: {out}"
-                );
-            }
+    assert_eq!(
+        l2_bytes(&v),
+        l2,
+        "the result's machine facts differ from sysinfo's"
+    );
+    for ws in [(4 * l2).next_power_of_two(), max_ws] {
+        for e in [8, 64, 256] {
+            assert!(
+                ns(&v, "random", e, ws) >= ns(&v, "seq", e, ws),
+                "random < seq at {ws}/{e}: {out}"
+            );
         }
     }
     // With one element per page, the page order's data is ws/4096 elements (a few lines at small
@@ -126,27 +135,28 @@ fn latency_unopenable_counter_shows_na_with_reason() {
     // reason, and the run (and the other counters) go on.
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("l.json");
-    let o = run(&[
-        "bench",
-        "latency",
-        "--min-ws",
-        "64K",
-        "--max-ws",
-        "256K",
-        "--sizes",
-        "8",
-        "--orders",
-        "seq,random",
-        "--repeats",
-        "2",
-        "--min-time",
-        "2ms",
-        "--test-break-event",
-        "cycles",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--min-ws",
+            "64K",
+            "--max-ws",
+            "256K",
+            "--sizes",
+            "8",
+            "--orders",
+            "seq,random",
+            "--repeats",
+            "2",
+            "--min-time",
+            "2ms",
+            "--test-break-event",
+            "cycles",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(out.contains("CPI: n/a (cycles: "), "{out}");
     let v = json(&j);
@@ -186,13 +196,11 @@ fn latency_bad_input_is_one_line_usage_error() {
     ] {
         let mut a = vec!["bench", "latency"];
         a.extend_from_slice(args);
-        let o = run(&a);
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        memlens().args(&a).error(2);
     }
-    let o = run(&["bench", "bandwidth", "--size", "1x"]);
-    assert_one_line_error(&o);
-    assert_eq!(o.status.code(), Some(2));
+    memlens()
+        .args(["bench", "bandwidth", "--size", "1x"])
+        .error(2);
 }
 
 #[test]
@@ -203,25 +211,26 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
         dir.path().join("b.csv"),
         dir.path().join("b.svg"),
     );
-    let o = run(&[
-        "bench",
-        "bandwidth",
-        "--size",
-        "4M",
-        "--threads",
-        "1,2",
-        "--repeats",
-        "2",
-        "--pool-dir",
-        dir.path().to_str().unwrap(),
-        "--json",
-        j.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-        "--svg",
-        s.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "bandwidth",
+            "--size",
+            "4M",
+            "--threads",
+            "1,2",
+            "--repeats",
+            "2",
+            "--pool-dir",
+            dir.path().to_str().unwrap(),
+            "--json",
+            j.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+            "--svg",
+            s.to_str().unwrap(),
+        ])
+        .ok();
     let out = stdout(&o);
     assert!(
         out.contains("STREAM's way") && out.contains("write-allocate"),
@@ -313,30 +322,31 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
 fn latency_hugepages_and_loaded_threads_run() {
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("l.json");
-    let o = run(&[
-        "bench",
-        "latency",
-        "--orders",
-        "random",
-        "--sizes",
-        "64",
-        "--min-ws",
-        "4M",
-        "--max-ws",
-        "4M",
-        "--threads",
-        "2",
-        "--hugepages",
-        "--repeats",
-        "2",
-        "--min-time",
-        "2ms",
-        "--counters",
-        "off",
-        "--json",
-        j.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "latency",
+            "--orders",
+            "random",
+            "--sizes",
+            "64",
+            "--min-ws",
+            "4M",
+            "--max-ws",
+            "4M",
+            "--threads",
+            "2",
+            "--hugepages",
+            "--repeats",
+            "2",
+            "--min-time",
+            "2ms",
+            "--counters",
+            "off",
+            "--json",
+            j.to_str().unwrap(),
+        ])
+        .ok();
     let v = json(&j);
     assert_eq!(v["results"]["config"]["threads"], 2);
     assert_eq!(v["results"]["config"]["hugepages"], true);

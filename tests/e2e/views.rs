@@ -1,8 +1,7 @@
 //! The views beyond "who allocated" on programs of known behaviour: `memlens report --view
 //! peak|leaks|temporaries|timeline`, the `<stem>.peak.pb.gz` profile, lifetimes in pprof for
 //! `go tool pprof`, flamegraphs per view and the HTML report.
-mod common;
-use common::*;
+use crate::util::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +12,7 @@ const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 /// the main profile and the program's stdout.
 fn profile(dir: &Path, extra: &[&str], env: &[(&str, &str)], cmd: &[&str]) -> (PathBuf, String) {
     let out = dir.join("p.pb.gz");
-    let o = memlens()
+    let text = memlens()
         .arg("run")
         .args(extra)
         .arg("-o")
@@ -21,22 +20,21 @@ fn profile(dir: &Path, extra: &[&str], env: &[(&str, &str)], cmd: &[&str]) -> (P
         .arg("--")
         .args(cmd)
         .envs(env.iter().copied())
-        .output()
-        .expect("cannot start memlens");
-    assert!(o.status.success(), "memlens run failed: {}", stderr(&o));
-    (out, stdout(&o))
+        .ok_stdout();
+    (out, text)
 }
 
 fn report_json(file: &Path, view: &str) -> Value {
-    let o = run(&[
-        "report",
-        file.to_str().unwrap(),
-        "--view",
-        view,
-        "--format",
-        "json",
-    ]);
-    assert!(o.status.success(), "report --view {view}: {}", stderr(&o));
+    let o = memlens()
+        .args([
+            "report",
+            file.to_str().unwrap(),
+            "--view",
+            view,
+            "--format",
+            "json",
+        ])
+        .ok();
     serde_json::from_slice(&o.stdout).expect("report JSON")
 }
 
@@ -103,15 +101,16 @@ fn sites(flags: &[&str], run_opts: &[&str], env: &[(&str, &str)]) {
     // The peak set as its own profile, with the four sample types, read like any other.
     let pp = dir.path().join("p.peak.pb.gz");
     assert!(pp.exists(), "no {}", pp.display());
-    let o = run(&[
-        "report",
-        pp.to_str().unwrap(),
-        "--sample-index",
-        "inuse_space",
-        "--format",
-        "json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "report",
+            pp.to_str().unwrap(),
+            "--sample-index",
+            "inuse_space",
+            "--format",
+            "json",
+        ])
+        .ok();
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["stacks"][0]["frames"][0]["function"], "peak_builder");
 }
@@ -145,28 +144,28 @@ fn flamegraphs_html_and_go_pprof() {
     let ps = p.to_str().unwrap();
     for view in ["peak", "leaks", "temporaries"] {
         let svg = d.join(format!("{view}.svg"));
-        let o = run(&[
-            "report",
-            ps,
-            "--view",
-            view,
-            "--flamegraph",
-            svg.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        memlens()
+            .args([
+                "report",
+                ps,
+                "--view",
+                view,
+                "--flamegraph",
+                svg.to_str().unwrap(),
+            ])
+            .ok();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("<svg"), "{view}");
     }
     // Table of the timeline, and the HTML report with its chart above the views.
-    let o = run(&["report", ps, "--view", "timeline"]);
-    assert!(
-        o.status.success() && stdout(&o).contains("RSS"),
-        "{}",
-        stdout(&o)
-    );
+    let table = memlens()
+        .args(["report", ps, "--view", "timeline"])
+        .ok_stdout();
+    assert!(table.contains("RSS"), "{table}");
     let html = d.join("p.html");
-    let o = run(&["report", ps, "--html", html.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    memlens()
+        .args(["report", ps, "--html", html.to_str().unwrap()])
+        .ok();
     let h = std::fs::read_to_string(&html).unwrap();
     let chart = h.find("heap vs RSS").expect("timeline chart");
     let views = h.find("peak_builder").expect("peak view");
@@ -177,13 +176,10 @@ fn flamegraphs_html_and_go_pprof() {
 
     // go tool pprof: lifetimes as sample types and labels it can filter on.
     let go = |args: &[&str]| -> String {
-        let o = Command::new("go")
+        Command::new("go")
             .args(["tool", "pprof"])
             .args(args)
-            .output()
-            .expect("cannot run go tool pprof (install golang-go)");
-        assert!(o.status.success(), "go tool pprof {args:?}: {}", stderr(&o));
-        stdout(&o)
+            .ok_stdout()
     };
     let first = |out: &str| -> String {
         out.lines()

@@ -1,7 +1,6 @@
 //! End-to-end tests of `memlens bench alloc` and of the reference allocators it ships.
-mod common;
 
-use common::{assert_one_line_error, compile, root, run, stderr, stdout};
+use crate::util::{assert_ok, compile, memlens, root, stderr, stdout, TestCommand};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -16,9 +15,9 @@ const PATTERNS: &[&str] = &[
 
 /// (name, preloaded library or None for glibc) of every allocator `--list` reports as available.
 fn available() -> Vec<(String, Option<PathBuf>)> {
-    let o = run(&["bench", "alloc", "--list"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    stdout(&o)
+    memlens()
+        .args(["bench", "alloc", "--list"])
+        .ok_stdout()
         .lines()
         .filter(|l| l.contains(" available "))
         .map(|l| {
@@ -60,29 +59,30 @@ fn every_pattern_runs_with_every_allocator_on_1_and_2_threads() {
         dir.join("svg"),
         dir.join("r.html"),
     );
-    let o = run(&[
-        "bench",
-        "alloc",
-        "--pattern",
-        "all",
-        "--sizes",
-        "200",
-        "--threads",
-        "1,2",
-        "--ops",
-        "3000",
-        "--repeats",
-        "1",
-        "--json",
-        json.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-        "--svg",
-        svg.to_str().unwrap(),
-        "--html",
-        html.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "alloc",
+            "--pattern",
+            "all",
+            "--sizes",
+            "200",
+            "--threads",
+            "1,2",
+            "--ops",
+            "3000",
+            "--repeats",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ])
+        .ok();
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(
@@ -177,7 +177,7 @@ fn allocators_pass_the_conformance_suite() {
         if let Some(l) = &lib {
             cmd.env("LD_PRELOAD", l);
         }
-        let o = cmd.output().unwrap();
+        let o = cmd.out();
         let out = stdout(&o);
         assert!(
             o.status.success() && out.contains(" 0 failures"),
@@ -216,11 +216,7 @@ fn output_under(preload: Option<&PathBuf>, prog: &str, args: &[&str], input: &st
         .write_all(input.as_bytes())
         .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "{prog} under {preload:?} failed: {}",
-        stderr(&o)
-    );
+    assert_ok(&format!("{prog} {args:?} under {preload:?}"), &o);
     stdout(&o)
 }
 
@@ -279,23 +275,24 @@ fn reference_allocators_run_python3_and_sqlite3() {
 
 #[test]
 fn missing_allocator_is_reported_and_the_run_goes_on() {
-    let o = run(&[
-        "bench",
-        "alloc",
-        "--allocator",
-        "foo=/nonexistent.so",
-        "--allocators",
-        "system,foo,pooled",
-        "--sizes",
-        "128",
-        "--threads",
-        "1",
-        "--ops",
-        "2000",
-        "--repeats",
-        "1",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memlens()
+        .args([
+            "bench",
+            "alloc",
+            "--allocator",
+            "foo=/nonexistent.so",
+            "--allocators",
+            "system,foo,pooled",
+            "--sizes",
+            "128",
+            "--threads",
+            "1",
+            "--ops",
+            "2000",
+            "--repeats",
+            "1",
+        ])
+        .ok();
     assert!(
         stderr(&o).contains("foo is not measured: /nonexistent.so does not exist"),
         "{}",
@@ -323,8 +320,6 @@ fn bad_arguments_are_one_line_usage_errors() {
     ] {
         let mut a = vec!["bench", "alloc"];
         a.extend_from_slice(args);
-        let o = run(&a);
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        memlens().args(&a).error(2);
     }
 }

@@ -4,8 +4,7 @@
 //! Every test uses its own control directory (MEMLENS_CTL_DIR) and a loopback port chosen by the
 //! kernel, so tests never see each other's processes. `load_*` runs for MEMLENS_SERVE_LOAD_SECS
 //! seconds (default 3; scripts/serve-load.sh runs the 30-second version and prints its numbers).
-mod common;
-use common::*;
+use crate::util::*;
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -164,8 +163,7 @@ fn ctl_cmd(ctl: &Path, pid: i32, what: &str) -> std::process::Output {
     memlens()
         .args(["ctl", &pid.to_string(), what])
         .env("MEMLENS_CTL_DIR", ctl)
-        .output()
-        .unwrap()
+        .out()
 }
 
 /// A private control directory (0700, as the runtime requires).
@@ -250,9 +248,7 @@ fn get(port: u16, path: &str) -> (u16, Vec<u8>) {
 }
 
 fn curl(url: &str) -> String {
-    let o = Command::new("curl").args(["-sSf", url]).output().unwrap();
-    assert!(o.status.success(), "curl {url}: {}", stderr(&o));
-    stdout(&o)
+    Command::new("curl").args(["-sSf", url]).ok_stdout()
 }
 
 fn go_pprof_top(what: &str, index: Option<&str>, tmp: &Path) -> String {
@@ -261,9 +257,7 @@ fn go_pprof_top(what: &str, index: Option<&str>, tmp: &Path) -> String {
     if let Some(i) = index {
         cmd.arg(format!("-sample_index={i}"));
     }
-    let o = cmd.arg(what).env("PPROF_TMPDIR", tmp).output().unwrap();
-    assert!(o.status.success(), "go tool pprof {what}: {}", stderr(&o));
-    stdout(&o)
+    cmd.arg(what).env("PPROF_TMPDIR", tmp).ok_stdout()
 }
 
 /// Lines of a `-top` listing whose function is `name`, with a non-zero flat value.
@@ -573,15 +567,11 @@ fn bad_requests_and_other_users_processes_are_refused() {
             .arg("serve")
             .args(&args)
             .env("MEMLENS_CTL_DIR", &ctl)
-            .output()
-            .unwrap();
-        assert_one_line_error(&o);
-        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+            .error(code);
         assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
-        eprintln!("skipped the other-user case: needs root to run a program as uid 65534");
+    // Running a program as uid 65534 needs root (CI runs as root).
+    if !root_or_skip("serving another user's process") {
         return;
     }
     // A program of uid 65534 under memlens, with its runtime in a directory it can read.
@@ -593,7 +583,7 @@ fn bad_requests_and_other_users_processes_are_refused() {
     }
     let mut other = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_memlens"))
+        .arg(memlens_path())
         .args(["run", "--inactive", "-o"])
         .arg(open.join("o.pb.gz"))
         .arg("--")
@@ -833,9 +823,4 @@ fn load_20_clients_3_processes() {
         let (code, out, err) = t.finish();
         assert_eq!((code, out.trim()), (0, "checks>0=1 errors=0"), "{err}");
     }
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }

@@ -1,0 +1,15 @@
+//! The end-to-end tests: one binary (`cargo test --release --test e2e`), one module per feature,
+//! each driving the real `memlens` binary (CARGO_BIN_EXE_memlens) against real programs. Filter by
+//! module: `cargo test --release --test e2e attach::`.
+mod util;
+
+mod attach;
+mod bench_alloc;
+mod bench_mem;
+mod cli;
+mod ctl;
+mod profiler;
+mod reliability;
+mod serve;
+mod study;
+mod views;
