@@ -888,7 +888,8 @@ fn fastpath_benchmark_runs_every_configuration() {
 /// A debug build of the runtime (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT` of `runtime/src/check.h`
 /// compiled in) profiles real programs — a C++ program with deep template stacks, python3, which
 /// loads and unloads modules, sqlite3 and a four-thread torture of the sampled blocks' range — at a
-/// small interval without any invariant failing, and its dumps read back. The release build carries none of the checks.
+/// small interval without any invariant failing, and its dumps read back. The release build
+/// carries none of the checks.
 #[test]
 fn debug_runtime_holds_its_invariants_on_real_programs() {
     let dir = tmp();
