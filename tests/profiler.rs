@@ -952,9 +952,10 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
         &[],
     );
     let py = "import json, sqlite3, decimal\nprint(len(json.dumps([str(i) * 20 for i in range(20000)])))";
-    let sql = "create table t(a, b); with recursive c(x) as (select 1 union all select x + 1 from c \
-               where x < 20000) insert into t select x, hex(randomblob(40)) from c; \
-               create index i on t(b); select count(*) from t;";
+    let sql = "create table t(a, b); \
+        with recursive c(x) as (select 1 union all select x + 1 from c where x < 20000) \
+        insert into t select x, hex(randomblob(40)) from c; \
+        create index i on t(b); select count(*) from t;";
     for (name, cmd) in [
         ("long_names", vec![prog.to_str().unwrap()]),
         ("python3", vec!["python3", "-c", py]),
