@@ -59,13 +59,6 @@ pub struct Launch {
     pub dumps: tempfile::TempDir,
 }
 
-impl Launch {
-    /// The `MEMLENS_OUT` prefix given to the runtime.
-    pub fn prefix(&self) -> PathBuf {
-        self.dumps.path().join("d")
-    }
-}
-
 /// Sampling interval in bytes from the command line.
 pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
     if args.exact {

@@ -4,7 +4,7 @@
 //! directory) and belongs to the server's own user. Root may control anyone's process with
 //! `memlens ctl`, but an HTTP endpoint must not hand one user's heap to whoever can reach the port,
 //! so the server refuses processes of other users whatever its own uid.
-use memlens_run::ctl::{Reply, Target};
+use memlens_run::{Reply, Target};
 use serde::Serialize;
 use std::io::ErrorKind;
 use std::path::PathBuf;
@@ -130,7 +130,7 @@ pub fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// The service name a backend groups by: the basename of the program (argv[0]), else its comm.
+/// The service name a backend groups by: the basename of the program (`argv[0]`), else its comm.
 pub fn service_of(pid: i32, comm: &str) -> String {
     let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
@@ -197,7 +197,7 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
         alloc_bytes: num("alloc_bytes"),
         inuse_bytes: num("inuse_bytes"),
         dropped: num("dropped"),
-        rss_bytes: memlens_run::watcher::rss_bytes(t.pid),
+        rss_bytes: memlens_run::rss_bytes(t.pid),
         error,
     }
 }
