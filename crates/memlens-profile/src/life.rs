@@ -103,16 +103,9 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
 
 /// `<stem>.peak.pb.gz` beside `<stem>.pb.gz`.
 pub fn peak_path(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name
-        .strip_suffix(".pb.gz")
-        .or_else(|| name.strip_suffix(".gz"))
-        .or_else(|| name.strip_suffix(".pb"))
-        .unwrap_or(&name);
-    out.with_file_name(format!("{stem}.peak.pb.gz"))
+    let mut p = crate::pprof::profile_stem(out).into_os_string();
+    p.push(".peak.pb.gz");
+    PathBuf::from(p)
 }
 
 #[cfg(test)]
@@ -142,5 +135,10 @@ mod tests {
             PathBuf::from("/x/a.peak.pb.gz")
         );
         assert_eq!(peak_path(Path::new("a")), PathBuf::from("a.peak.pb.gz"));
+        assert_eq!(peak_path(Path::new("a.pb")), PathBuf::from("a.peak.pb.gz"));
+        let stem = crate::pprof::profile_stem;
+        assert_eq!(stem(Path::new("d/prof.pb.gz")), PathBuf::from("d/prof"));
+        assert_eq!(stem(Path::new("prof.gz")), PathBuf::from("prof"));
+        assert_eq!(stem(Path::new("prof")), PathBuf::from("prof"));
     }
 }

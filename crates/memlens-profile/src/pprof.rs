@@ -11,7 +11,18 @@ use crate::model::{
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A profile's path without `.gz` and `.pb`: the stem the files written beside it are named after
+/// (`<stem>.peak.pb.gz`, `<stem>.<pid>.pb.gz`, `<stem>.growth.pb.gz`, …).
+pub fn profile_stem(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".gz").unwrap_or(&name);
+    out.with_file_name(stem.strip_suffix(".pb").unwrap_or(stem))
+}
 
 pub mod proto {
     //! The subset of profile.proto memlens uses. Messages and fields are named and numbered as in
