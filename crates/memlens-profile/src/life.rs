@@ -51,7 +51,6 @@ pub fn life_of(r: &RawLife, tsc_hz: u64, lg0: u32) -> Life {
 
 /// The process-wide `view` and `tl` lines in model units.
 pub fn views_of(r: &RawViews) -> Views {
-    let opt = |v: i64| (v >= 0).then_some(v as f64);
     Views {
         heap_bytes: r.heap as f64,
         heap_max_bytes: r.heap_max as f64,
@@ -63,13 +62,8 @@ pub fn views_of(r: &RawViews) -> Views {
         timeline: r
             .timeline
             .iter()
-            .map(|t| TimePoint {
-                time_ns: t[0].max(0) as u64,
-                heap_bytes: t[1] as f64,
-                rss_bytes: opt(t[2]),
-                allocator_in_use: opt(t[3]),
-                allocator_footprint: opt(t[4]),
-            })
+            .copied()
+            .map(TimePoint::from_raw)
             .collect(),
     }
 }

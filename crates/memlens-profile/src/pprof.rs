@@ -427,32 +427,13 @@ fn views_comments(v: &Views) -> Vec<String> {
 }
 
 fn timeline_values(v: &Views) -> Vec<i64> {
-    let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
-    v.timeline
-        .iter()
-        .flat_map(|t| {
-            [
-                t.time_ns as i64,
-                t.heap_bytes.round() as i64,
-                opt(t.rss_bytes),
-                opt(t.allocator_in_use),
-                opt(t.allocator_footprint),
-            ]
-        })
-        .collect()
+    v.timeline.iter().flat_map(TimePoint::to_raw).collect()
 }
 
 fn read_timeline(v: &mut Views, vals: &[i64]) {
-    let opt = |x: i64| (x >= 0).then_some(x as f64);
     v.timeline = vals
         .chunks_exact(5)
-        .map(|c| TimePoint {
-            time_ns: c[0].max(0) as u64,
-            heap_bytes: c[1] as f64,
-            rss_bytes: opt(c[2]),
-            allocator_in_use: opt(c[3]),
-            allocator_footprint: opt(c[4]),
-        })
+        .map(|c| TimePoint::from_raw([c[0], c[1], c[2], c[3], c[4]]))
         .collect();
 }
 
