@@ -4,9 +4,8 @@
 //! directory) and belongs to the server's own user. Root may control anyone's process with
 //! `memlens ctl`, but an HTTP endpoint must not hand one user's heap to whoever can reach the port,
 //! so the server refuses processes of other users whatever its own uid.
-use memlens_run::{Reply, Target};
+use memlens_run::{ProcStatus, Reply, Target};
 use serde::Serialize;
-use std::io::ErrorKind;
 use std::path::PathBuf;
 
 /// Why a pid cannot be served: an HTTP status and a one-line reason.
@@ -42,11 +41,9 @@ pub fn ctl_dir() -> PathBuf {
 
 /// Owner uid of a running process, or a 404 when there is none.
 fn owner(pid: i32) -> Result<u32, Refusal> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Err(Refusal::new(404, format!("no process with PID {pid}")))
-        }
+    let status = match ProcStatus::read(pid) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(Refusal::new(404, format!("no process with PID {pid}"))),
         Err(e) => {
             return Err(Refusal::new(
                 500,
@@ -55,9 +52,7 @@ fn owner(pid: i32) -> Result<u32, Refusal> {
         }
     };
     status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|u| u.split_whitespace().nth(1)?.parse().ok())
+        .uid()
         .ok_or_else(|| Refusal::new(500, format!("cannot read the owner of process {pid}")))
 }
 
