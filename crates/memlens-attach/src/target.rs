@@ -224,11 +224,7 @@ pub fn check(pid: i32) -> Result<Process> {
     } else {
         format!("/proc/{pid}")
     };
-    if state.starts_with('T') || state.starts_with('t') {
-        bail!(
-            "cannot attach to {label}: it is stopped (state {state}); resume it first (kill -CONT {pid})"
-        );
-    }
+    // A traced process is often in a tracing stop ('t'): say who traces it rather than "stopped".
     let tracer: i32 = status
         .field("TracerPid:")
         .and_then(|t| t.parse().ok())
@@ -239,6 +235,11 @@ pub fn check(pid: i32) -> Result<Process> {
             .unwrap_or_else(|_| "?".into());
         bail!(
             "cannot attach to {label}: it is already traced by process {tracer} ({tcomm}); detach that debugger or tracer first"
+        );
+    }
+    if state.starts_with('T') || state.starts_with('t') {
+        bail!(
+            "cannot attach to {label}: it is stopped (state {state}); resume it first (kill -CONT {pid})"
         );
     }
     ptrace_policy(me)?;
