@@ -20,7 +20,7 @@ use crate::agg::{self, fmt_value, pct, share, Stack};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
 use crate::report::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Context, Result};
-use memlens_measure::doc::{terminal_width, wrap};
+use memlens_measure::doc::{terminal_width, wrap, Table};
 use memlens_measure::names::short_name;
 use memlens_measure::output::fit_table;
 use serde::Serialize;
@@ -369,20 +369,23 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
         .collect();
     s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {name} (innermost frame first)\n");
-    let mut header = vec![name, "share"];
-    header.extend(extra_header(view));
-    header.push("stack");
-    let rows: Vec<Vec<String>> = vs
-        .iter()
-        .take(top)
-        .map(|v| {
-            let mut r = vec![bytes(v.value), pct(share(v.value, total))];
-            r.extend(extra_cells(p, view, v));
-            r.push(stack_cell(&v.st.frames, 8));
-            r
-        })
-        .collect();
-    s += &fit_table(&header, &rows);
+    // Too wide for the terminal, the view's columns and the stacks are shown as two parts, each
+    // with the rank, value and share, rather than squeezing the stacks into a column too narrow
+    // for a frame's name.
+    let mut t = Table::new(&["#", name, "share"])
+        .topic(name, extra_header(view))
+        .topic("stack", &["stack"]);
+    for (i, v) in vs.iter().take(top).enumerate() {
+        let mut r = vec![
+            (i + 1).to_string(),
+            bytes(v.value),
+            pct(share(v.value, total)),
+        ];
+        r.extend(extra_cells(p, view, v));
+        r.push(stack_cell(&v.st.frames, 8));
+        t.push(r);
+    }
+    s += &t.to_text(terminal_width());
     s += "\n";
     s
 }
