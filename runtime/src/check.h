@@ -12,7 +12,9 @@
 
 #define ML_STR_(x) #x
 #define ML_STR(x) ML_STR_(x)
-#define ML_ASSERT_MSG(c) "memlens: internal assertion failed: " #c " (" __FILE__ ":" ML_STR(__LINE__) ")\n"
+/* #c is taken here, in ML_ASSERT itself: passed on to another macro, c would be macro-expanded first
+ * and the message would show the expansion instead of the condition as written. */
+#define ML_ASSERT_MSG(text) "memlens: internal assertion failed: " text " (" __FILE__ ":" ML_STR(__LINE__) ")\n"
 
 __attribute__((noreturn, cold)) static inline void ml_assert_fail(const char *msg, size_t len)
 {
@@ -22,7 +24,7 @@ __attribute__((noreturn, cold)) static inline void ml_assert_fail(const char *ms
 }
 
 #define ML_ASSERT(c) \
-    (likely(c) ? (void)0 : ml_assert_fail(ML_ASSERT_MSG(c), sizeof(ML_ASSERT_MSG(c)) - 1))
+    (likely(c) ? (void)0 : ml_assert_fail(ML_ASSERT_MSG(#c), sizeof(ML_ASSERT_MSG(#c)) - 1))
 #else
 #define ML_ASSERT(c) ((void)sizeof(!(c)))
 #endif

@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "check.h"
 #include "rt.h"
 
 #define RANGE_SIZE (64ull << 30)
@@ -66,13 +67,33 @@ void ml_range_lock(void)
 void ml_range_unlock(void) { ml_spin_unlock(&lock); }
 void ml_range_reset_lock(void) { atomic_store(&lock, 0); }
 
+/* The bits of word from/64 that the run [from, from+n) covers; *k says how many. */
+static inline uint64_t run_mask(uintptr_t from, uintptr_t n, uintptr_t *k)
+{
+    uintptr_t bit = from % 64;
+    *k = 64 - bit < n ? 64 - bit : n;
+    return (*k == 64 ? ~0ull : (1ull << *k) - 1) << bit;
+}
+
+/* Are the n bits of map from page `from` all set (on) or all clear? For the debug checks. */
+static inline int bits_are(const uint64_t *map, uintptr_t from, uintptr_t n, int on)
+{
+    for (uintptr_t k; n; from += k, n -= k) {
+        uint64_t m = run_mask(from, n, &k);
+        if ((map[from / 64] & m) != (on ? m : 0))
+            return 0;
+    }
+    return 1;
+}
+
 /* Set (on) or clear n bits of map from page `from`, a word at a time (a 4 GiB block is 2^20
  * pages). */
 static void set_bits(uint64_t *map, uintptr_t from, uintptr_t n, int on)
 {
+    ML_ASSERT(from + n <= NPAGES && from + n >= from);
     while (n) {
-        uintptr_t bit = from % 64, k = 64 - bit < n ? 64 - bit : n;
-        uint64_t m = (k == 64 ? ~0ull : (1ull << k) - 1) << bit;
+        uintptr_t k;
+        uint64_t m = run_mask(from, n, &k);
         if (on)
             map[from / 64] |= m;
         else
@@ -82,7 +103,38 @@ static void set_bits(uint64_t *map, uintptr_t from, uintptr_t n, int on)
     }
 }
 
-static void mark(uintptr_t from, uintptr_t n, int on) { set_bits(used, from, n, on); }
+/* Pages change hands whole: taken only when free, given back only when taken. */
+static void mark(uintptr_t from, uintptr_t n, int on)
+{
+    ML_ASSERT(bits_are(used, from, n, !on));
+    set_bits(used, from, n, on);
+}
+
+/* What the page bookkeeping keeps true between calls (lock held; debug builds only, it reads the
+ * bitmaps up to the high-water mark): every page below `lowfree` is used; no page at or above
+ * `hiwater` is; a dirty page is a free one and `retained` counts them; what is used is mapped. */
+static inline int pages_ok(void)
+{
+    if (lowfree > hiwater || hiwater * PAGE > committed || committed > limit || retained > RETAIN)
+        return 0;
+    if (!bits_are(used, 0, lowfree, 1) || (hiwater % 64 && !bits_are(used, hiwater, 64 - hiwater % 64, 0)))
+        return 0;
+    uintptr_t dirty_pages = 0;
+    for (uintptr_t w = 0; w < (hiwater + 63) / 64; w++) {
+        if (dirty[w] & used[w])
+            return 0;
+        dirty_pages += (uintptr_t)__builtin_popcountll(dirty[w]);
+    }
+    return dirty_pages == retained;
+}
+
+/* A chunk of `size` bytes lies past the boot arena, 16-byte aligned, on pages in use. Lock held. */
+static inline int chunk_ok(uintptr_t chunk, size_t size)
+{
+    uintptr_t off = chunk - ml_range_base;
+    return chunk % 16 == 0 && size && off >= BOOT_SIZE && off + size <= hiwater * PAGE &&
+           bits_are(used, off / PAGE, (off + size - 1) / PAGE - off / PAGE + 1, 1);
+}
 
 /* Pages [from, from+n) were just taken: they are no longer retained; with `zero`, the dirty ones
  * are cleared (the others are zero already). Lock held. */
@@ -106,6 +158,7 @@ static void claim(uintptr_t from, uintptr_t n, int zero)
             memset((void *)(ml_range_base + i * PAGE), 0, PAGE);
         i++;
     }
+    ML_ASSERT(bits_are(dirty, from, n, 0));
 }
 
 static int map_at(uintptr_t addr, size_t len)
@@ -161,6 +214,7 @@ int ml_range_init(void)
     committed = BOOT_SIZE;
     hiwater = lowfree = BOOT_SIZE / PAGE;
     mark(0, BOOT_SIZE / PAGE, 1);
+    ML_ASSERT(ml_range_base % PAGE == 0 && pages_ok());
     return 0;
 }
 
@@ -178,6 +232,7 @@ void *ml_boot_alloc(size_t size)
         b->cap = need - HDR;
         user = b + 1;
     }
+    ML_ASSERT(boot_used <= BOOT_SIZE && boot_used % 16 == 0);
     ml_range_unlock();
     return user;
 }
@@ -206,14 +261,16 @@ static int commit(uintptr_t end)
         return -1;
     }
     committed = want;
+    ML_ASSERT(committed <= limit && (committed % COMMIT_STEP == 0 || committed == limit));
     if (grow_mode) /* only now may free() take these addresses for ours */
         __atomic_store_n(&ml_range_span, want, __ATOMIC_RELEASE);
     return 0;
 }
 
-/* First fit: the lowest run of n free pages; marks it used. Page index or 0. Lock held. The bitmap
- * is read a word at a time: used pages and free runs are skipped with a count of trailing zeros. */
-static uintptr_t pages_get(uintptr_t n)
+/* First fit: the lowest run of n free pages; marks it used and claims it (see claim). Page index or
+ * 0. Lock held. The bitmap is read a word at a time: used pages and free runs are skipped with a
+ * count of trailing zeros. */
+static uintptr_t pages_get(uintptr_t n, int zero)
 {
     uintptr_t max = limit / PAGE, start = hiwater, i = lowfree;
     while (i < hiwater) {
@@ -249,13 +306,17 @@ static uintptr_t pages_get(uintptr_t n)
         hiwater = start + n;
     }
     mark(start, n, 1);
+    claim(start, n, zero);
     if (start == lowfree)
         lowfree = start + n;
+    ML_ASSERT(start >= BOOT_SIZE / PAGE && start + n <= hiwater && pages_ok());
     return start;
 }
 
 static void pages_put(uintptr_t first, uintptr_t n)
 {
+    ML_ASSERT(n && first >= BOOT_SIZE / PAGE && first + n <= hiwater);
+    ML_ASSERT(bits_are(dirty, first, n, 0)); /* a page in use is never counted as retained */
     if (retained + n <= RETAIN) {
         set_bits(dirty, first, n, 1);
         retained += n;
@@ -265,18 +326,33 @@ static void pages_put(uintptr_t first, uintptr_t n)
     mark(first, n, 0);
     if (first < lowfree)
         lowfree = first;
+    ML_ASSERT(pages_ok());
+}
+
+/* Chunk size of small class c: 64, then four steps per power of two (2^e + q·2^(e-2), q = 1..4). */
+static inline size_t class_size(unsigned c)
+{
+    if (c == 0)
+        return 64;
+    unsigned e = 6 + (c - 1) / 4;
+    return ((size_t)1 << e) + (size_t)((c - 1) % 4 + 1) * ((size_t)1 << (e - 2));
 }
 
 /* Class index and chunk size of a small need (<= SMALL_MAX). */
 static unsigned small_class(size_t need, size_t *size)
 {
+    ML_ASSERT(need >= HDR && need <= SMALL_MAX);
     if (need <= 64) {
         *size = 64;
         return 0;
     }
     unsigned e = 63 - (unsigned)__builtin_clzll(need - 1);
     *size = ((need - 1) | (((size_t)1 << (e - 2)) - 1)) + 1;
-    return 4 * (e - 6) + (unsigned)(((need - 1) >> (e - 2)) & 3) + 1;
+    unsigned c = 4 * (e - 6) + (unsigned)(((need - 1) >> (e - 2)) & 3) + 1;
+    /* the smallest class that fits, at most 25% slack, 16-byte multiples */
+    ML_ASSERT(c < NSMALL && *size == class_size(c) && *size >= need && class_size(c - 1) < need);
+    ML_ASSERT(*size - need < need / 4 && *size % 16 == 0);
+    return c;
 }
 
 /* A small chunk of class c; *dirty says whether it held data before. Lock held. */
@@ -284,20 +360,21 @@ static uintptr_t small_get(unsigned c, size_t size, int *dirty)
 {
     if (free_list[c]) {
         void *p = free_list[c];
+        ML_ASSERT(chunk_ok((uintptr_t)p, size));
         free_list[c] = ((void **)p)[1];
         *dirty = 1;
         return (uintptr_t)p;
     }
     if (carve[c] + size > carve_end[c]) {
-        uintptr_t pg = pages_get(SLAB / PAGE);
+        uintptr_t pg = pages_get(SLAB / PAGE, 1); /* carved chunks count as fresh: zero */
         if (!pg)
             return 0;
-        claim(pg, SLAB / PAGE, 1); /* carved chunks count as fresh: zero */
         carve[c] = ml_range_base + pg * PAGE;
         carve_end[c] = carve[c] + SLAB;
     }
     uintptr_t chunk = carve[c];
     carve[c] += size;
+    ML_ASSERT(carve[c] <= carve_end[c] && chunk_ok(chunk, size));
     *dirty = 0;
     return chunk;
 }
@@ -312,17 +389,17 @@ void *ml_range_alloc(size_t size, size_t align, int zero)
     uintptr_t chunk;
     unsigned c = LARGE;
     int dirty = 0;
+    ML_ASSERT((align & (align - 1)) == 0); /* the callers round odd alignments up */
     ml_range_lock();
     if (need <= SMALL_MAX) {
         c = small_class(need, &cap);
         chunk = small_get(c, cap, &dirty);
     } else {
-        uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n);
-        if (pg)
-            claim(pg, n, zero);
+        uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n, zero);
         chunk = pg ? ml_range_base + pg * PAGE : 0;
         cap = n * PAGE;
     }
+    ML_ASSERT(!chunk || (cap >= need && chunk_ok(chunk, cap)));
     ml_range_unlock();
     if (!chunk)
         return NULL;
@@ -335,6 +412,7 @@ void *ml_range_alloc(size_t size, size_t align, int zero)
     b->size = size;
     b->off = user - chunk;
     b->cap = cap;
+    ML_ASSERT(user % align == 0 && b->off >= HDR && b->off + size <= cap && ml_in_range((void *)user));
     return (void *)user;
 }
 
@@ -347,6 +425,7 @@ int ml_range_resize(void *p, size_t size)
         return 0;
     size_t need = b->off + size;
     if (b->cls != LARGE) {
+        ML_ASSERT(b->cls < NSMALL && b->cap == class_size(b->cls));
         if (need > b->cap)
             return 0;
         b->size = size;
@@ -356,6 +435,7 @@ int ml_range_resize(void *p, size_t size)
     uintptr_t have = b->cap / PAGE, want = (need + PAGE - 1) / PAGE;
     int ok = 1;
     ml_range_lock();
+    ML_ASSERT(chunk % PAGE == 0 && b->cap % PAGE == 0 && chunk_ok(chunk, b->cap));
     if (want > have) {
         uintptr_t end = first + want;
         for (uintptr_t i = first + have; ok && i < end && i < hiwater; i++)
@@ -378,6 +458,7 @@ int ml_range_resize(void *p, size_t size)
         b->cap = want * PAGE;
         b->size = size;
     }
+    ML_ASSERT(b->off + b->size <= b->cap && chunk_ok(chunk, b->cap) && pages_ok());
     ml_range_unlock();
     return ok;
 }
@@ -387,8 +468,11 @@ void ml_range_free(void *p)
     struct ml_block *b = ml_block_of(p);
     unsigned c = b->cls;
     uintptr_t chunk = (uintptr_t)p - b->off;
+    ML_ASSERT(b->kind == ML_KIND_SAMPLED && b->off >= HDR && b->off + b->size <= b->cap);
     b->kind = 0; /* a second free of the same pointer is then ignored rather than corrupting the list */
     ml_range_lock();
+    ML_ASSERT(c == LARGE ? chunk % PAGE == 0 && b->cap % PAGE == 0 : c < NSMALL && b->cap == class_size(c));
+    ML_ASSERT(chunk_ok(chunk, b->cap) && (c == LARGE || chunk != (uintptr_t)free_list[c]));
     if (c == LARGE) {
         pages_put((chunk - ml_range_base) / PAGE, b->cap / PAGE);
     } else {

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "check.h"
 #include "rt.h"
 
 #define SLOT_BITS 18
@@ -38,14 +39,44 @@ int ml_stacks_init(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s == MAP_FAILED || a == MAP_FAILED || l == MAP_FAILED)
         return -1;
+    ML_ASSERT(ARENA_SIZE >= (1u << 20) && ARENA_SIZE <= ARENA_MAX && ARENA_SIZE % 4096 == 0);
     listed = l;
     slots = s;
     arena = a;
     return 0;
 }
 
-/* Record ids are arena offsets / 8. */
-struct ml_stack *ml_stack_get(uint32_t id) { return (struct ml_stack *)(arena + (uint64_t)id * 8); }
+/* Record ids are arena offsets / 8: 0 is never one, and a record ends inside the arena's used part. */
+static inline int id_ok(uint32_t id)
+{
+    uint64_t used = atomic_load_explicit(&arena_used, memory_order_relaxed);
+    return id != 0 && id != ML_NO_STACK && (uint64_t)id * 8 + sizeof(struct ml_stack) <= used &&
+           (uint64_t)id * 8 + sizeof(struct ml_stack) <= ARENA_SIZE;
+}
+
+static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc);
+
+/* What holds for every published record: its frames are those it was hashed from (records are
+ * immutable once published; only the counters move), and its live and peak counts are sums of the
+ * weights of live blocks, never negative (a free subtracts exactly what its allocation added, after
+ * it). Debug builds only: the hash walks the frames. */
+static inline int record_ok(const struct ml_stack *r)
+{
+    return r->depth <= ML_MAX_DEPTH && (r->flags & ~1u) == 0 &&
+           r->hash == hash_pcs(r->pcs, (int)r->depth, (int)(r->flags & 1)) &&
+           atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) >= 0 &&
+           atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) >= 0 &&
+           atomic_load_explicit(&r->peak_fx, memory_order_relaxed) >= 0 &&
+           atomic_load_explicit(&r->peak_bytes, memory_order_relaxed) >= 0;
+}
+
+struct ml_stack *ml_stack_get(uint32_t id)
+{
+    ML_ASSERT(id_ok(id));
+    struct ml_stack *r = (struct ml_stack *)(arena + (uint64_t)id * 8);
+    ML_ASSERT(record_ok(r));
+    return r;
+}
 
 uint32_t ml_stack_count(void) { return atomic_load_explicit(&nstacks, memory_order_relaxed); }
 
@@ -63,6 +94,7 @@ static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc)
 
 static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int depth, int trunc)
 {
+    ML_ASSERT(record_ok(r));
     if (r->hash != h || r->depth != (uint32_t)depth || (r->flags & 1) != (uint32_t)trunc)
         return 0;
     for (int i = 0; i < depth; i++)
@@ -77,6 +109,7 @@ static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trun
     uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
     if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK)
         return ML_NO_STACK;
+    ML_ASSERT(off >= 8 && off % 8 == 0 && size % 8 == 0 && size >= sizeof(struct ml_stack));
     struct ml_stack *r = (struct ml_stack *)(arena + off);
     r->hash = h;
     r->depth = (uint32_t)depth;
@@ -91,10 +124,12 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
     if (!slots)
         return ML_NO_STACK;
     trunc = !!trunc;
+    ML_ASSERT(depth >= 0 && depth <= ML_MAX_DEPTH && (pcs || !depth));
     uint64_t h = hash_pcs(pcs, depth, trunc);
     uint32_t mine = ML_NO_STACK;
     uint32_t idx = (uint32_t)(h >> 20) & (NSLOTS - 1);
     for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & (NSLOTS - 1)) {
+        ML_ASSERT(idx < NSLOTS);
         uint32_t s = atomic_load_explicit(&slots[idx], memory_order_acquire);
         if (s == 0) {
             if (mine == ML_NO_STACK && (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK)
@@ -102,11 +137,13 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
             if (atomic_compare_exchange_strong_explicit(&slots[idx], &s, mine + 1, memory_order_release,
                                                         memory_order_acquire)) {
                 uint32_t n = atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
+                ML_ASSERT(n < NSLOTS); /* one list entry per slot taken */
                 if (n < NSLOTS)
                     atomic_store_explicit(&listed[n], mine + 1, memory_order_release);
                 return mine;
             }
         }
+        ML_ASSERT(s != 0 && id_ok(s - 1)); /* a lost CAS left the winner's id */
         if (same(ml_stack_get(s - 1), h, pcs, depth, trunc))
             return s - 1;
     }
@@ -132,6 +169,7 @@ void ml_stacks_each_listed(void (*fn)(struct ml_stack *, void *), void *arg)
     uint32_t n = atomic_load_explicit(&nstacks, memory_order_relaxed);
     for (uint32_t i = 0; i < n && i < NSLOTS; i++) {
         uint32_t s = atomic_load_explicit(&listed[i], memory_order_acquire);
+        ML_ASSERT(!s || id_ok(s - 1));
         if (s)
             fn(ml_stack_get(s - 1), arg);
     }
@@ -181,6 +219,7 @@ static _Atomic(uint64_t *) fresh;
 static uint64_t fresh_bit(const struct ml_stack *r, uint64_t **word)
 {
     uint64_t id = (uint64_t)((const char *)r - arena) / 8;
+    ML_ASSERT((const char *)r > arena && ((const char *)r - arena) % 8 == 0 && id / 64 < FRESH_BYTES / 8);
     *word = atomic_load_explicit(&fresh, memory_order_acquire);
     if (*word)
         *word += id / 64;
@@ -200,6 +239,7 @@ void ml_stack_touch(struct ml_stack *r)
         return;
     if (!(__atomic_fetch_or(w, bit, __ATOMIC_ACQ_REL) & bit))
         zero_alloc(r, NULL);
+    ML_ASSERT(!ml_stack_stale(r));
 }
 
 void ml_stacks_fork_child(void)

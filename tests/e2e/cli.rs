@@ -193,6 +193,20 @@ fn output_fits_a_terminal_of_100_columns() {
     // JSON keeps the full names.
     let json = with_columns("100", &["report", p, "--format", "json"]);
     assert!(json.contains("std::allocator<"), "full names lost in JSON");
+    // Every view, and a diff against a second run (stacks grown and shrunk), fit as well.
+    for view in ["peak", "leaks", "temporaries", "timeline"] {
+        let out = with_columns("100", &["report", p, "--view", view]);
+        assert!(widest(&out) <= 100, "--view {view} wider than 100:\n{out}");
+    }
+    let prof2 = d.path().join("q.pb.gz");
+    memlens()
+        .args(["run", "--interval", "16K", "-o"])
+        .arg(&prof2)
+        .arg("--")
+        .arg(&prog)
+        .ok();
+    let diff = with_columns("100", &["diff", p, prof2.to_str().unwrap()]);
+    assert!(widest(&diff) <= 100, "diff wider than 100:\n{diff}");
 
     // bench alloc: its wide table is split by topic; no latency reads 0.
     let alloc = with_columns(

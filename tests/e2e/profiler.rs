@@ -858,9 +858,10 @@ fn fastpath_benchmark_runs_every_configuration() {
 }
 
 /// A debug build of the runtime (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT` of `runtime/src/check.h`
-/// compiled in) profiles real programs — a C++ program with deep template stacks and python3,
-/// which loads and unloads modules — at a small interval without any invariant failing, and its
-/// dumps read back. The release build carries none of the checks.
+/// compiled in) profiles real programs — a C++ program with deep template stacks, python3, which
+/// loads and unloads modules, sqlite3 and a four-thread torture of the sampled blocks' range — at a
+/// small interval without any invariant failing, and its dumps read back. The release build
+/// carries none of the checks.
 #[test]
 fn debug_runtime_holds_its_invariants_on_real_programs() {
     let dir = tmp();
@@ -912,10 +913,24 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
         "long_names",
         &[],
     );
+    // range_torture: 4 threads of malloc/calloc/realloc/aligned/free from 1 B to 4 MiB, nearly all
+    // sampled at this interval, so every class, page run and in-place resize of the range is checked.
+    let torture = compile(
+        &root().join("runtime/tests/range_torture.c"),
+        d,
+        "range_torture",
+        &[],
+    );
     let py = "import json, sqlite3, decimal\nprint(len(json.dumps([str(i) * 20 for i in range(20000)])))";
+    let sql = "create table t(a, b); \
+        with recursive c(x) as (select 1 union all select x + 1 from c where x < 20000) \
+        insert into t select x, hex(randomblob(40)) from c; \
+        create index i on t(b); select count(*) from t;";
     for (name, cmd) in [
         ("long_names", vec![prog.to_str().unwrap()]),
         ("python3", vec!["python3", "-c", py]),
+        ("sqlite3", vec!["sqlite3", ":memory:", sql]),
+        ("range_torture", vec![torture.to_str().unwrap(), "1000"]),
     ] {
         let out = d.join(format!("raw-{name}"));
         std::fs::create_dir(&out).unwrap();

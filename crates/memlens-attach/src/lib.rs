@@ -4,13 +4,14 @@
 //! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `target.rs`);
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
 //! and a later attach or detach is a request on that socket (`attach …`, `detach`).
-pub mod inject;
-pub mod target;
+#![warn(missing_docs)]
+mod inject;
+mod target;
 
 use anyhow::{bail, Result};
 use memlens_measure::error::usage;
 use memlens_measure::units::{format_size, parse_duration, parse_size};
-use memlens_run::ctl::{default_dump_name, Target};
+use memlens_run::{default_dump_name, Target};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -86,6 +87,8 @@ fn runtime_args(interval: Option<u64>, unwinder: Option<&str>) -> Result<String>
     Ok(a)
 }
 
+/// `memlens attach PID`: load the runtime into the process (or re-hook it through its control socket
+/// when it is already there), optionally sample for `--for` and write the profile; the exit status.
 pub fn run_attach(a: AttachArgs) -> Result<i32> {
     let pid = parse_pid(&a.pid)?;
     let duration = a.duration.as_deref().map(parse_duration).transpose()?;
@@ -173,6 +176,7 @@ fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// `memlens detach PID`: stop sampling and remove the allocation hooks; the exit status.
 pub fn run_detach(a: DetachArgs) -> Result<i32> {
     let pid = parse_pid(&a.pid)?;
     let t = Target::find(pid)?;

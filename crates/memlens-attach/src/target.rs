@@ -1,6 +1,7 @@
 //! What we need to know about a process before touching it, and the refusals: a process we may not
 //! or cannot attach to is turned away here, before it is stopped even for a moment.
 use anyhow::{anyhow, bail, Context, Result};
+use memlens_run::ProcStatus;
 use object::read::elf::ProgramHeader;
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
@@ -167,13 +168,6 @@ pub fn exe_facts(data: &[u8]) -> Result<ExeFacts> {
     })
 }
 
-fn status_field(status: &str, name: &str) -> Option<String> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .map(|v| v.trim().to_string())
-}
-
 /// Read the maps of `pid`.
 pub fn read_maps(proc_dir: &str) -> Result<Vec<Mapping>> {
     let text = std::fs::read_to_string(format!("{proc_dir}/maps"))
@@ -204,25 +198,20 @@ pub fn read_maps(proc_dir: &str) -> Result<Vec<Mapping>> {
 /// The refusals, in the order a user can act on them. Each error is one line: the reason and what
 /// to do.
 pub fn check(pid: i32) -> Result<Process> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            bail!("no process with PID {pid} (it is not running)")
-        }
-        Err(e) => return Err(anyhow!(e).context(format!("cannot read /proc/{pid}/status"))),
-    };
-    let comm = status_field(&status, "Name:").unwrap_or_else(|| "?".into());
+    let status = ProcStatus::of(pid)?;
+    let comm = status.field("Name:").unwrap_or("?");
     let label = format!("process {pid} ({comm})");
-    let uid: u32 = status_field(&status, "Uid:")
-        .and_then(|u| u.split_whitespace().nth(1)?.parse().ok())
+    let uid = status
+        .uid()
         .ok_or_else(|| anyhow!("cannot read the owner of {label}"))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if me != 0 && me != uid {
         bail!("cannot attach to {label}: it belongs to uid {uid} (attach as its owner or as root)");
     }
-    let state = status_field(&status, "State:").unwrap_or_default();
-    let threads: usize = status_field(&status, "Threads:")
+    let state = status.field("State:").unwrap_or_default();
+    let threads: usize = status
+        .field("Threads:")
         .and_then(|t| t.parse().ok())
         .unwrap_or(1);
     // A zombie leader with live threads is a main() that called pthread_exit: still running.
@@ -235,12 +224,9 @@ pub fn check(pid: i32) -> Result<Process> {
     } else {
         format!("/proc/{pid}")
     };
-    if state.starts_with('T') || state.starts_with('t') {
-        bail!(
-            "cannot attach to {label}: it is stopped (state {state}); resume it first (kill -CONT {pid})"
-        );
-    }
-    let tracer: i32 = status_field(&status, "TracerPid:")
+    // A traced process is often in a tracing stop ('t'): say who traces it rather than "stopped".
+    let tracer: i32 = status
+        .field("TracerPid:")
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
     if tracer != 0 {
@@ -249,6 +235,11 @@ pub fn check(pid: i32) -> Result<Process> {
             .unwrap_or_else(|_| "?".into());
         bail!(
             "cannot attach to {label}: it is already traced by process {tracer} ({tcomm}); detach that debugger or tracer first"
+        );
+    }
+    if state.starts_with('T') || state.starts_with('t') {
+        bail!(
+            "cannot attach to {label}: it is stopped (state {state}); resume it first (kill -CONT {pid})"
         );
     }
     ptrace_policy(me)?;
@@ -277,7 +268,7 @@ pub fn check(pid: i32) -> Result<Process> {
     Ok(Process {
         pid,
         proc_dir,
-        comm,
+        comm: comm.to_string(),
         maps,
         interp,
     })

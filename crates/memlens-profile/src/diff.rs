@@ -268,14 +268,19 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
     let idx = d.sample_index;
     let v = |x: f64| fmt_value(x, idx, false);
     let dv = |x: f64| fmt_value(x, idx, true);
-    let mut s = format!(
-        "{}: base {} = {}, new {} = {}, change {}\n",
-        idx.name(),
-        base.display(),
-        v(d.base_total),
-        new.display(),
-        v(d.new_total),
-        dv(d.delta)
+    let width = memlens_measure::doc::terminal_width();
+    let mut s = memlens_measure::doc::wrap(
+        &format!(
+            "{}: base {} = {}, new {} = {}, change {}\n",
+            idx.name(),
+            base.display(),
+            v(d.base_total),
+            new.display(),
+            v(d.new_total),
+            dv(d.delta)
+        ),
+        width,
+        "  ",
     );
     let growth: f64 = d
         .stacks
@@ -328,12 +333,18 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
     }
     let shrank: Vec<&StackDelta> = d.stacks.iter().filter(|x| x.delta < 0.0).collect();
     if let Some(most) = shrank.last() {
-        let f = most.frames.first().map_or("?", |f| f.function.as_str());
-        s += &format!(
-            "{} stacks shrank; most: {} in {}\n",
-            shrank.len(),
-            dv(most.delta),
-            f
+        let f = most.frames.first().map_or("?".into(), |f| {
+            memlens_measure::names::short_name(&f.function)
+        });
+        s += &memlens_measure::doc::wrap(
+            &format!(
+                "{} stacks shrank; most: {} in {}\n",
+                shrank.len(),
+                dv(most.delta),
+                f
+            ),
+            width,
+            "  ",
         );
     }
     s

@@ -23,6 +23,7 @@ pub mod views;
 
 pub use convert::{convert_raw, load, ConvertSummary};
 pub use model::{Profile, SampleIndex};
+pub use pprof::profile_stem;
 
 pub use diff::{run_diff, DiffArgs};
 pub use report::{run_report, ReportArgs};

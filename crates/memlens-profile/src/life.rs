@@ -51,7 +51,6 @@ pub fn life_of(r: &RawLife, tsc_hz: u64, lg0: u32) -> Life {
 
 /// The process-wide `view` and `tl` lines in model units.
 pub fn views_of(r: &RawViews) -> Views {
-    let opt = |v: i64| (v >= 0).then_some(v as f64);
     Views {
         heap_bytes: r.heap as f64,
         heap_max_bytes: r.heap_max as f64,
@@ -63,13 +62,8 @@ pub fn views_of(r: &RawViews) -> Views {
         timeline: r
             .timeline
             .iter()
-            .map(|t| TimePoint {
-                time_ns: t[0].max(0) as u64,
-                heap_bytes: t[1] as f64,
-                rss_bytes: opt(t[2]),
-                allocator_in_use: opt(t[3]),
-                allocator_footprint: opt(t[4]),
-            })
+            .copied()
+            .map(TimePoint::from_raw)
             .collect(),
     }
 }
@@ -103,16 +97,9 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
 
 /// `<stem>.peak.pb.gz` beside `<stem>.pb.gz`.
 pub fn peak_path(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name
-        .strip_suffix(".pb.gz")
-        .or_else(|| name.strip_suffix(".gz"))
-        .or_else(|| name.strip_suffix(".pb"))
-        .unwrap_or(&name);
-    out.with_file_name(format!("{stem}.peak.pb.gz"))
+    let mut p = crate::pprof::profile_stem(out).into_os_string();
+    p.push(".peak.pb.gz");
+    PathBuf::from(p)
 }
 
 #[cfg(test)]
@@ -142,5 +129,10 @@ mod tests {
             PathBuf::from("/x/a.peak.pb.gz")
         );
         assert_eq!(peak_path(Path::new("a")), PathBuf::from("a.peak.pb.gz"));
+        assert_eq!(peak_path(Path::new("a.pb")), PathBuf::from("a.peak.pb.gz"));
+        let stem = crate::pprof::profile_stem;
+        assert_eq!(stem(Path::new("d/prof.pb.gz")), PathBuf::from("d/prof"));
+        assert_eq!(stem(Path::new("prof.gz")), PathBuf::from("prof"));
+        assert_eq!(stem(Path::new("prof")), PathBuf::from("prof"));
     }
 }

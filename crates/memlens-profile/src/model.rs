@@ -265,6 +265,33 @@ pub struct TimePoint {
     pub allocator_footprint: Option<f64>,
 }
 
+impl TimePoint {
+    /// A point from the five numbers of the runtime's `tl` line (also how our pprof files keep
+    /// it): time ns, heap, RSS, allocator in use, allocator footprint; negative = unknown.
+    pub fn from_raw(c: [i64; 5]) -> TimePoint {
+        let opt = |x: i64| (x >= 0).then_some(x as f64);
+        TimePoint {
+            time_ns: c[0].max(0) as u64,
+            heap_bytes: c[1] as f64,
+            rss_bytes: opt(c[2]),
+            allocator_in_use: opt(c[3]),
+            allocator_footprint: opt(c[4]),
+        }
+    }
+
+    /// The five numbers [`TimePoint::from_raw`] reads.
+    pub fn to_raw(&self) -> [i64; 5] {
+        let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
+        [
+            self.time_ns as i64,
+            self.heap_bytes.round() as i64,
+            opt(self.rss_bytes),
+            opt(self.allocator_in_use),
+            opt(self.allocator_footprint),
+        ]
+    }
+}
+
 /// Process-wide facts of the views.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Views {

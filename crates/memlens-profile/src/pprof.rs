@@ -11,7 +11,18 @@ use crate::model::{
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A profile's path without `.gz` and `.pb`: the stem the files written beside it are named after
+/// (`<stem>.peak.pb.gz`, `<stem>.<pid>.pb.gz`, `<stem>.growth.pb.gz`, …).
+pub fn profile_stem(out: &Path) -> PathBuf {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".gz").unwrap_or(&name);
+    out.with_file_name(stem.strip_suffix(".pb").unwrap_or(stem))
+}
 
 pub mod proto {
     //! The subset of profile.proto memlens uses. Messages and fields are named and numbered as in
@@ -416,32 +427,13 @@ fn views_comments(v: &Views) -> Vec<String> {
 }
 
 fn timeline_values(v: &Views) -> Vec<i64> {
-    let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
-    v.timeline
-        .iter()
-        .flat_map(|t| {
-            [
-                t.time_ns as i64,
-                t.heap_bytes.round() as i64,
-                opt(t.rss_bytes),
-                opt(t.allocator_in_use),
-                opt(t.allocator_footprint),
-            ]
-        })
-        .collect()
+    v.timeline.iter().flat_map(TimePoint::to_raw).collect()
 }
 
 fn read_timeline(v: &mut Views, vals: &[i64]) {
-    let opt = |x: i64| (x >= 0).then_some(x as f64);
     v.timeline = vals
         .chunks_exact(5)
-        .map(|c| TimePoint {
-            time_ns: c[0].max(0) as u64,
-            heap_bytes: c[1] as f64,
-            rss_bytes: opt(c[2]),
-            allocator_in_use: opt(c[3]),
-            allocator_footprint: opt(c[4]),
-        })
+        .map(|c| TimePoint::from_raw([c[0], c[1], c[2], c[3], c[4]]))
         .collect();
 }
 

@@ -13,7 +13,7 @@
 //!                 "values": { "alloc_objects", "alloc_space", "inuse_objects", "inuse_space" },
 //!                 "frames": [ { "function", "file", "line", "inlined" } … ] } … ] }        // by value, desc
 //! ```
-//! Frames are innermost first (frames[0] called the allocator); `inlined` marks a frame inlined into
+//! Frames are innermost first (`frames[0]` called the allocator); `inlined` marks a frame inlined into
 //! the next one. `file`/`line` are omitted when unknown; unsymbolized frames are named `module+0xOFF`.
 //! Shares are fractions (0..1) of the total of the chosen sample index.
 use crate::agg::{self, fmt_value, pct, share, Func, Stack};

@@ -20,6 +20,9 @@ use crate::agg::{self, fmt_value, pct, share, Stack};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
 use crate::report::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Context, Result};
+use memlens_measure::doc::{terminal_width, wrap, Table};
+use memlens_measure::names::short_name;
+use memlens_measure::output::fit_table;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -318,26 +321,37 @@ fn extra_header(view: View) -> &'static [&'static str] {
     }
 }
 
-fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
-    let name = value_name(view);
+/// The lines above a view's tables: the file, the program and `summary`, wrapped to the terminal.
+fn heading(p: &Profile, file: &Path, summary: &str) -> String {
     let mut s = format!("profile: {}\n", file.display());
     if !p.meta.exe.is_empty() {
         s += &format!("program: {} (pid {})\n", p.meta.exe, p.meta.pid);
     }
-    s += &summary(p, view);
+    s += summary;
     s += "\n";
-    let total: f64 = vs.iter().map(|v| v.value).sum();
-    if vs.is_empty() {
-        s += &format!("no stacks with {name} in this profile\n");
-        return s;
-    }
-    let stacks = as_stacks(vs);
-    let mut funcs = agg::functions(&stacks);
+    wrap(&s, terminal_width(), "  ")
+}
+
+/// The functions of the view's stacks, most of the view's value (in column 1) first.
+fn functions(vs: &[VStack]) -> Vec<agg::Func> {
+    let mut funcs = agg::functions(&as_stacks(vs));
     funcs.sort_by(|x, y| {
         y.flat[1]
             .total_cmp(&x.flat[1])
             .then(y.cum[1].total_cmp(&x.cum[1]))
     });
+    funcs
+}
+
+fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+    let name = value_name(view);
+    let mut s = heading(p, file, &summary(p, view));
+    let total: f64 = vs.iter().map(|v| v.value).sum();
+    if vs.is_empty() {
+        s += &format!("no stacks with {name} in this profile\n");
+        return s;
+    }
+    let funcs = functions(vs);
     s += &format!("\ntop functions by {name} (flat: allocated here; cum: here or in callees)\n");
     let rows: Vec<Vec<String>> = funcs
         .iter()
@@ -349,26 +363,29 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
                 pct(share(f.flat[1], total)),
                 bytes(f.cum[1]),
                 pct(share(f.cum[1], total)),
-                f.name.clone(),
+                short_name(&f.name),
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
+    s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {name} (innermost frame first)\n");
-    let mut header = vec![name, "share"];
-    header.extend(extra_header(view));
-    header.push("stack");
-    let rows: Vec<Vec<String>> = vs
-        .iter()
-        .take(top)
-        .map(|v| {
-            let mut r = vec![bytes(v.value), pct(share(v.value, total))];
-            r.extend(extra_cells(p, view, v));
-            r.push(stack_cell(&v.st.frames, 8));
-            r
-        })
-        .collect();
-    s += &memlens_measure::output::table(&header, &rows);
+    // Too wide for the terminal, the view's columns and the stacks are shown as two parts, each
+    // with the rank, value and share, rather than squeezing the stacks into a column too narrow
+    // for a frame's name.
+    let mut t = Table::new(&["#", name, "share"])
+        .topic(name, extra_header(view))
+        .topic("stack", &["stack"]);
+    for (i, v) in vs.iter().take(top).enumerate() {
+        let mut r = vec![
+            (i + 1).to_string(),
+            bytes(v.value),
+            pct(share(v.value, total)),
+        ];
+        r.extend(extra_cells(p, view, v));
+        r.push(stack_cell(&v.st.frames, 8));
+        t.push(r);
+    }
+    s += &t.to_text(terminal_width());
     s += "\n";
     s
 }
@@ -420,13 +437,7 @@ fn values(v: [f64; 4]) -> Values {
 
 fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
     let total: f64 = vs.iter().map(|v| v.value).sum();
-    let stacks = as_stacks(vs);
-    let mut funcs = agg::functions(&stacks);
-    funcs.sort_by(|x, y| {
-        y.flat[1]
-            .total_cmp(&x.flat[1])
-            .then(y.cum[1].total_cmp(&x.cum[1]))
-    });
+    let funcs = functions(vs);
     let run = run_ns(&p.meta);
     let r = JsonView {
         file: file.display().to_string(),
@@ -560,23 +571,20 @@ fn opt_bytes(v: Option<f64>) -> String {
 
 fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
     let v = p.views.clone().unwrap_or_default();
-    let mut s = format!("profile: {}\n", file.display());
-    if !p.meta.exe.is_empty() {
-        s += &format!("program: {} (pid {})\n", p.meta.exe, p.meta.pid);
-    }
     let max_rss = v
         .timeline
         .iter()
         .filter_map(|t| t.rss_bytes)
         .fold(0.0, f64::max);
-    s += &format!(
-        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator figures: {}\n",
+    let summary = format!(
+        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator figures: {}",
         v.timeline.len(),
         bytes(v.heap_max_bytes),
         secs(p, v.heap_max_ns),
         bytes(max_rss),
         if v.allocator.is_empty() { "none" } else { &v.allocator },
     );
+    let mut s = heading(p, file, &summary);
     if v.timeline.is_empty() {
         s += "no timeline points in this profile\n";
         return s;
@@ -596,7 +604,7 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
             ]
         })
         .collect();
-    s += &memlens_measure::output::table(
+    s += &fit_table(
         &[
             "time s",
             "heap (est.)",

@@ -242,25 +242,47 @@ pub struct Target {
     pub sock: PathBuf,
 }
 
+/// A process's `/proc/PID/status`: who owns it, what it is called, what state it is in.
+pub struct ProcStatus(String);
+
+impl ProcStatus {
+    /// Read it: `Ok(None)` when there is no such process.
+    pub fn read(pid: i32) -> std::io::Result<Option<ProcStatus>> {
+        match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            Ok(s) => Ok(Some(ProcStatus(s))),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Read it, or the one-line error a command gives for a process that is not there.
+    pub fn of(pid: i32) -> Result<ProcStatus> {
+        Self::read(pid)
+            .with_context(|| format!("cannot read /proc/{pid}/status"))?
+            .ok_or_else(|| anyhow!("no process with PID {pid} (it is not running)"))
+    }
+
+    /// The value of a field (`"Name:"`, `"State:"`, …), trimmed.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    }
+
+    /// The owner: the process's effective uid (the second of `Uid:`).
+    pub fn uid(&self) -> Option<u32> {
+        self.field("Uid:")?.split_whitespace().nth(1)?.parse().ok()
+    }
+}
+
 impl Target {
     /// Check the process exists and is ours (or we are root), and locate its socket.
     pub fn find(pid: i32) -> Result<Target> {
-        let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            Ok(s) => s,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                bail!("no process with PID {pid} (it is not running)")
-            }
-            Err(e) => return Err(anyhow!(e).context(format!("cannot read /proc/{pid}/status"))),
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-        };
-        let comm = field("Name:").unwrap_or("?").to_string();
-        let uid: u32 = field("Uid:")
-            .and_then(|u| u.split_whitespace().nth(1)?.parse().ok())
+        let status = ProcStatus::of(pid)?;
+        let comm = status.field("Name:").unwrap_or("?").to_string();
+        let uid = status
+            .uid()
             .ok_or_else(|| anyhow!("cannot read the owner of process {pid}"))?;
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
@@ -430,11 +452,10 @@ fn convert(raw: &Path, out: &Path) -> Result<memlens_profile::ConvertSummary> {
 /// The control socket of `pid` in `dir`: `<pid>.<pidns>.sock`, named by the process's own pid and
 /// the inode of its pid namespace (so containers sharing the directory never collide). A process in
 /// another pid namespace knows itself by the last `NSpid:` entry of its status.
-fn socket_path(dir: &Path, pid: i32, status: &str) -> PathBuf {
+fn socket_path(dir: &Path, pid: i32, status: &ProcStatus) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let own_pid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
+        .field("NSpid:")
         .and_then(|v| v.split_whitespace().last()?.parse::<i32>().ok())
         .unwrap_or(pid);
     let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid"))

@@ -1,17 +1,17 @@
 //! memlens run / memlens ctl: start programs under the runtime and control running ones.
 //!
-//! * [`run`]: `memlens run`: launch under the runtime, wait, turn its raw dumps into profiles.
-//! * [`ctl`]: `memlens ctl` and the client side of the control socket ([`ctl::Target`]).
-//! * [`live`]: the options of profiling on demand (`--inactive`, `--start-on-growth`,
+//! * `run.rs`: `memlens run`: launch under the runtime, wait, turn its raw dumps into profiles.
+//! * `ctl.rs`: `memlens ctl` and the client side of the control socket ([`Target`]).
+//! * `live.rs`: the options of profiling on demand (`--inactive`, `--start-on-growth`,
 //!   `--profile-for`, `--dump-every`) and their plan.
-//! * [`watcher`]: the thread that carries that plan out while the program runs.
+//! * `watcher.rs`: the thread that carries that plan out while the program runs.
 #![warn(missing_docs)]
-pub mod ctl;
-pub mod live;
-pub mod run;
-pub mod watcher;
+mod ctl;
+mod live;
+mod run;
+mod watcher;
 
-pub use ctl::{run_ctl, CtlArgs};
+pub use ctl::{default_dump_name, run_ctl, CtlArgs, ProcStatus, Reply, Target};
 pub use live::{LiveArgs, LivePlan};
-pub use run::{run_run, RunArgs};
-pub use watcher::Watcher;
+pub use run::{run_run, RunArgs, ServeHook, SERVE_HOOK};
+pub use watcher::{rss_bytes, Watcher};

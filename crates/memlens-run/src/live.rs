@@ -5,7 +5,6 @@ use crate::watcher::POLL;
 use anyhow::Result;
 use memlens_measure::error::usage;
 use memlens_measure::units::{parse_duration, parse_size};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Options of `memlens run` for profiling on demand (flattened into RunArgs).
@@ -91,14 +90,6 @@ fn parse_growth(s: &str) -> Result<(u64, Duration)> {
     Ok((size, dur))
 }
 
-/// `prof.pb.gz` → `prof`: the stem numbered and growth dumps are named after.
-pub fn stem_of(out: &Path) -> PathBuf {
-    let s = out.to_string_lossy();
-    let s = s.strip_suffix(".gz").unwrap_or(&s);
-    let s = s.strip_suffix(".pb").unwrap_or(s);
-    PathBuf::from(s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,12 +103,6 @@ mod tests {
         assert!(parse_growth("200M").is_err());
         assert!(parse_growth("0/1s").is_err());
         assert!(parse_growth("1M/1ms").is_err());
-    }
-
-    #[test]
-    fn stems() {
-        assert_eq!(stem_of(Path::new("a/prof.pb.gz")), PathBuf::from("a/prof"));
-        assert_eq!(stem_of(Path::new("prof")), PathBuf::from("prof"));
     }
 
     #[test]

@@ -59,13 +59,6 @@ pub struct Launch {
     pub dumps: tempfile::TempDir,
 }
 
-impl Launch {
-    /// The `MEMLENS_OUT` prefix given to the runtime.
-    pub fn prefix(&self) -> PathBuf {
-        self.dumps.path().join("d")
-    }
-}
-
 /// Sampling interval in bytes from the command line.
 pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
     if args.exact {
@@ -257,15 +250,8 @@ pub fn dumps_in(dir: &Path) -> Result<Vec<Dump>> {
 /// Where each dump's profile goes: the main process's last image to `main_out`, everything else to
 /// `<stem>.<pid>[.<seq>].pb.gz` beside it (the sequence only when a pid left several dumps).
 pub fn plan(dumps: &[Dump], main_pid: u32, main_out: &Path) -> Vec<(Dump, PathBuf)> {
-    let name = main_out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name
-        .strip_suffix(".pb.gz")
-        .or_else(|| name.strip_suffix(".gz"))
-        .unwrap_or(&name)
-        .to_string();
+    let stem = memlens_profile::profile_stem(main_out);
+    let stem = stem.file_name().unwrap_or_default().to_string_lossy();
     let dir = main_out.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut by_pid: BTreeMap<u32, Vec<&Dump>> = BTreeMap::new();
     for d in dumps {

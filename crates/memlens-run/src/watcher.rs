@@ -3,8 +3,9 @@
 //! the periodic and growth dumps, and talks to the child's control socket exactly as
 //! `memlens ctl` would.
 use crate::ctl::Target;
-use crate::live::{stem_of, LivePlan};
+use crate::live::LivePlan;
 use memlens_measure::units::format_size;
+use memlens_profile::profile_stem;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ impl Watcher {
     pub fn spawn(plan: &LivePlan, pid: i32, out: &Path) -> Watcher {
         let done = Arc::new(AtomicBool::new(false));
         let handle = plan.needs_watcher().then(|| {
-            let mut w = Watch::new(plan.clone(), pid, stem_of(out), done.clone());
+            let mut w = Watch::new(plan.clone(), pid, profile_stem(out), done.clone());
             std::thread::spawn(move || w.run())
         });
         Watcher { done, handle }

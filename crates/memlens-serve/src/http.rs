@@ -7,7 +7,7 @@ use crate::metrics;
 use crate::profiles::{self, Profiler};
 use crate::targets::{self, Refusal};
 use memlens_profile::model::SampleIndex;
-use memlens_run::ctl::Target;
+use memlens_run::Target;
 
 /// Longest `allocs?seconds=N` window.
 pub const MAX_SECONDS: u64 = 600;

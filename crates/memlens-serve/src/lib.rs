@@ -1,18 +1,19 @@
 //! `memlens serve`: pprof endpoints of the processes running under memlens, for continuous-profiling
 //! systems (Grafana Pyroscope via Alloy, Parca) and `go tool pprof` to scrape.
 //!
-//! * [`targets`]: which processes (the control directory, our user only) and their facts.
-//! * [`profiles`]: dumps through the control client, one at a time per process; `seconds` windows.
-//! * [`http`]: the endpoints, request → reply.
-//! * [`metrics`]: `/targets` JSON and `/metrics` Prometheus text.
+//! * `targets.rs`: which processes (the control directory, our user only) and their facts.
+//! * `profiles.rs`: dumps through the control client, one at a time per process; `seconds` windows.
+//! * `http.rs`: the endpoints, request → reply.
+//! * `metrics.rs`: `/targets` JSON and `/metrics` Prometheus text.
 //!
 //! The server never makes a target wait for a client: a process is only ever asked for a status or
 //! a dump over its control socket, and the reply is sent to the client after that exchange is over,
 //! from the request's own thread.
-pub mod http;
-pub mod metrics;
-pub mod profiles;
-pub mod targets;
+#![warn(missing_docs)]
+mod http;
+mod metrics;
+mod profiles;
+mod targets;
 
 use anyhow::{anyhow, Result};
 use memlens_measure::error::usage;

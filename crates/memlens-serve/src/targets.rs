@@ -4,9 +4,8 @@
 //! directory) and belongs to the server's own user. Root may control anyone's process with
 //! `memlens ctl`, but an HTTP endpoint must not hand one user's heap to whoever can reach the port,
 //! so the server refuses processes of other users whatever its own uid.
-use memlens_run::ctl::{Reply, Target};
+use memlens_run::{ProcStatus, Reply, Target};
 use serde::Serialize;
-use std::io::ErrorKind;
 use std::path::PathBuf;
 
 /// Why a pid cannot be served: an HTTP status and a one-line reason.
@@ -42,11 +41,9 @@ pub fn ctl_dir() -> PathBuf {
 
 /// Owner uid of a running process, or a 404 when there is none.
 fn owner(pid: i32) -> Result<u32, Refusal> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Err(Refusal::new(404, format!("no process with PID {pid}")))
-        }
+    let status = match ProcStatus::read(pid) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(Refusal::new(404, format!("no process with PID {pid}"))),
         Err(e) => {
             return Err(Refusal::new(
                 500,
@@ -55,9 +52,7 @@ fn owner(pid: i32) -> Result<u32, Refusal> {
         }
     };
     status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|u| u.split_whitespace().nth(1)?.parse().ok())
+        .uid()
         .ok_or_else(|| Refusal::new(500, format!("cannot read the owner of process {pid}")))
 }
 
@@ -130,7 +125,7 @@ pub fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// The service name a backend groups by: the basename of the program (argv[0]), else its comm.
+/// The service name a backend groups by: the basename of the program (`argv[0]`), else its comm.
 pub fn service_of(pid: i32, comm: &str) -> String {
     let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
@@ -197,7 +192,7 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
         alloc_bytes: num("alloc_bytes"),
         inuse_bytes: num("inuse_bytes"),
         dropped: num("dropped"),
-        rss_bytes: memlens_run::watcher::rss_bytes(t.pid),
+        rss_bytes: memlens_run::rss_bytes(t.pid),
         error,
     }
 }

@@ -11,7 +11,7 @@
 //! The quotes are generated before the clock starts, so a tick's latency is the work alone; the
 //! books' working set is chosen against the machine's caches (`--working-set`). Every tick reads the
 //! runtime's per-thread sample count before and after, so each is tagged: it took a sample, it is
-//! one of the [`AFTER`](crate::paired::AFTER) ticks after one, or it is far from any — the split of
+//! one of the [`AFTER`] ticks after one, or it is far from any — the split of
 //! direct and indirect cost.
 //!
 //! Modes: `--paired CONFIGS` switches the profiler in blocks inside this process and prints one
