@@ -245,6 +245,9 @@ fn quick_paired_study_meets_the_json_contract() {
             r["ci_high_pct"].as_f64().unwrap(),
         );
         assert!(lo <= x && x <= hi, "{r}");
+        // every row says whether its CI reached the target, and the verdict counts the misses
+        let target = r["ci_target_pct"].as_f64().unwrap();
+        assert_eq!(r["ci_met"], (hi - lo) / 2.0 <= target, "{r}");
         let memlens = r["profiler"] == "memlens";
         assert_eq!(r["unwinder"].is_null(), !memlens, "{r}");
         let pipeline = r["workload"] == "pipeline-l2";
@@ -267,6 +270,16 @@ fn quick_paired_study_meets_the_json_contract() {
         }
     }
     assert!(v["machine"].is_object() && v["switch"]["threads"].as_u64().unwrap() >= 2);
+    // cache/TLB misses per tick: counted, or n/a with the reason — never a stub
+    let counters = v["counters"].as_str().unwrap();
+    assert!(
+        counters.starts_with("n/a (") || v["counter_events"].is_array(),
+        "{counters}"
+    );
+    assert!(!counters.contains("not collected"), "{counters}");
+    let out = stdout(&o);
+    assert!(out.contains("64K vs 2M (fp)"), "{out}");
+    assert!(out.contains("CI target"), "{out}");
     let page = std::fs::read_to_string(&h).unwrap();
     let verdict = page.find("Verdict").unwrap();
     assert!(verdict < page.find("Cost:").unwrap(), "verdict first");
