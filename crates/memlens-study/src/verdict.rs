@@ -577,7 +577,8 @@ mod tests {
         use Basis::*;
         let k = 1024;
         // (candidates, expected interval and basis)
-        let cases: Vec<(Vec<Candidate>, Option<(u64, Basis)>)> = vec![
+        type Case = (Vec<Candidate>, Option<(u64, Basis)>);
+        let cases: Vec<Case> = vec![
             // the smallest interval proven within budget wins
             (
                 vec![
