@@ -429,10 +429,10 @@ pub struct Extension {
 /// Plan the next further processes within `budget_s` seconds. Pure: `needs` is, per cell (workload
 /// × profiler), its intervals still wider than the target with the rounds each needs, and the wall
 /// time a process takes beyond its blocks; `block_s` is the block length. Each cell that misses
-/// gets one process over just those intervals (rounds = the most any of them needs; intervals that
-/// need less than a third of that wait for the next pass); the cheapest processes are funded first,
-/// so as many targets as possible are met, and the first that does not fit gets the time left, if
-/// that buys at least 8 rounds.
+/// gets a process over just those intervals (rounds = the most any of them needs), or two: the
+/// intervals that need less than a third of the neediest's rounds get a shorter one of their own.
+/// The cheapest processes are funded first, so as many targets as possible are met, and the first
+/// that does not fit gets the time left, if that buys at least 8 rounds.
 pub fn plan_extensions(
     needs: &[(Vec<(usize, u32)>, f64)],
     block_s: f64,
@@ -441,27 +441,26 @@ pub fn plan_extensions(
     let cost = |k: usize, rounds: u32, over: f64| {
         over + (rounds as f64 * (2 * k + 1) as f64 + (k + 1) as f64) * block_s
     };
-    let mut all: Vec<Extension> = needs
-        .iter()
-        .enumerate()
-        .filter(|(_, (m, _))| !m.is_empty())
-        .map(|(cell, (m, over))| {
-            // Intervals needing far fewer rounds than the neediest wait for the next pass (then
-            // in a process of their own), rather than riding along for all its rounds.
-            let rounds = m.iter().map(|x| x.1).max().unwrap_or(0);
-            let intervals: Vec<usize> = m
-                .iter()
-                .filter(|x| x.1 * 3 >= rounds)
-                .map(|x| x.0)
-                .collect();
-            Extension {
+    let mut all: Vec<Extension> = Vec::new();
+    for (cell, (m, over)) in needs.iter().enumerate() {
+        // The intervals that need about as many rounds as the neediest share its process; the
+        // others (less than a third of that) get a shorter process of their own, rather than
+        // riding along for all its rounds.
+        let most = m.iter().map(|x| x.1).max().unwrap_or(0);
+        for heavy in [true, false] {
+            let part: Vec<&(usize, u32)> =
+                m.iter().filter(|x| (x.1 * 3 >= most) == heavy).collect();
+            let Some(rounds) = part.iter().map(|x| x.1).max() else {
+                continue;
+            };
+            all.push(Extension {
                 cell,
-                seconds: cost(intervals.len(), rounds, *over),
-                intervals,
+                intervals: part.iter().map(|x| x.0).collect(),
                 rounds,
-            }
-        })
-        .collect();
+                seconds: cost(part.len(), rounds, *over),
+            });
+        }
+    }
     all.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     let mut left = budget_s;
     let mut out = Vec::new();
@@ -473,6 +472,7 @@ pub fn plan_extensions(
         }
         let k = e.intervals.len();
         let over = needs[e.cell].1;
+        // (a cell's shorter process, if any, came before: it was cheaper)
         let fit = ((left - cost(k, 0, over)) / ((2 * k + 1) as f64 * block_s)).floor();
         if fit >= 8.0 {
             e.rounds = fit as u32;
@@ -821,27 +821,30 @@ mod tests {
     #[test]
     fn extensions_fund_the_cheapest_needs_first_within_the_time() {
         // cell 0: met; cell 1: one interval needs 100 rounds (3 blocks each); cell 2: two
-        // intervals need 50 and 400 rounds — the first waits for a later pass, so 3 blocks a
-        // round; 10 ms blocks, 0.5 s start-up each.
+        // intervals need 50 and 400 rounds — each gets a process of its own (3 blocks a round);
+        // 10 ms blocks, 0.5 s start-up each.
         let needs = vec![
             (vec![], 0.5),
             (vec![(0, 100)], 0.5),
             (vec![(0, 50), (3, 400)], 0.5),
         ];
         let all = plan_extensions(&needs, 0.01, 100.0);
-        assert_eq!(all.len(), 2);
-        assert_eq!((all[0].cell, all[0].rounds), (1, 100));
-        assert!((all[0].seconds - (0.5 + (300.0 + 2.0) * 0.01)).abs() < 1e-9);
+        let got: Vec<(usize, Vec<usize>, u32)> = all
+            .iter()
+            .map(|e| (e.cell, e.intervals.clone(), e.rounds))
+            .collect();
+        // cheapest first: cell 2's short process, cell 1, cell 2's long one
         assert_eq!(
-            (all[1].cell, all[1].intervals.clone(), all[1].rounds),
-            (2, vec![3], 400)
+            got,
+            [(2, vec![0], 50), (1, vec![0], 100), (2, vec![3], 400)]
         );
-        // 10 s: cell 1 fits whole (3.52 s); cell 2 gets what is left, whole rounds only
+        assert!((all[1].seconds - (0.5 + (300.0 + 2.0) * 0.01)).abs() < 1e-9);
+        // 10 s: the first two fit whole (2.02 + 3.52 s); the last gets what is left, whole rounds
         let some = plan_extensions(&needs, 0.01, 10.0);
-        assert_eq!(some.len(), 2);
+        assert_eq!(some.len(), 3);
         assert_eq!(
-            some[1].rounds,
-            ((10.0 - 3.52 - 0.5 - 0.02) / 0.03f64).floor() as u32
+            some[2].rounds,
+            ((10.0 - 2.02 - 3.52 - 0.5 - 0.02) / 0.03f64).floor() as u32
         );
         assert!(some.iter().map(|e| e.seconds).sum::<f64>() <= 10.0 + 1e-9);
         // no time: nothing; fewer than 8 rounds fit: nothing

@@ -27,6 +27,11 @@ impl Estimate {
         format!("{:+.1} ±{:.1}", self.pct, self.half_width())
     }
 
+    /// `+12.3 [+11.0, +13.1]` (the interval itself: a median's interval need not be symmetric).
+    pub fn show_ci(&self) -> String {
+        format!("{:+.1} [{:+.1}, {:+.1}]", self.pct, self.lo, self.hi)
+    }
+
     /// Do the two intervals overlap (no difference resolved)?
     pub fn overlaps(&self, o: &Estimate) -> bool {
         self.lo <= o.hi && o.lo <= self.hi

@@ -160,7 +160,8 @@ fn tie_word(d: Option<Estimate>) -> &'static str {
     }
 }
 
-/// The verdict: what to use and what it costs, in a few lines.
+/// The verdict: what to use and what it costs, in a few lines (± = half the 95% interval; the
+/// recommendation shows the interval itself).
 pub fn verdict(r: &Results) -> Vec<String> {
     let s = &r.settings;
     let mut v = Vec::new();
@@ -213,7 +214,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                     format!(
                         "recommended {u:<6} {:>5}: mean latency {}% on {w} ({why}), coverage {:.1}% (≥ {}%)",
                         format_size(c.interval),
-                        c.overhead.show(),
+                        c.overhead.show_ci(),
                         c.coverage.unwrap_or(f64::NAN),
                         s.min_coverage
                     )
