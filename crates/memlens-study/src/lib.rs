@@ -20,9 +20,9 @@ use std::path::PathBuf;
 // 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 40 rounds ×
 // 15 blocks × 10 ms ≈ 6 s → ~75 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s;
 // the rest of --max-time (230 s) goes to further rounds of the intervals still wider than their
-// target. 10 ms rather than 20 ms blocks: neighbouring blocks are closer in time, so they share
-// more of the machine's drift — on this loaded 2-core VM the per-round spread fell less than √2,
-// so for the same time the interval is narrower (jemalloc 64K: ±9 at 10 ms vs ±11 at 20 ms).
+// target. 10 ms rather than 20 ms blocks: a round takes half the time and was about as informative
+// on this 2-core VM (fp 64K, 50 rounds: ±1.5–3.9 points at 10 ms vs ±1.1–3.6 at 20 ms), with the
+// same overhead (README, study section).
 // libgcc and libunwind are measured on request.
 // The unpaired engine (separate processes, --unpaired) predates the doc requirement; its items are
 // described at module level.
