@@ -205,18 +205,26 @@ fn quick_paired_study_meets_the_json_contract() {
         dir.path().join("s.html"),
         dir.path().join("s.csv"),
     );
-    let o = run(&[
-        "study",
-        "--quick",
-        "--json",
-        j.to_str().unwrap(),
-        "--html",
-        h.to_str().unwrap(),
-        "--csv",
-        c.to_str().unwrap(),
-    ]);
+    let o = memlens()
+        .env("COLUMNS", "100")
+        .args([
+            "study",
+            "--quick",
+            "--json",
+            j.to_str().unwrap(),
+            "--html",
+            h.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("VERDICT"), "{}", stdout(&o));
+    // fitted to the terminal: wide tables are split by topic, notes wrapped
+    for l in stdout(&o).lines() {
+        assert!(l.chars().count() <= 100, "wider than COLUMNS=100: {l}");
+    }
     let v = json(&j);
     let rows = v["rows"].as_array().unwrap();
     let je = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2").exists();

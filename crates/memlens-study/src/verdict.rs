@@ -3,8 +3,9 @@
 use crate::paired::{Results, Row};
 use crate::stats::{self, Estimate};
 use anyhow::Result;
+use memlens_measure::doc::{terminal_width, Document, Section, Table};
+use memlens_measure::output;
 use memlens_measure::units::format_size;
-use memlens_measure::{html, output};
 
 /// Published figures (jemalloc 3.4.1, 2×8-core Xeon, libgcc unwinder, 16 threads): increase of the
 /// mean at 512 KiB on the malloc-test loop and on the real trading application.
@@ -441,44 +442,77 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
         .collect()
 }
 
-/// Print the verdict and the tables; write the files asked for.
-pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
-    let v = verdict(r);
-    println!("VERDICT (paired in time inside each process; ± = half the 95% interval)");
-    for l in &v {
-        println!("  {l}");
+/// The cost table of one workload, columns grouped by topic so that a narrow terminal gets it in
+/// parts (each repeating the configuration).
+fn cost_table(r: &Results, w: &str) -> Table {
+    let mut t = Table::new(&COST_HEAD[..1])
+        .topic("mean", &COST_HEAD[1..4])
+        .topic("p99", &COST_HEAD[4..5])
+        .topic("split", &COST_HEAD[5..8])
+        .topic("paired", &COST_HEAD[8..]);
+    t.rows = cost_rows(r, w);
+    t
+}
+
+/// The study as one document: the verdict first, then the cost tables, the counters, the quality
+/// of the profile windows, the top stacks, and how the switches went.
+pub fn document(r: &Results) -> Document {
+    let mut doc = Document::new("memlens study: what heap profiling costs");
+    let mut v =
+        Section::new("VERDICT (paired in time inside each process; ± = half the 95% interval)");
+    for l in verdict(r) {
+        v = v.note(l);
     }
-    println!();
+    doc.sections.push(v);
     for (w, d) in workloads(r) {
-        println!("{w}: {d}");
-        println!("{}", output::table(&COST_HEAD, &cost_rows(r, &w)));
+        doc.sections
+            .push(Section::new(format!("Cost: {w} — {d}")).table(cost_table(r, &w)));
     }
     if let Some((h, rows)) = count_table(r) {
-        println!(
-            "per-tick counters by class of tick (sampled, the ticks after, far from a sample):"
+        doc.sections.push(
+            Section::new(
+                "Counters per tick by class of tick (sampled, the ticks after, far from a sample)",
+            )
+            .table(Table::simple(&h, rows)),
         );
-        let h: Vec<&str> = h.iter().map(String::as_str).collect();
-        println!("{}", output::table(&h, &rows));
     }
     let q = quality_rows(r);
     if !q.is_empty() {
-        println!("profile quality: the same window (warm-up, reset, fixed ticks) exact vs sampled");
-        println!("{}", output::table(&QUALITY_HEAD, &q));
+        doc.sections.push(
+            Section::new(
+                "Profile quality: the same window (warm-up, reset, fixed ticks), exact vs sampled",
+            )
+            .table(Table::simple(&QUALITY_HEAD, q)),
+        );
     }
     for (u, rows) in truth_rows(r) {
-        println!("top stacks of the exact window ({u}), innermost first, short names:");
-        println!("{}", output::table(&["share %", "stack"], &rows));
+        doc.sections.push(
+            Section::new(format!(
+                "Top stacks of the exact window ({u}), innermost first, short names"
+            ))
+            .table(Table::simple(&["share %", "stack"], rows)),
+        );
     }
-    println!(
-        "switch: {} threads, longest switch call {:.1} µs, threads still pending after it: {} at most",
-        r.switch.threads,
-        r.switch.max_ns as f64 / 1e3,
-        r.switch.pending_max
+    doc.sections.push(
+        Section::new("Run")
+            .note(format!(
+                "switch: {} threads, longest switch call {:.1} µs, threads still pending after it: {} at most",
+                r.switch.threads,
+                r.switch.max_ns as f64 / 1e3,
+                r.switch.pending_max
+            ))
+            .note(format!(
+                "study took {:.0} s ({} further processes); method: {DESIGN_DOC} and the README's study section",
+                r.seconds, r.extra_processes
+            )),
     );
-    println!(
-        "study took {:.0} s; method: {DESIGN_DOC} and the README's study section",
-        r.seconds
-    );
+    doc
+}
+
+/// Print the verdict and the tables (fitted to the terminal's width); write the files asked for.
+pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
+    let doc = document(r);
+    print!("{}", doc.to_text(terminal_width()).trim_start());
     if let Some(p) = &out.json {
         output::write_json(p, r)?;
     }
@@ -520,38 +554,10 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
         output::write_csv(p, &head, &rows)?;
     }
     if let Some(p) = &out.html {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let mut rep = html::Report {
-            title: "memlens study: what heap profiling costs".into(),
-            sections: vec![html::Section {
-                heading: "Verdict".into(),
-                paragraphs: v.clone(),
-                ..Default::default()
-            }],
-        };
-        for (w, d) in workloads(r) {
-            rep.sections.push(html::Section {
-                heading: format!("Cost: {w}"),
-                paragraphs: vec![d],
-                tables: vec![(s(&COST_HEAD), cost_rows(r, &w))],
-                ..Default::default()
-            });
-        }
-        if let Some(t) = count_table(r) {
-            rep.sections.push(html::Section {
-                heading: "Counters per tick".into(),
-                tables: vec![t],
-                ..Default::default()
-            });
-        }
-        if !q.is_empty() {
-            rep.sections.push(html::Section {
-                heading: "Quality of the profile window".into(),
-                tables: vec![(s(&QUALITY_HEAD), q)],
-                ..Default::default()
-            });
-        }
-        output::write_text(p, &html::render(&rep))?;
+        let mut page = doc.clone();
+        page.sections[0].heading =
+            "Verdict (paired in time inside each process; ± = half the 95% interval)".into();
+        output::write_text(p, &page.to_html())?;
     }
     Ok(())
 }
