@@ -212,6 +212,7 @@ fn quick_paired_study_meets_the_json_contract() {
         dir.path().join("s.csv"),
     );
     let o = memlens()
+        .env("COLUMNS", "100")
         .args([
             "study",
             "--quick",
@@ -224,6 +225,10 @@ fn quick_paired_study_meets_the_json_contract() {
         ])
         .ok();
     assert!(stdout(&o).starts_with("VERDICT"), "{}", stdout(&o));
+    // fitted to the terminal: wide tables are split by topic, notes wrapped
+    for l in stdout(&o).lines() {
+        assert!(l.chars().count() <= 100, "wider than COLUMNS=100: {l}");
+    }
     let v = json(&j);
     let rows = v["rows"].as_array().unwrap();
     let je = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -256,6 +261,9 @@ fn quick_paired_study_meets_the_json_contract() {
             r["ci_high_pct"].as_f64().unwrap(),
         );
         assert!(lo <= x && x <= hi, "{r}");
+        // every row says whether its CI reached the target, and the verdict counts the misses
+        let target = r["ci_target_pct"].as_f64().unwrap();
+        assert_eq!(r["ci_met"], (hi - lo) / 2.0 <= target, "{r}");
         let memlens = r["profiler"] == "memlens";
         assert_eq!(r["unwinder"].is_null(), !memlens, "{r}");
         let pipeline = r["workload"] == "pipeline-l2";
@@ -298,6 +306,16 @@ fn quick_paired_study_meets_the_json_contract() {
     assert!(samples2m > 0 && samples2m < samples64, "{row2m}\n{row64}");
     assert!(cov2m > 0.0 && cov2m <= cov64, "{row2m}\n{row64}");
     assert!(v["machine"].is_object() && v["switch"]["threads"].as_u64().unwrap() >= 2);
+    // cache/TLB misses per tick: counted, or n/a with the reason — never a stub
+    let counters = v["counters"].as_str().unwrap();
+    assert!(
+        counters.starts_with("n/a (") || v["counter_events"].is_array(),
+        "{counters}"
+    );
+    assert!(!counters.contains("not collected"), "{counters}");
+    let out = stdout(&o);
+    assert!(out.contains("64K vs 2M (fp)"), "{out}");
+    assert!(out.contains("CI target"), "{out}");
     let page = std::fs::read_to_string(&h).unwrap();
     let verdict = page.find("Verdict").unwrap();
     assert!(verdict < page.find("Cost:").unwrap(), "verdict first");

@@ -1,7 +1,7 @@
 //! `memlens bench latency`: dependent-load latency by access order, element size and working set,
 //! with counter metrics where the CPU exposes them.
 use crate::chase::{self, Order};
-use crate::counters::{self, CounterSet, Mode};
+use crate::counters::{self, CounterSet, Mode, Validate};
 use crate::measure::{self, Chaser};
 use anyhow::{Context, Result};
 use memlens_measure::progress::Progress;

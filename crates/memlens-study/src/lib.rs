@@ -17,10 +17,13 @@ use memlens_measure::{units, usage};
 use std::path::PathBuf;
 
 // Default budget (`memlens study`, the README's main job, < 4 minutes on 2 cores): 1 synthetic +
-// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 50 rounds ×
-// 15 blocks × 20 ms ≈ 15 s → ~180 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s.
-// 50 rather than 30 rounds: the intervals are ~1.3× narrower for the time the budget still had.
-// libgcc and libunwind, ~70 s more each, are measured on request.
+// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 processes, each 8 warm-up blocks + 40 rounds ×
+// 15 blocks × 10 ms ≈ 6 s → ~75 s, plus 2 × 8 profile windows of the pipeline (~1 s each) ≈ 15 s;
+// the rest of --max-time (230 s) goes to further rounds of the intervals still wider than their
+// target. 10 ms rather than 20 ms blocks: a round takes half the time and was about as informative
+// on this 2-core VM (fp 64K, 50 rounds: ±1.5–3.9 points at 10 ms vs ±1.1–3.6 at 20 ms), with the
+// same overhead (README, study section).
+// libgcc and libunwind are measured on request.
 pub mod configs;
 pub mod paired;
 pub mod quality;
@@ -58,12 +61,21 @@ pub struct StudyArgs {
     /// one working set
     #[arg(long)]
     pub quick: bool,
-    /// Paired: rounds per process (each: every interval once between off blocks)
+    /// Paired: rounds of the first process of each workload and profiler (each round: every
+    /// interval once between off blocks) [default: 40; --quick: 4]
     #[arg(long, value_name = "N")]
     pub rounds: Option<u32>,
     /// Paired: block length in milliseconds
-    #[arg(long, default_value_t = 20, value_name = "MS")]
+    #[arg(long, default_value_t = 10, value_name = "MS")]
     pub block_ms: u64,
+    /// Paired: time limit of the whole study in seconds; after the first rounds, further rounds
+    /// of the intervals whose 95% CI is still wider than its target (±2 points synthetic, ±4
+    /// pipeline) run while they fit; 0 = the first rounds only [default: 230; --quick: 0]
+    #[arg(long, value_name = "S")]
+    pub max_time: Option<f64>,
+    /// Paired: half width of the 95% CI to aim for, points: synthetic loop, pipeline
+    #[arg(long, default_value = "2,4", value_name = "SYN,PIPE")]
+    pub ci_target: String,
     /// Paired pipeline: working sets of the books, from l2 (4 x L2 per thread), llc (half the
     /// last-level cache), dram (4 x LLC)
     #[arg(long, default_value = "l2,llc,dram", value_name = "LIST")]
@@ -284,7 +296,25 @@ fn paired_settings(a: &StudyArgs) -> Result<paired::Settings> {
             }
         }
     }
-    let rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 50 });
+    let rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 40 });
+    let max_seconds = a.max_time.unwrap_or(if a.quick { 0.0 } else { 230.0 });
+    if !(0.0..=86_400.0).contains(&max_seconds) {
+        return Err(usage(
+            "--max-time is a number of seconds between 0 and 86400",
+        ));
+    }
+    let targets: Vec<f64> = a
+        .ci_target
+        .split(',')
+        .map(|x| x.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| usage("bad --ci-target: two numbers of points, e.g. 2,4"))?;
+    let [target_synthetic, target_pipeline] = targets[..] else {
+        return Err(usage("bad --ci-target: two numbers of points, e.g. 2,4"));
+    };
+    if !(target_synthetic > 0.0 && target_pipeline > 0.0) {
+        return Err(usage("bad --ci-target: the half widths must be > 0"));
+    }
     if rounds == 0 || rounds > 10_000 || a.block_ms == 0 || a.block_ms > 10_000 {
         return Err(usage("--rounds and --block-ms must be between 1 and 10000"));
     }
@@ -297,6 +327,9 @@ fn paired_settings(a: &StudyArgs) -> Result<paired::Settings> {
         unwinders,
         jemalloc,
         rounds,
+        max_seconds,
+        target_synthetic,
+        target_pipeline,
         block_ms: if a.quick { 10 } else { a.block_ms },
         window_ticks: if a.no_exact {
             0

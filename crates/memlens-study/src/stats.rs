@@ -27,6 +27,11 @@ impl Estimate {
         format!("{:+.1} ±{:.1}", self.pct, self.half_width())
     }
 
+    /// `+12.3 [+11.0, +13.1]` (the interval itself: a median's interval need not be symmetric).
+    pub fn show_ci(&self) -> String {
+        format!("{:+.1} [{:+.1}, {:+.1}]", self.pct, self.lo, self.hi)
+    }
+
     /// Do the two intervals overlap (no difference resolved)?
     pub fn overlaps(&self, o: &Estimate) -> bool {
         self.lo <= o.hi && o.lo <= self.hi
@@ -67,6 +72,96 @@ pub fn estimate(xs: &[f64]) -> Option<Estimate> {
         hi: q(0.975),
         n: xs.len(),
     })
+}
+
+/// Difference of medians a − b of two sets of per-round values, with a bootstrap 95% interval
+/// (each set resampled on its own, so it holds for values from different processes too). `None`
+/// when either is empty.
+pub fn difference(a: &[f64], b: &[f64]) -> Option<Estimate> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut draw = |v: &[f64]| {
+        let mut s: Vec<f64> = (0..v.len())
+            .map(|_| v[(next() % v.len() as u64) as usize])
+            .collect();
+        median(&mut s)
+    };
+    let mut d: Vec<f64> = (0..2000).map(|_| draw(a) - draw(b)).collect();
+    d.sort_by(|p, q| p.total_cmp(q));
+    let q = |p| memlens_measure::stats::quantile_sorted(&d, p);
+    Some(Estimate {
+        pct: median(&mut a.to_vec()) - median(&mut b.to_vec()),
+        lo: q(0.025),
+        hi: q(0.975),
+        n: a.len().min(b.len()),
+    })
+}
+
+/// Rounds a configuration still needs for its interval to shrink to `target` points (half
+/// width): the width falls as 1/√rounds, so `n · ((hw/target)² − 1)`, with 10% to spare and at
+/// least 8 (0 when the target is met).
+pub fn rounds_needed(e: &Estimate, target: f64) -> u32 {
+    let hw = e.half_width();
+    if hw <= target || e.n == 0 {
+        return 0;
+    }
+    let more = e.n as f64 * ((hw / target).powi(2) * 1.1 - 1.0);
+    (more.ceil() as u32).clamp(8, 100_000)
+}
+
+/// Counter deltas per tick of one configuration, by class of tick.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CountSplit {
+    /// Per tick, the two events, over the ticks that took a sample.
+    pub sampled: [f64; 2],
+    /// Over the ticks just after a sample.
+    pub after: [f64; 2],
+    /// Over the ticks far from any sample.
+    pub far: [f64; 2],
+    /// Ticks the split rests on.
+    pub ticks: u64,
+}
+
+/// Per configuration (index 0 = off), the counter deltas per tick by class, from every block that
+/// carries counts. `None` for a configuration without any.
+pub fn count_split(blocks: &[Block], configs: usize) -> Vec<Option<CountSplit>> {
+    let mut sums = vec![([0f64; 6], [0u64; 3]); configs + 1];
+    for b in blocks {
+        let (Some(c), Some(s), Some(a)) = (b.counts, b.sampled, b.after) else {
+            continue;
+        };
+        let Some(x) = sums.get_mut(b.config as usize) else {
+            continue;
+        };
+        for (y, v) in x.0.iter_mut().zip(c) {
+            *y += v as f64;
+        }
+        x.1[0] += s.0;
+        x.1[1] += a.0;
+        x.1[2] += b.ticks.saturating_sub(s.0 + a.0);
+    }
+    sums.into_iter()
+        .map(|(c, t)| {
+            let per = |k: usize| {
+                let n = t[k].max(1) as f64;
+                [c[2 * k] / n, c[2 * k + 1] / n]
+            };
+            (t.iter().sum::<u64>() > 0).then(|| CountSplit {
+                sampled: per(0),
+                after: per(1),
+                far: per(2),
+                ticks: t.iter().sum(),
+            })
+        })
+        .collect()
 }
 
 /// Per-round paired values of one configuration, in percent.
@@ -112,6 +207,18 @@ pub fn pair(blocks: &[Block], configs: usize) -> Vec<Paired> {
         }
     }
     out
+}
+
+impl Paired {
+    /// Add the rounds of another process (each round is paired inside its own process, so rounds
+    /// of separate processes pool).
+    pub fn extend(&mut self, o: Paired) {
+        self.overhead.extend(o.overhead);
+        self.p99.extend(o.p99);
+        self.direct.extend(o.direct);
+        self.indirect.extend(o.indirect);
+        self.sampled_share.extend(o.sampled_share);
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +284,7 @@ mod tests {
             sampled: Some((0, 0)),
             after: Some((0, 0)),
             quantiles: Some([100.0, 100.0, 100.0]),
+            counts: Some([0, 0, 0, 0, 300, 400]),
         };
         // 100 ticks at 100 cycles, except 2 sampled ticks at 600 and 8 after them at 150.
         let on = Block {
@@ -187,12 +295,47 @@ mod tests {
             sampled: Some((2, 1200)),
             after: Some((8, 1200)),
             quantiles: Some([100.0, 150.0, 600.0]),
+            counts: Some([20, 4, 40, 8, 90, 180]),
         };
-        let p = pair(&[off(0), on, off(0)], 1);
+        let p = pair(&[off(0), on.clone(), off(0)], 1);
         assert!((p[1].overhead[0] - 14.0).abs() < 1e-9);
         assert!((p[1].direct[0] - 10.0).abs() < 1e-9);
         assert!((p[1].indirect[0] - 4.0).abs() < 1e-9);
         assert!((p[1].p99[0] - 50.0).abs() < 1e-9);
         assert!(estimate(&[]).is_none());
+        // counters per tick by class: 2 sampled, 8 after, 90 far ticks; off: 200 far ticks
+        let c = count_split(&[off(0), on, off(0)], 1);
+        let (c0, c1) = (c[0].unwrap(), c[1].unwrap());
+        assert_eq!((c0.far, c0.ticks), ([3.0, 4.0], 200));
+        assert_eq!(
+            (c1.sampled, c1.after, c1.far),
+            ([10.0, 2.0], [5.0, 1.0], [1.0, 2.0])
+        );
+    }
+
+    #[test]
+    fn rounds_needed_follow_the_square_root_law() {
+        let e = |hw: f64, n| Estimate {
+            pct: 10.0,
+            lo: 10.0 - hw,
+            hi: 10.0 + hw,
+            n,
+        };
+        assert_eq!(rounds_needed(&e(1.5, 40), 2.0), 0);
+        // twice too wide: 4x the rounds (+10%), i.e. 136 more than 40
+        assert_eq!(rounds_needed(&e(4.0, 40), 2.0), 136);
+        assert_eq!(rounds_needed(&e(2.1, 40), 2.0), 9);
+        assert_eq!(rounds_needed(&e(2.01, 400), 2.0), 45);
+    }
+
+    #[test]
+    fn difference_of_medians_resolves_or_ties() {
+        let a: Vec<f64> = (0..60).map(|i| 10.0 + (i % 7) as f64 * 0.3).collect();
+        let b: Vec<f64> = (0..40).map(|i| 2.0 + (i % 5) as f64 * 0.3).collect();
+        let d = difference(&a, &b).unwrap();
+        assert!(d.lo > 0.0 && d.lo <= d.pct && d.pct <= d.hi, "{d:?}");
+        let t = difference(&a, &a).unwrap();
+        assert!(t.lo <= 0.0 && 0.0 <= t.hi, "{t:?}");
+        assert!(difference(&a, &[]).is_none());
     }
 }

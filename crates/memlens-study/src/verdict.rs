@@ -3,8 +3,9 @@
 use crate::paired::{Results, Row};
 use crate::stats::{self, Estimate};
 use anyhow::Result;
+use memlens_measure::doc::{terminal_width, Document, Section, Table};
+use memlens_measure::output;
 use memlens_measure::units::format_size;
-use memlens_measure::{html, output};
 
 /// Published figures (jemalloc 3.4.1, 2×8-core Xeon, libgcc unwinder, 16 threads): increase of the
 /// mean at 512 KiB on the malloc-test loop and on the real trading application.
@@ -24,22 +25,75 @@ pub struct Candidate {
     pub coverage: Option<f64>,
 }
 
-/// The interval to use: among those whose coverage reaches `min_coverage` (unknown coverage does
-/// not qualify), the smallest (most detail) whose overhead stays within `budget` percent even at the
-/// upper end of its 95% interval; if none does, the qualifying one with the lowest overhead.
-pub fn recommend(c: &[Candidate], min_coverage: f64, budget: f64) -> Option<Candidate> {
+/// Why an interval was recommended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// Its overhead is within the budget even at the upper end of its 95% interval.
+    WithinBudget,
+    /// Not proven within the budget, but statistically indistinguishable from the cheapest interval
+    /// and not over the budget at its point estimate.
+    TiedWithCheapest,
+    /// Even the cheapest interval is over the budget: the smallest interval tied with it.
+    OverBudget,
+}
+
+/// A recommendation: the interval, why, and the cheapest interval it was compared with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recommendation {
+    /// The recommended interval.
+    pub pick: Candidate,
+    /// Why.
+    pub basis: Basis,
+    /// The qualifying interval with the lowest upper CI end (the best guaranteed cost).
+    pub cheapest: Candidate,
+}
+
+/// The interval to use — a rule built to give the same answer on two runs whose overheads differ
+/// only by noise. It never ranks intervals by their point estimates:
+///
+/// 1. Qualifying intervals: coverage ≥ `min_coverage` (unknown coverage does not qualify).
+/// 2. The *cheapest* is the qualifying interval with the lowest upper CI end (the best cost any
+///    interval is proven to stay under).
+/// 3. Eligible: a qualifying interval whose upper CI end is within `budget` (proven affordable), or
+///    whose CI reaches down to the cheapest's upper end (indistinguishable from the cheapest) while
+///    its point estimate stays within the budget (no limit when even the cheapest is over it).
+/// 4. Recommend the smallest eligible interval (the most detail).
+///
+/// So when noise makes every interval's interval wide, they all tie with the cheapest and the
+/// smallest one that covers is chosen, run after run; an interval is passed over only when it is
+/// shown to cost more than the cheapest and is not proven affordable.
+pub fn recommend(c: &[Candidate], min_coverage: f64, budget: f64) -> Option<Recommendation> {
     let mut ok: Vec<&Candidate> = c
         .iter()
         .filter(|x| x.coverage.is_some_and(|v| v >= min_coverage))
         .collect();
     ok.sort_by_key(|x| x.interval);
-    ok.iter()
-        .find(|x| x.overhead.hi <= budget)
-        .or_else(|| {
-            ok.iter()
-                .min_by(|a, b| a.overhead.pct.total_cmp(&b.overhead.pct))
+    let cheapest = **ok
+        .iter()
+        .min_by(|a, b| a.overhead.hi.total_cmp(&b.overhead.hi))?;
+    let cap = if cheapest.overhead.pct <= budget {
+        budget
+    } else {
+        f64::INFINITY
+    };
+    ok.iter().find_map(|x| {
+        let basis = if x.overhead.hi <= budget {
+            Basis::WithinBudget
+        } else if x.overhead.lo <= cheapest.overhead.hi && x.overhead.pct <= cap {
+            if cap.is_finite() {
+                Basis::TiedWithCheapest
+            } else {
+                Basis::OverBudget
+            }
+        } else {
+            return None;
+        };
+        Some(Recommendation {
+            pick: **x,
+            basis,
+            cheapest,
         })
-        .map(|x| **x)
+    })
 }
 
 /// A function name for a table: template/generic arguments and parameter lists elided (as pprof
@@ -94,18 +148,21 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
-/// Median difference a − b of two independent sets of per-round values, with a bootstrap interval
-/// (pairs of rounds drawn independently from each).
 fn difference(a: &[f64], b: &[f64]) -> Option<Estimate> {
-    if a.is_empty() || b.is_empty() {
-        return None;
-    }
-    let n = a.len().min(b.len());
-    let d: Vec<f64> = (0..n).map(|i| a[i] - b[i]).collect();
-    stats::estimate(&d)
+    stats::difference(a, b)
 }
 
-/// The verdict: what to use and what it costs, in a few lines.
+/// "a tie (CI of the difference contains 0)" or "resolved".
+fn tie_word(d: Option<Estimate>) -> &'static str {
+    match d {
+        Some(d) if d.lo <= 0.0 && 0.0 <= d.hi => "a tie: the CI of the difference contains 0",
+        Some(_) => "resolved",
+        None => "-",
+    }
+}
+
+/// The verdict: what to use and what it costs, in a few lines (± = half the 95% interval; the
+/// recommendation shows the interval itself).
 pub fn verdict(r: &Results) -> Vec<String> {
     let s = &r.settings;
     let mut v = Vec::new();
@@ -138,13 +195,31 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 })
                 .collect();
             v.push(match recommend(&cands, s.min_coverage, s.budget) {
-                Some(c) => format!(
-                    "recommended {u:<9} {:>5}: mean latency {}% on {w}, coverage {:.1}% (≥ {}% needed)",
-                    format_size(c.interval),
-                    c.overhead.show(),
-                    c.coverage.unwrap_or(f64::NAN),
-                    s.min_coverage
-                ),
+                Some(rec) => {
+                    let c = rec.pick;
+                    let why = match rec.basis {
+                        Basis::WithinBudget => format!("≤ {}% budget at the CI's upper end", s.budget),
+                        Basis::TiedWithCheapest => format!(
+                            "a tie with the cheapest ({} {}%), not proven ≤ {}%",
+                            format_size(rec.cheapest.interval),
+                            rec.cheapest.overhead.show(),
+                            s.budget
+                        ),
+                        Basis::OverBudget => format!(
+                            "over the {}% budget; tied with the cheapest ({} {}%)",
+                            s.budget,
+                            format_size(rec.cheapest.interval),
+                            rec.cheapest.overhead.show()
+                        ),
+                    };
+                    format!(
+                        "recommended {u:<6} {:>5}: mean latency {}% on {w} ({why}), coverage {:.1}% (≥ {}%)",
+                        format_size(c.interval),
+                        c.overhead.show_ci(),
+                        c.coverage.unwrap_or(f64::NAN),
+                        s.min_coverage
+                    )
+                }
                 None => format!(
                     "recommended {u:<9}: none — no interval reached {}% coverage (or coverage was not measured)",
                     s.min_coverage
@@ -162,21 +237,33 @@ pub fn verdict(r: &Results) -> Vec<String> {
     };
     let u0 = s.unwinders.first().map(String::as_str);
     for w in real.iter().chain(synth.iter()) {
+        for u in &s.unwinders {
+            let (Some(a), Some(b)) = (
+                find(w, "memlens", Some(u), 64 << 10),
+                find(w, "memlens", Some(u), 2 << 20),
+            ) else {
+                continue;
+            };
+            let d = difference(&a.per_round, &b.per_round);
+            v.push(format!(
+                "64K vs 2M ({u}) on {w}: {}% vs {}%; difference {} points — {}",
+                est(a).show(),
+                est(b).show(),
+                d.map_or("-".into(), |d| d.show()),
+                tie_word(d)
+            ));
+        }
         for i in [64u64 << 10, 512 << 10] {
             if let (Some(m), Some(j)) = (find(w, "memlens", u0, i), find(w, "jemalloc", None, i)) {
                 let d = difference(&m.per_round, &j.per_round);
                 v.push(format!(
-                    "memlens {} vs jemalloc prof at {} on {w}: {}% vs {}%; difference {} points{}",
+                    "memlens {} vs jemalloc prof at {} on {w}: {}% vs {}%; difference {} points — {}",
                     u0.unwrap_or(""),
                     format_size(i),
                     est(m).show(),
                     est(j).show(),
                     d.map_or("-".into(), |d| d.show()),
-                    if d.is_some_and(|d| d.lo <= 0.0 && 0.0 <= d.hi) {
-                        " (a tie)"
-                    } else {
-                        ""
-                    }
+                    tie_word(d)
                 ));
             }
         }
@@ -208,13 +295,34 @@ pub fn verdict(r: &Results) -> Vec<String> {
         }
     }
     v.push(format!("cache/TLB misses per tick: {}", r.counters));
+    let missed: Vec<&Row> = r.rows.iter().filter(|x| !x.ci_met).collect();
+    v.push(if missed.is_empty() {
+        format!(
+            "every 95% CI reached its target (±{} points synthetic, ±{} pipeline) within {:.0} s",
+            s.target_synthetic, s.target_pipeline, r.seconds
+        )
+    } else {
+        format!(
+            "{} of {} configurations did not reach their CI target (±{} synthetic, ±{} pipeline; ✗ below, with the half width reached) {}",
+            missed.len(),
+            r.rows.len(),
+            s.target_synthetic,
+            s.target_pipeline,
+            if s.max_seconds > 0.0 {
+                format!("within the {:.0} s limit", s.max_seconds)
+            } else {
+                "(--max-time 0: no further rounds)".to_string()
+            }
+        )
+    });
     v
 }
 
-const COST_HEAD: [&str; 8] = [
+const COST_HEAD: [&str; 9] = [
     "config",
     "rounds",
     "mean % (95% CI)",
+    "± / target",
     "p99 %",
     "direct %",
     "indirect %",
@@ -234,6 +342,12 @@ fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
                     "{:+.1} [{:+.1}, {:+.1}]",
                     x.overhead_pct, x.ci_low_pct, x.ci_high_pct
                 ),
+                format!(
+                    "{:.2} / {} {}",
+                    (x.ci_high_pct - x.ci_low_pct) / 2.0,
+                    x.ci_target_pct,
+                    if x.ci_met { "ok" } else { "✗" }
+                ),
                 x.p99_overhead_pct.map_or("-".into(), |e| e.show()),
                 x.direct_ci.map_or("-".into(), |e| e.show()),
                 x.indirect_ci.map_or("-".into(), |e| e.show()),
@@ -242,6 +356,34 @@ fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
             ]
         })
         .collect()
+}
+
+/// The per-tick counters by class of tick (where counted): header and rows, one per memlens
+/// configuration plus each workload's off blocks.
+fn count_table(r: &Results) -> Option<(Vec<String>, Vec<Vec<String>>)> {
+    let [a, b] = r.counter_events.as_ref()?;
+    let head = vec![
+        "config".to_string(),
+        format!("{a}: sampled / after / far"),
+        format!("{b}: sampled / after / far"),
+    ];
+    let f = |c: &stats::CountSplit, k: usize| {
+        format!("{:.1} / {:.1} / {:.1}", c.sampled[k], c.after[k], c.far[k])
+    };
+    let mut rows = Vec::new();
+    for (w, off) in &r.counts_off {
+        rows.push(vec![
+            format!("{w} off"),
+            format!("- / - / {:.1}", off.far[0]),
+            format!("- / - / {:.1}", off.far[1]),
+        ]);
+        for x in r.rows.iter().filter(|x| &x.workload == w) {
+            if let Some(c) = &x.counts_per_tick {
+                rows.push(vec![format!("{w} {}", x.config), f(c, 0), f(c, 1)]);
+            }
+        }
+    }
+    Some((head, rows))
 }
 
 const QUALITY_HEAD: [&str; 6] = [
@@ -300,37 +442,77 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
         .collect()
 }
 
-/// Print the verdict and the tables; write the files asked for.
-pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
-    let v = verdict(r);
-    println!("VERDICT (paired in time inside each process; ± = half the 95% interval)");
-    for l in &v {
-        println!("  {l}");
+/// The cost table of one workload, columns grouped by topic so that a narrow terminal gets it in
+/// parts (each repeating the configuration).
+fn cost_table(r: &Results, w: &str) -> Table {
+    let mut t = Table::new(&COST_HEAD[..1])
+        .topic("mean", &COST_HEAD[1..4])
+        .topic("p99", &COST_HEAD[4..5])
+        .topic("split", &COST_HEAD[5..8])
+        .topic("paired", &COST_HEAD[8..]);
+    t.rows = cost_rows(r, w);
+    t
+}
+
+/// The study as one document: the verdict first, then the cost tables, the counters, the quality
+/// of the profile windows, the top stacks, and how the switches went.
+pub fn document(r: &Results) -> Document {
+    let mut doc = Document::new("memlens study: what heap profiling costs");
+    let mut v =
+        Section::new("VERDICT (paired in time inside each process; ± = half the 95% interval)");
+    for l in verdict(r) {
+        v = v.note(l);
     }
-    println!();
+    doc.sections.push(v);
     for (w, d) in workloads(r) {
-        println!("{w}: {d}");
-        println!("{}", output::table(&COST_HEAD, &cost_rows(r, &w)));
+        doc.sections
+            .push(Section::new(format!("Cost: {w} — {d}")).table(cost_table(r, &w)));
+    }
+    if let Some((h, rows)) = count_table(r) {
+        doc.sections.push(
+            Section::new(
+                "Counters per tick by class of tick (sampled, the ticks after, far from a sample)",
+            )
+            .table(Table::simple(&h, rows)),
+        );
     }
     let q = quality_rows(r);
     if !q.is_empty() {
-        println!("profile quality: the same window (warm-up, reset, fixed ticks) exact vs sampled");
-        println!("{}", output::table(&QUALITY_HEAD, &q));
+        doc.sections.push(
+            Section::new(
+                "Profile quality: the same window (warm-up, reset, fixed ticks), exact vs sampled",
+            )
+            .table(Table::simple(&QUALITY_HEAD, q)),
+        );
     }
     for (u, rows) in truth_rows(r) {
-        println!("top stacks of the exact window ({u}), innermost first, short names:");
-        println!("{}", output::table(&["share %", "stack"], &rows));
+        doc.sections.push(
+            Section::new(format!(
+                "Top stacks of the exact window ({u}), innermost first, short names"
+            ))
+            .table(Table::simple(&["share %", "stack"], rows)),
+        );
     }
-    println!(
-        "switch: {} threads, longest switch call {:.1} µs, threads still pending after it: {} at most",
-        r.switch.threads,
-        r.switch.max_ns as f64 / 1e3,
-        r.switch.pending_max
+    doc.sections.push(
+        Section::new("Run")
+            .note(format!(
+                "switch: {} threads, longest switch call {:.1} µs, threads still pending after it: {} at most",
+                r.switch.threads,
+                r.switch.max_ns as f64 / 1e3,
+                r.switch.pending_max
+            ))
+            .note(format!(
+                "study took {:.0} s ({} further processes); method: {DESIGN_DOC} and the README's study section",
+                r.seconds, r.extra_processes
+            )),
     );
-    println!(
-        "study took {:.0} s; method: {DESIGN_DOC} and the README's study section",
-        r.seconds
-    );
+    doc
+}
+
+/// Print the verdict and the tables (fitted to the terminal's width); write the files asked for.
+pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
+    let doc = document(r);
+    print!("{}", doc.to_text(terminal_width()).trim_start());
     if let Some(p) = &out.json {
         output::write_json(p, r)?;
     }
@@ -372,31 +554,10 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
         output::write_csv(p, &head, &rows)?;
     }
     if let Some(p) = &out.html {
-        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let mut rep = html::Report {
-            title: "memlens study: what heap profiling costs".into(),
-            sections: vec![html::Section {
-                heading: "Verdict".into(),
-                paragraphs: v.clone(),
-                ..Default::default()
-            }],
-        };
-        for (w, d) in workloads(r) {
-            rep.sections.push(html::Section {
-                heading: format!("Cost: {w}"),
-                paragraphs: vec![d],
-                tables: vec![(s(&COST_HEAD), cost_rows(r, &w))],
-                ..Default::default()
-            });
-        }
-        if !q.is_empty() {
-            rep.sections.push(html::Section {
-                heading: "Quality of the profile window".into(),
-                tables: vec![(s(&QUALITY_HEAD), q)],
-                ..Default::default()
-            });
-        }
-        output::write_text(p, &html::render(&rep))?;
+        let mut page = doc.clone();
+        page.sections[0].heading =
+            "Verdict (paired in time inside each process; ± = half the 95% interval)".into();
+        output::write_text(p, &page.to_html())?;
     }
     Ok(())
 }
@@ -420,41 +581,44 @@ mod tests {
 
     #[test]
     fn recommendation_table() {
+        use Basis::*;
         let k = 1024;
-        // (candidates, expected interval)
-        let cases: Vec<(Vec<Candidate>, Option<u64>)> = vec![
-            // the smallest interval within budget wins
+        // (candidates, expected interval and basis)
+        type Case = (Vec<Candidate>, Option<(u64, Basis)>);
+        let cases: Vec<Case> = vec![
+            // the smallest interval proven within budget wins
             (
                 vec![
                     c(64 * k, 20.0, 2.0, Some(99.0)),
                     c(512 * k, 3.0, 1.0, Some(97.0)),
                     c(2048 * k, 1.0, 1.0, Some(91.0)),
                 ],
-                Some(512 * k),
+                Some((512 * k, WithinBudget)),
             ),
-            // within budget only if the whole interval is
+            // not proven (upper end 5.5) and shown costlier than the cheapest: passed over
             (
                 vec![
                     c(512 * k, 4.5, 1.0, Some(97.0)),
                     c(2048 * k, 1.0, 1.0, Some(95.0)),
                 ],
-                Some(2048 * k),
+                Some((2048 * k, WithinBudget)),
             ),
-            // coverage rules out the cheap one
+            // coverage rules out the cheap one; the only one left is over budget
             (
                 vec![
                     c(512 * k, 8.0, 1.0, Some(97.0)),
                     c(2048 * k, 1.0, 1.0, Some(80.0)),
                 ],
-                Some(512 * k),
+                Some((512 * k, OverBudget)),
             ),
-            // nothing in budget: the cheapest that covers
+            // nothing in budget: the smallest tied with the cheapest (64K is clearly dearer)
             (
                 vec![
                     c(64 * k, 30.0, 1.0, Some(99.0)),
                     c(256 * k, 9.0, 1.0, Some(95.0)),
+                    c(1024 * k, 8.5, 1.0, Some(92.0)),
                 ],
-                Some(256 * k),
+                Some((256 * k, OverBudget)),
             ),
             // unknown coverage never qualifies
             (vec![c(512 * k, 1.0, 1.0, None)], None),
@@ -462,11 +626,55 @@ mod tests {
         ];
         for (i, (cands, want)) in cases.iter().enumerate() {
             assert_eq!(
-                recommend(cands, 90.0, 5.0).map(|x| x.interval),
+                recommend(cands, 90.0, 5.0).map(|x| (x.pick.interval, x.basis)),
                 *want,
                 "case {i}"
             );
         }
+    }
+
+    /// Near-ties: overheads that differ only by noise must give the same answer, whichever
+    /// interval happens to have the lowest point estimate and whether or not one of them happens
+    /// to be proven within budget.
+    #[test]
+    fn recommendation_is_stable_under_noise() {
+        let k = 1024;
+        let cov = [99.0, 98.0, 96.0, 93.0];
+        let iv = [64 * k, 128 * k, 256 * k, 512 * k];
+        // Three "runs" of the same noisy pipeline (true overhead ~1% everywhere, CIs ±3.5).
+        let runs = [
+            [1.5, 0.2, 2.1, -0.3],
+            [-0.4, 1.9, 0.3, 1.2],
+            [2.4, 1.1, -0.9, 0.8],
+        ];
+        for (i, pcts) in runs.iter().enumerate() {
+            let cands: Vec<Candidate> = (0..4)
+                .map(|j| c(iv[j], pcts[j], 3.5, Some(cov[j])))
+                .collect();
+            let rec = recommend(&cands, 90.0, 5.0).unwrap();
+            assert_eq!(rec.pick.interval, 64 * k, "run {i}: {rec:?}");
+        }
+        // A real difference is kept: 64K clearly dearer (+9 ±1) than 512K (+0.8 ±1), in every run.
+        for jitter in [-0.4, 0.0, 0.4] {
+            let cands = vec![
+                c(64 * k, 9.0 + jitter, 1.0, Some(99.0)),
+                c(128 * k, 4.6 - jitter, 1.0, Some(98.0)),
+                c(512 * k, 0.8 + jitter, 1.0, Some(93.0)),
+                c(2048 * k, 0.3 - jitter, 1.0, Some(60.0)),
+            ];
+            let rec = recommend(&cands, 90.0, 5.0).unwrap();
+            assert_eq!(rec.pick.interval, 512 * k, "jitter {jitter}: {rec:?}");
+        }
+        // Tied with the cheapest but over budget at its point estimate: not chosen.
+        let cands = vec![
+            c(64 * k, 5.5, 3.0, Some(99.0)),
+            c(512 * k, 2.0, 3.5, Some(95.0)),
+        ];
+        let rec = recommend(&cands, 90.0, 5.0).unwrap();
+        assert_eq!(
+            (rec.pick.interval, rec.basis),
+            (512 * k, Basis::TiedWithCheapest)
+        );
     }
 
     #[test]

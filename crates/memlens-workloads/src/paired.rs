@@ -27,6 +27,10 @@ pub struct Block {
     pub after: Option<(u64, u64)>,
     /// Per-block latency quantiles in cycles: p50, p99, p99.9 (pipeline only).
     pub quantiles: Option<[f64; 3]>,
+    /// Counter deltas of the two per-tick events ([`crate::rtc`] names them on its `counters`
+    /// line) summed over the sampled ticks, the ticks after, and the far ticks, in that order
+    /// (pipeline, where the events could be opened).
+    pub counts: Option<[u64; 6]>,
 }
 
 /// Ticks after a sampled tick that count as "after" (the indirect cost's window).
@@ -49,6 +53,11 @@ impl Block {
                 " {} {} {} {} {:.0} {:.0} {:.0}",
                 a.0, a.1, b.0, b.1, q[0], q[1], q[2]
             );
+            if let Some(c) = self.counts {
+                for x in c {
+                    s += &format!(" {x}");
+                }
+            }
         }
         s
     }
@@ -64,8 +73,8 @@ impl Block {
             .split_whitespace()
             .map(|f| f.parse::<f64>())
             .collect::<Result<_, _>>()?;
-        if v.len() != 4 && v.len() != 11 {
-            bail!("expected 4 or 11 numbers, found {}", v.len());
+        if ![4, 11, 17].contains(&v.len()) {
+            bail!("expected 4, 11 or 17 numbers, found {}", v.len());
         }
         let mut b = Block {
             round: v[0] as u32,
@@ -74,7 +83,14 @@ impl Block {
             cycles: v[3] as u64,
             ..Block::default()
         };
-        if v.len() == 11 {
+        if v.len() == 17 {
+            let mut c = [0u64; 6];
+            for (x, y) in c.iter_mut().zip(&v[11..]) {
+                *x = *y as u64;
+            }
+            b.counts = Some(c);
+        }
+        if v.len() >= 11 {
             b.sampled = Some((v[4] as u64, v[5] as u64));
             b.after = Some((v[6] as u64, v[7] as u64));
             b.quantiles = Some([v[8], v[9], v[10]]);
@@ -283,8 +299,14 @@ mod tests {
             sampled: Some((2, 900)),
             after: Some((10, 700)),
             quantiles: Some([40.0, 90.0, 300.0]),
+            counts: None,
         };
         assert_eq!(Block::parse(&b.line()).unwrap().unwrap(), b);
+        let with = Block {
+            counts: Some([1, 2, 3, 4, 5, 6]),
+            ..b.clone()
+        };
+        assert_eq!(Block::parse(&with.line()).unwrap().unwrap(), with);
         let c = Block::parse("block 1 0 64 6400").unwrap().unwrap();
         assert_eq!((c.mean(), c.sampled), (100.0, None));
         assert!(Block::parse("block 1 x").unwrap().is_err());

@@ -22,6 +22,7 @@ use crate::pipeline::book::Book;
 use crate::pipeline::feed::{self, Feed, RawQuote};
 use crate::pipeline::strategy::{self, Strategy};
 use anyhow::{Context, Result};
+use memlens_measure::counters::CounterSet;
 use memlens_measure::{tsc, units, usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -61,6 +62,40 @@ pub struct RtcArgs {
     /// Window and plain mode: ticks per thread
     #[arg(long, default_value_t = 100_000)]
     pub ticks: u64,
+    /// Paired mode: seed of the block order (default: --seed); quotes and books stay those of --seed
+    #[arg(long, value_name = "N")]
+    pub order_seed: Option<u64>,
+    /// Paired mode: per-tick counters — hw (cache and dTLB load misses, where the CPU counts them),
+    /// sw (page faults and task clock: the same path on any machine), off
+    #[arg(long, default_value = "off", value_name = "MODE")]
+    pub counters: String,
+}
+
+/// The two events counted around each tick, by `--counters` mode.
+pub fn tick_events(mode: &str) -> Result<Option<[&'static str; 2]>> {
+    Ok(match mode {
+        "hw" => Some(["cache-misses", "dTLB-load-misses"]),
+        "sw" => Some(["page-faults", "task-clock"]),
+        "off" => None,
+        other => {
+            return Err(usage(format!(
+                "unknown --counters mode '{other}' (use hw, sw or off)"
+            )))
+        }
+    })
+}
+
+/// Open the per-tick events for the calling thread, or say why they cannot be.
+fn open_tick_counters(events: [&str; 2]) -> std::result::Result<CounterSet, String> {
+    let mut set = CounterSet::open_group(&events);
+    if let Some((n, Some(why))) = set.unavailable().into_iter().find(|(_, w)| w.is_some()) {
+        return Err(format!("{n}: {why}"));
+    }
+    set.start();
+    if !set.read_raw(&mut [0u64; 2]) {
+        return Err("reading the counters failed".into());
+    }
+    Ok(set)
 }
 
 /// Bytes of heap one book takes per price level (a boxed level, its vector of updates and its share
@@ -134,6 +169,7 @@ struct Acc {
     sampled: (u64, u64),
     after: (u64, u64),
     q: [f64; 3],
+    counts: [u64; 6],
 }
 
 struct Shared {
@@ -150,9 +186,31 @@ fn quantiles(v: &mut [u32]) -> [f64; 3] {
     [at(0.5), at(0.99), at(0.999)]
 }
 
-/// A worker of a paired run: ticks until done, each attributed to the block it ran in.
-fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> Result<Vec<Acc>> {
+/// What a worker of a paired run returns: its per-block sums, and the TSC cycles its counter reads
+/// took with their number (the reads sit outside the timed tick).
+struct WorkerOut {
+    acc: Vec<Acc>,
+    read_cycles: u64,
+    reads: u64,
+}
+
+/// A worker of a paired run: ticks until done, each attributed to the block it ran in. With
+/// `events`, the thread's counters are read before and after every tick, off the clock, and their
+/// deltas added to the tick's class (sampled, after a sample, far).
+fn paired_worker(
+    mut desk: Desk,
+    sw: Switch,
+    sh: Arc<Shared>,
+    blocks: usize,
+    events: Option<[&'static str; 2]>,
+) -> Result<WorkerOut> {
     let mut acc = vec![Acc::default(); blocks];
+    let counters = match events {
+        Some(e) => Some(open_tick_counters(e).map_err(|why| anyhow::anyhow!("rtc: {why}"))?),
+        None => None,
+    };
+    let (mut c0, mut c1) = ([0u64; 2], [0u64; 2]);
+    let (mut read_cycles, mut reads) = (0u64, 0u64);
     let mut lat: Vec<u32> = Vec::with_capacity(1 << 16);
     let (mut cur, mut since) = (-1i64, u64::MAX);
     while !sh.done.load(Ordering::Relaxed) {
@@ -164,11 +222,20 @@ fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> 
             lat.clear();
             cur = b;
         }
+        if let Some(c) = &counters {
+            c.read_raw(&mut c0);
+        }
         let s0 = sw.thread_samples();
         let t0 = tsc::now();
         desk.tick(t0)?;
-        let dt = tsc::now() - t0;
+        let t1 = tsc::now();
+        let dt = t1 - t0;
         let sampled = sw.thread_samples() != s0;
+        if let Some(c) = &counters {
+            c.read_raw(&mut c1);
+            read_cycles += tsc::now() - t1;
+            reads += 1;
+        }
         since = if sampled { 0 } else { since.saturating_add(1) };
         if b < 0 || sh.block.load(Ordering::Relaxed) != b || dt > PREEMPTED {
             // warm-up, a tick that straddled a switch, or one the scheduler preempted (the other
@@ -178,6 +245,18 @@ fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> 
         let a = &mut acc[b as usize];
         a.ticks += 1;
         a.cycles += dt;
+        if counters.is_some() {
+            let class = if sampled {
+                0
+            } else if since <= AFTER {
+                2
+            } else {
+                4
+            };
+            for k in 0..2 {
+                a.counts[class + k] += c1[k].wrapping_sub(c0[k]);
+            }
+        }
         if sampled {
             a.sampled.0 += 1;
             a.sampled.1 += dt;
@@ -190,7 +269,11 @@ fn paired_worker(mut desk: Desk, sw: Switch, sh: Arc<Shared>, blocks: usize) -> 
     if cur >= 0 {
         acc[cur as usize].q = quantiles(&mut lat);
     }
-    Ok(acc)
+    Ok(WorkerOut {
+        acc,
+        read_cycles,
+        reads,
+    })
 }
 
 /// Validated layout: threads and instruments per thread.
@@ -234,7 +317,14 @@ pub fn run(a: &RtcArgs) -> Result<()> {
         for c in &configs {
             sw.check(*c)?;
         }
-        return run_paired(a, sw, &configs, desks(a, threads, instruments));
+        let events = tick_events(&a.counters)?;
+        let (blocks, note) =
+            paired_blocks(a, sw, &configs, desks(a, threads, instruments), events)?;
+        for b in &blocks {
+            println!("{}", b.line());
+        }
+        println!("counters {note}");
+        return Ok(());
     }
     if let Some(r) = a.window {
         return run_window(a, sw, r, desks(a, threads, instruments));
@@ -261,11 +351,29 @@ pub fn run(a: &RtcArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_paired(a: &RtcArgs, sw: Switch, configs: &[Config], desks: Vec<Desk>) -> Result<()> {
+/// A paired run: the blocks, and the `counters` note — `EVENT EVENT read_cycles=N` when the
+/// per-tick events were counted (N: mean TSC cycles of one read, outside the timed tick), else
+/// `n/a (reason)`.
+fn paired_blocks(
+    a: &RtcArgs,
+    sw: Switch,
+    configs: &[Config],
+    desks: Vec<Desk>,
+    events: Option<[&'static str; 2]>,
+) -> Result<(Vec<Block>, String)> {
     if a.block_ms == 0 || a.rounds == 0 {
         return Err(usage("--block-ms and --rounds must be at least 1"));
     }
-    let sched = paired::schedule(configs.len(), a.rounds, a.seed);
+    // Probe in this thread first: where the events cannot be opened, the workers read nothing
+    // (no cost on the clock) and the note says why.
+    let (events, mut note) = match events {
+        None => (None, "n/a (not asked for: --counters off)".to_string()),
+        Some(e) => match open_tick_counters(e) {
+            Ok(_) => (Some(e), String::new()),
+            Err(why) => (None, format!("n/a ({why})")),
+        },
+    };
+    let sched = paired::schedule(configs.len(), a.rounds, a.order_seed.unwrap_or(a.seed));
     let sh = Arc::new(Shared {
         block: AtomicI64::new(-1),
         done: AtomicBool::new(false),
@@ -275,7 +383,7 @@ fn run_paired(a: &RtcArgs, sw: Switch, configs: &[Config], desks: Vec<Desk>) -> 
         .into_iter()
         .map(|d| {
             let sh = sh.clone();
-            std::thread::spawn(move || paired_worker(d, sw, sh, n))
+            std::thread::spawn(move || paired_worker(d, sw, sh, n, events))
         })
         .collect();
     let block = Duration::from_millis(a.block_ms);
@@ -301,18 +409,31 @@ fn run_paired(a: &RtcArgs, sw: Switch, configs: &[Config], desks: Vec<Desk>) -> 
     sw.apply(Config::Off)?;
     sh.done.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
+    let (mut read_cycles, mut reads) = (0u64, 0u64);
     for w in workers {
-        all.push(
-            w.join()
-                .map_err(|_| anyhow::anyhow!("rtc: a worker panicked"))??,
+        let out = w
+            .join()
+            .map_err(|_| anyhow::anyhow!("rtc: a worker panicked"))??;
+        read_cycles += out.read_cycles;
+        reads += out.reads;
+        all.push(out.acc);
+    }
+    if let Some(e) = events {
+        note = format!(
+            "{} {} read_cycles={:.0}",
+            e[0],
+            e[1],
+            read_cycles as f64 / reads.max(1) as f64
         );
     }
+    let mut blocks = Vec::new();
     for (i, &(round, config)) in sched.iter().enumerate() {
         let mut b = Block {
             round,
             config,
             sampled: Some((0, 0)),
             after: Some((0, 0)),
+            counts: events.map(|_| [0; 6]),
             ..Block::default()
         };
         let mut q = [0.0; 3];
@@ -325,12 +446,17 @@ fn run_paired(a: &RtcArgs, sw: Switch, configs: &[Config], desks: Vec<Desk>) -> 
             for (x, a) in q.iter_mut().zip(acc.q) {
                 *x += a * acc.ticks as f64;
             }
+            if let Some(c) = b.counts.as_mut() {
+                for (x, y) in c.iter_mut().zip(acc.counts) {
+                    *x += y;
+                }
+            }
         }
         // Quantiles of the block: the workers' own, weighted by their ticks.
         b.quantiles = Some(q.map(|x| x / b.ticks.max(1) as f64));
-        println!("{}", b.line());
+        blocks.push(b);
     }
-    Ok(())
+    Ok((blocks, note))
 }
 
 fn run_window(a: &RtcArgs, sw: Switch, interval: u64, desks: Vec<Desk>) -> Result<()> {
@@ -367,4 +493,75 @@ fn run_window(a: &RtcArgs, sw: Switch, interval: u64, desks: Vec<Desk>) -> Resul
     sw.apply(Config::Off)?;
     println!("rtc window interval={interval} ticks={ticks} checksum={sum:016x}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: RtcArgs,
+    }
+
+    fn args(extra: &[&str]) -> RtcArgs {
+        let mut v = vec!["rtc", "--working-set", "256K", "--threads", "1"];
+        v.extend_from_slice(extra);
+        Cli::parse_from(v).a
+    }
+
+    /// The per-tick counter path really runs: with software events (any machine), every counted
+    /// tick adds task-clock nanoseconds to its class, and the note names the events and the read cost.
+    #[test]
+    fn per_tick_software_counters_are_attributed_to_blocks() {
+        let a = args(&["--rounds", "3", "--block-ms", "5", "--counters", "sw"]);
+        let (threads, instruments) = layout(&a).unwrap();
+        let events = tick_events(&a.counters).unwrap();
+        let (blocks, note) = paired_blocks(
+            &a,
+            Switch::find(),
+            &[],
+            desks(&a, threads, instruments),
+            events,
+        )
+        .unwrap();
+        assert_eq!(blocks.len(), 3, "{blocks:?}");
+        assert!(
+            note.starts_with("page-faults task-clock read_cycles="),
+            "{note}"
+        );
+        for b in &blocks {
+            let c = b.counts.expect("counts of every block");
+            assert!(b.ticks > 0, "{b:?}");
+            // no runtime here: nothing sampled, every tick is far from a sample
+            assert_eq!((c[0], c[1], c[2], c[3]), (0, 0, 0, 0), "{b:?}");
+            assert!(
+                c[5] >= b.ticks,
+                "task-clock ns over {} ticks: {}",
+                b.ticks,
+                c[5]
+            );
+            assert_eq!(Block::parse(&b.line()).unwrap().unwrap(), *b);
+        }
+    }
+
+    /// Without counters nothing is read and the note says why; an unknown mode is a usage error.
+    #[test]
+    fn counters_off_reads_nothing() {
+        let a = args(&["--rounds", "1", "--block-ms", "2"]);
+        let (threads, instruments) = layout(&a).unwrap();
+        let (blocks, note) = paired_blocks(
+            &a,
+            Switch::find(),
+            &[],
+            desks(&a, threads, instruments),
+            None,
+        )
+        .unwrap();
+        assert!(blocks.iter().all(|b| b.counts.is_none()));
+        assert!(note.starts_with("n/a ("), "{note}");
+        assert!(tick_events("cache").is_err());
+    }
 }
