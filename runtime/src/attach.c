@@ -144,17 +144,8 @@ static int patch_all(int alloc)
  * the watcher must not outlive them (the control thread leaves on its own). */
 static int main_gone(void)
 {
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    char s[512];
-    ssize_t n = read(fd, s, sizeof s - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    s[n] = 0;
-    char *rp = strrchr(s, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+    char st = ml_main_state();
+    return st == 'Z' || st == 'X';
 }
 
 /* Stop sampling and put the allocation slots back. Returns the number of slots restored. */
@@ -193,6 +184,8 @@ static void *watch(void *arg)
             atomic_store(&hooked, 0);
             ml_fail("attach: cannot patch a newly loaded module (RELRO page stays read-only)");
         }
+        if (ml_got_retry())
+            seen_adds = 0; /* a module was left out: look again at the next tick */
         atomic_store(&patching, 0);
     }
     return NULL;
@@ -263,6 +256,8 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
         } else {
             atomic_store(&hooked, 1);
         }
+        if (ml_got_retry())
+            seen_adds = 0; /* the watcher's first tick passes again */
         atomic_store(&patching, 0);
     }
     if (!why && start_watcher() != 0) {
@@ -301,6 +296,8 @@ static void do_attach(const char *arg, char *out, size_t cap)
         while (!lock_patching())
             sched_yield();
         int e = patch_all(1);
+        if (ml_got_retry())
+            seen_adds = 0;
         atomic_store(&patching, 0);
         if (e != 0) {
             ml_got_apply(ML_GOT_UNHOOK);

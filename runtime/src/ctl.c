@@ -52,7 +52,7 @@
 #define CTL_LINE_MAX 512     /* a command word and a file name */
 #define CTL_REQUEST_MS 2000  /* the whole request line must arrive within this */
 #define CTL_STACK (256 * 1024)
-#define CTL_CHILD_DELAY_MS 200 /* a forked child binds its socket after this */
+#define CTL_CHILD_DELAY_MS 200 /* a forked child starts its control thread after this */
 
 /* attach.c: the `attach` and `detach` requests of a runtime loaded by `memlens attach`. */
 extern int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap) __attribute__((weak));
@@ -245,17 +245,24 @@ static char task_state(const char *tid)
     return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
+/* The main thread's state letter (R, S, Z...), 0 if unknown. */
+char ml_main_state(void)
+{
+    char pid[24];
+    struct buf b = {pid, 0, sizeof pid};
+    put_u64(&b, (uint64_t)getpid());
+    return task_state(pid);
+}
+
 /* True when every thread but this one has exited (main() called pthread_exit and the program's
  * threads are done): the process would have ended without us. */
 static int others_gone(void)
 {
-    char me[24], pid[24];
-    struct buf b = {pid, 0, sizeof pid};
-    put_u64(&b, (uint64_t)getpid());
-    char st = task_state(pid);
+    char me[24];
+    char st = ml_main_state();
     if (st != 'Z' && st != 'X' && st != 0)
         return 0; /* the cheap, usual answer: main is alive */
-    b = (struct buf){me, 0, sizeof me};
+    struct buf b = {me, 0, sizeof me};
     put_u64(&b, (uint64_t)gettid());
     int dfd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
@@ -512,13 +519,10 @@ static void *ctl_main(void *arg)
     /* Whatever this thread allocates (glibc internals, never us) is the runtime's, not the program's. */
     ml_tls.busy++;
     if (fd < 0) {
-        /* Forked child: most children exec or exit at once; binding only after a pause keeps them
-         * from creating (and, with _exit, leaving) socket files nobody will use. */
-        for (int waited = 0; waited < CTL_CHILD_DELAY_MS && !stopping(); waited += 10) {
-            struct timespec d = {.tv_nsec = 10 * 1000 * 1000};
-            nanosleep(&d, NULL);
-        }
-        if (stopping() || (fd = ctl_listen(0)) < 0)
+        /* Forked child (ml_ctl_child_poll): bind here, not in the allocating thread that started us;
+         * quietly, as after unshare: the parent said at start-up what was wrong with the directory,
+         * and the child may have entered other namespaces since. */
+        if (stopping() || (fd = ctl_listen(1)) < 0)
             return thread_done();
         ctl_fd = fd;
     }
@@ -563,7 +567,7 @@ static void *ctl_main(void *arg)
     return thread_done();
 }
 
-/* Start the thread serving `fd` (or, with fd < 0, binding its own after a pause) with every signal
+/* Start the thread serving `fd` (or, with fd < 0, binding its own first) with every signal
  * blocked: it inherits the mask, so signals keep going to the program's own threads. */
 static void ctl_spawn(int fd, int quiet)
 {
@@ -633,16 +637,35 @@ void ml_ctl_resume(void)
     ctl_spawn(fd, 1);
 }
 
+static uint64_t child_since_ns; /* when this fork child was born */
+
 void ml_ctl_atfork_child(void)
 {
     /* The parent's thread does not exist here and the inherited fd is the parent's listener: drop
-     * it (without unlinking the parent's socket); a new thread listens on our own pid. */
+     * it (without unlinking the parent's socket). No thread is started here: a fork child that
+     * execs or exits at once (most do) must stay single-threaded and leave no socket behind;
+     * ml_ctl_child_poll starts one once the child has lived a while. */
     if (ctl_fd >= 0)
         close(ctl_fd);
     ctl_fd = -1;
     ctl_owner = 0;
     atomic_store(&thread_state, T_NONE);
-    ctl_spawn(-1, 0);
+    child_since_ns = ml_now_ns();
+    atomic_store(&ml_cfg.ctl_pending, 1);
+}
+
+/* From a fork child's allocation slow path (never nested inside the runtime: its allocations,
+ * pthread_create's included, are forwarded while busy). The first caller after the delay starts
+ * the thread; a child that allocates nothing after the delay has no channel until it does. */
+void ml_ctl_child_poll(void)
+{
+    if (ml_now_ns() - child_since_ns < (uint64_t)CTL_CHILD_DELAY_MS * 1000000u)
+        return;
+    if (!atomic_exchange(&ml_cfg.ctl_pending, 0))
+        return;
+    ml_tls.busy++;
+    ctl_spawn(-1, 1);
+    ml_tls.busy--;
 }
 
 __attribute__((destructor)) static void ctl_fini(void)

@@ -204,7 +204,41 @@ static int skip(const struct dl_phdr_info *info)
     return info->dlpi_addr == (uintptr_t)getauxval(AT_BASE); /* ld.so */
 }
 
-struct pass { enum ml_got_op op; int changed, failed; };
+/* The modules a pass may patch. dl_iterate_phdr lists a module as soon as dlopen has mapped it,
+ * before its relocations are written: a pass that visits it then finds its free slots unrelocated
+ * (left alone) and, a moment later, its malloc slot relocated (hooked) -- a sampled block would
+ * reach the real realloc -- and may make its RELRO page read-only under the loader's feet. So a
+ * pass first lists the modules, then waits for the loader lock once (dladdr takes it: any dlopen
+ * under way then has finished relocating what it mapped), and patches only the listed modules,
+ * provided nothing was unloaded meanwhile (a new module at a listed address would be a stranger). */
+#define SNAP_MAX 1024
+struct snapshot { unsigned long long subs; int n, overflow; uintptr_t addr[SNAP_MAX]; };
+
+static int take(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct snapshot *sn = arg;
+    sn->subs = info->dlpi_subs;
+    if (sn->n < SNAP_MAX)
+        sn->addr[sn->n++] = info->dlpi_addr;
+    else
+        sn->overflow = 1;
+    return 0;
+}
+
+static int listed(const struct snapshot *sn, uintptr_t addr)
+{
+    for (int i = 0; i < sn->n; i++)
+        if (sn->addr[i] == addr)
+            return 1;
+    return 0;
+}
+
+static int ml_got_retry_flag;
+
+int ml_got_retry(void) { return ml_got_retry_flag; }
+
+struct pass { enum ml_got_op op; int changed, failed, retry; const struct snapshot *sn; };
 
 static int each_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -212,6 +246,14 @@ static int each_module(struct dl_phdr_info *info, size_t size, void *arg)
     struct pass *ps = arg;
     if (skip(info))
         return 0;
+    if (ps->sn && info->dlpi_subs != ps->sn->subs) {
+        ps->retry = 1; /* something was unloaded since the list: redo the whole pass later */
+        return 1;
+    }
+    if (ps->sn && !listed(ps->sn, info->dlpi_addr)) {
+        ps->retry = 1; /* mapped after the list, maybe not relocated yet: the next pass */
+        return 0;
+    }
     struct module m = {.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum};
     const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -258,8 +300,19 @@ static int each_module(struct dl_phdr_info *info, size_t size, void *arg)
 
 int ml_got_apply(enum ml_got_op op)
 {
-    struct pass ps = {op, 0, 0};
+    struct pass ps = {op, 0, 0, 0, NULL};
+    struct snapshot sn; /* 8 KiB: every caller runs on a thread of its own with a full stack */
+    if (op != ML_GOT_UNHOOK) {
+        /* Unhooking only puts back slots that hold ours, which no half-loaded module has. */
+        sn.n = sn.overflow = 0;
+        dl_iterate_phdr(take, &sn);
+        Dl_info di;
+        dladdr((void *)&ml_got_apply, &di); /* the barrier: takes and drops the loader lock */
+        ps.sn = &sn;
+        ps.retry = sn.overflow;
+    }
     dl_iterate_phdr(each_module, &ps);
+    ml_got_retry_flag = ps.retry;
     return ps.failed ? -1 : ps.changed;
 }
 

@@ -31,6 +31,9 @@ const char *ml_got_resolve(void);
 /* Apply `op` to every loaded module except ld.so, the vdso and ourselves. Returns the number of
  * slots changed, or -1 if a RELRO page could not be made writable (the slots done stay done). */
 int ml_got_apply(enum ml_got_op op);
+/* 1 if the last FREE or ALLOC pass left modules out (loaded or unloaded while it ran, or too many):
+ * the caller should run the pass again a little later. */
+int ml_got_retry(void);
 /* Number of modules ever added to the process (dl_iterate_phdr's dlpi_adds): changes on dlopen. */
 unsigned long long ml_got_adds(void);
 

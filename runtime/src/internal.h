@@ -45,9 +45,14 @@ void ml_last_switch(uint64_t *threads, uint64_t *pending, uint64_t *ns);
  * ml_ctl_start is called once from the library constructor after the runtime is initialised (never from
  * inside malloc), in the main thread; it may create the control thread.
  * ml_ctl_atfork_child is called in a forked child (after the runtime's own locks are reset): the
- * control thread does not exist there, so it should reset its state and may start a new one. */
+ * control thread does not exist there, so it resets its state and sets ml_cfg.ctl_pending; the
+ * child's allocation slow path then calls ml_ctl_child_poll, which starts the thread once the child
+ * has lived CTL_CHILD_DELAY_MS (most children exec or exit first, and never get one). */
 void ml_ctl_start(void);
 void ml_ctl_atfork_child(void);
+void ml_ctl_child_poll(void);
+/* ctl.c: the main thread's state letter from /proc (R, S, Z after pthread_exit...), 0 if unknown. */
+char ml_main_state(void);
 
 /* Print `memlens: <msg>` on stderr with write(2) (no stdio, no malloc). */
 void ml_log(const char *msg);

@@ -182,12 +182,12 @@ static int count_threads(void)
 }
 
 /* Nobody but this thread can be loading or unloading code: the program has one thread, or two of
- * which the other is our control thread (a fork child runs one from the start). */
+ * which the other is our control thread (a fork child that lived long enough runs one). */
 static int alone(void)
 {
     if (__libc_single_threaded)
         return 1;
-    return ml_ctl_thread_running && ml_ctl_thread_running() && count_threads() <= 2;
+    return count_threads() <= 1 + (ml_ctl_thread_running && ml_ctl_thread_running());
 }
 
 void ml_modules_write(struct ml_out *o)

@@ -77,6 +77,7 @@ struct ml_config {
     int unwinder;
     int max_depth;
     int ready;                 /* constructor finished: unwinders usable */
+    _Atomic int ctl_pending;   /* a fork child whose control thread is not started yet */
     const char *out;           /* MEMLENS_OUT or NULL */
     int64_t pid;               /* pid the state belongs to (differs from getpid() in a vfork child) */
     int is_fork_child;

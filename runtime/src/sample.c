@@ -12,6 +12,8 @@
 #include "sample.h"
 #include "views.h"
 
+extern void ml_ctl_child_poll(void) __attribute__((weak));
+
 #define ARMED_EXACT UINT64_MAX
 
 static uint64_t rng_next(struct ml_thread *t)
@@ -71,6 +73,8 @@ int ml_slow_decide(size_t size)
         t->armed = 0;
         return ML_FORWARD;
     }
+    if (unlikely(atomic_load_explicit(&ml_cfg.ctl_pending, memory_order_relaxed)) && ml_ctl_child_poll)
+        ml_ctl_child_poll();
     if (unlikely(!t->rng))
         thread_setup(t);
     if (unlikely(t->registered == ML_REG_NO))
