@@ -581,20 +581,26 @@ fn fork_is_cheap_and_exec_attempts_do_not_dump() {
 fn fork_child_starts_its_control_thread_only_once_it_lives() {
     let tmp = tempfile::tempdir().unwrap();
     let p = prog(tmp.path(), "fork_stacks");
-    let o = memlens_run(
+    let out = memlens_run(
         tmp.path(),
         &tmp.path().join("threads.pb.gz"),
         &[],
         &[p.to_str().unwrap(), "threads"],
-    );
-    let out = stdout(&o);
-    assert!(o.status.success(), "{out}{}", stderr(&o));
+    )
+    .ok_stdout();
     let line = out
         .lines()
         .find(|l| l.starts_with("child_threads "))
         .unwrap_or_else(|| panic!("no child_threads line: {out}"));
-    let n: Vec<i64> = line.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
-    assert_eq!(n[0], 1, "a thread was started in the fork child at fork: {line}");
+    let n: Vec<i64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(
+        n[0], 1,
+        "a thread was started in the fork child at fork: {line}"
+    );
     assert_eq!(n[2], 2, "the living child has no control thread: {line}");
 }
 

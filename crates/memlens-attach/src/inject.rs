@@ -499,7 +499,8 @@ impl Boost {
         unsafe {
             *libc::__errno_location() = 0;
             let old = libc::getpriority(libc::PRIO_PROCESS, 0);
-            if *libc::__errno_location() != 0 || libc::setpriority(libc::PRIO_PROCESS, 0, -20) != 0 {
+            if *libc::__errno_location() != 0 || libc::setpriority(libc::PRIO_PROCESS, 0, -20) != 0
+            {
                 return Boost(None);
             }
             Boost(Some(old))
