@@ -253,8 +253,8 @@ fn loop_program(dir: &Path, name: &str, extra: &str, flags: &[&str]) -> PathBuf 
     std::fs::write(
         &src,
         format!(
-            "#include <stdlib.h>\n#include <unistd.h>\n{extra}\n\
-             int main(void) {{ for (int i = 0; i < 300; i++) {{ free(malloc(100)); usleep(10000); }} return 0; }}\n"
+            "#include <stdlib.h>\n#include <unistd.h>\n{extra}\n#ifndef ROUNDS\n#define ROUNDS 300\n#endif\n\
+             int main(void) {{ for (int i = 0; i < ROUNDS; i++) {{ free(malloc(100)); usleep(10000); }} return 0; }}\n"
         ),
     )
     .unwrap();
@@ -286,11 +286,12 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     refused(&dir, &mut c, "allocator is linked statically");
     c.kill().ok();
     c.wait().ok();
-    // already traced (strace holds it)
-    let plain = loop_program(&dir, "plain", "", &[]);
+    // already traced (strace holds it; a minute of run time, so that a loaded machine cannot end
+    // it before the attach — it is killed below)
+    let long = loop_program(&dir, "plain_long", "", &["-DROUNDS=6000"]);
     let mut c = spawn(
         &dir,
-        Command::new("strace").args(["-o", "/dev/null"]).arg(&plain),
+        Command::new("strace").args(["-o", "/dev/null"]).arg(&long),
     );
     let t0 = Instant::now();
     let traced = loop {
@@ -316,7 +317,15 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     assert!(alive(traced));
     c.kill().ok();
     c.wait().ok();
+    // strace is gone; its tracee (if strace did not take it along) would run on for a minute.
+    if std::fs::read_to_string(format!("/proc/{traced}/comm"))
+        .is_ok_and(|c| c.trim() == "plain_long")
+    {
+        // SAFETY: the pid still names our program (checked just above).
+        unsafe { libc::kill(traced as i32, libc::SIGKILL) };
+    }
     // stopped (Ctrl+Z)
+    let plain = loop_program(&dir, "plain", "", &[]);
     let mut c = spawn(&dir, &mut Command::new(&plain));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGSTOP) };
