@@ -42,7 +42,7 @@ pub struct AttachArgs {
     /// One shot: sample for this long (e.g. 30s, 2m), write the profile, detach
     #[arg(long = "for", value_name = "DURATION")]
     pub duration: Option<String>,
-    /// Profile written by --for [default: memlens.<comm>.<pid>.<n>.pb.gz]
+    /// Profile written by --for [default: memlens.COMM.PID.N.pb.gz]
     #[arg(short = 'o', long, value_name = "FILE", requires = "duration")]
     pub output: Option<PathBuf>,
 }

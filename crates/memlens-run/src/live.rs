@@ -16,10 +16,10 @@ pub struct LiveArgs {
     /// Start sampling when resident memory grows by SIZE within DURATION, e.g. 200M/10s (starts inactive)
     #[arg(long, value_name = "SIZE/DURATION")]
     pub start_on_growth: Option<String>,
-    /// With --start-on-growth: after sampling this long, write <stem>.growth.pb.gz and stop sampling
+    /// With --start-on-growth: after sampling this long, write STEM.growth.pb.gz and stop sampling
     #[arg(long, value_name = "DURATION", requires = "start_on_growth")]
     pub profile_for: Option<String>,
-    /// While the program runs, write a numbered profile <stem>.<n>.pb.gz every DURATION
+    /// While the program runs, write a numbered profile STEM.N.pb.gz every DURATION
     #[arg(long, value_name = "DURATION")]
     pub dump_every: Option<String>,
 }

@@ -29,7 +29,7 @@ pub struct RunArgs {
     /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub unwinder: Option<String>,
-    /// Profile of the main process [default: memlens.<cmd>.<pid>.pb.gz]; other processes go beside it
+    /// Profile of the main process [default: memlens.CMD.PID.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also keep the runtime's raw dumps in DIR (format: runtime/README.md)

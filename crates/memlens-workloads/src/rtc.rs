@@ -47,7 +47,7 @@ pub struct RtcArgs {
     /// Worker threads (default: one per CPU)
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Paired mode: configurations to alternate with off (m<BYTES> memlens, j<LG> jemalloc)
+    /// Paired mode: configurations to alternate with off (mBYTES memlens, jLG jemalloc)
     #[arg(long, value_name = "LIST")]
     pub paired: Option<String>,
     /// Paired mode: block length in milliseconds
