@@ -31,18 +31,25 @@ static __attribute__((noinline)) void walk(unsigned bits, int depth)
     __asm__ volatile("");
 }
 
-static long threads(void)
+
+/* The number after `key` in a /proc/self file of "Key: value" lines, or -1. */
+static long proc_value(const char *file, const char *key)
 {
-    FILE *f = fopen("/proc/self/status", "r");
+    FILE *f = fopen(file, "r");
     char line[256];
-    long n = -1;
+    long v = -1;
+    size_t n = strlen(key);
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %ld", &n) == 1)
+        if (!strncmp(line, key, n) && sscanf(line + n, " %ld", &v) == 1)
             break;
     if (f)
         fclose(f);
-    return n;
+    return v;
 }
+
+static long threads(void) { return proc_value("/proc/self/status", "Threads:"); }
+
+static long private_dirty_kib(void) { return proc_value("/proc/self/smaps_rollup", "Private_Dirty:"); }
 
 static int child_threads(void)
 {
@@ -61,18 +68,6 @@ static int child_threads(void)
     return 0;
 }
 
-static long private_dirty_kib(void)
-{
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Private_Dirty: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
 
 int main(int argc, char **argv)
 {

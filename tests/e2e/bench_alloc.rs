@@ -4,14 +4,7 @@ use crate::util::{assert_ok, compile, memlens, root, stderr, stdout, TestCommand
 use std::path::PathBuf;
 use std::process::Command;
 
-const PATTERNS: &[&str] = &[
-    "split",
-    "pairs",
-    "batch-lifo",
-    "batch-fifo",
-    "cross",
-    "larson",
-];
+use memlens_bench_alloc::ALL_PATTERNS as PATTERNS;
 
 /// (name, preloaded library or None for glibc) of every allocator `--list` reports as available.
 fn available() -> Vec<(String, Option<PathBuf>)> {

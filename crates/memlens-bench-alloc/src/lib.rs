@@ -104,7 +104,8 @@ pub struct AllocOptions {
     pub list: bool,
 }
 
-const ALL_PATTERNS: &[&str] = &[
+/// Every allocation pattern `bench alloc` knows, in the order it runs them.
+pub const ALL_PATTERNS: &[&str] = &[
     "split",
     "pairs",
     "batch-lifo",
