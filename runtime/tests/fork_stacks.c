@@ -4,7 +4,8 @@
  *   fork_stacks path     the child looks for `true` along a PATH of 50 missing directories with
  *                        execve, as shells and language runtimes do, then runs it
  *   fork_stacks threads  the child counts its threads right after fork, after 300 ms without
- *                        allocating, and after allocating 8 MiB ("child_threads A B C") */
+ *                        allocating, and after allocating 8 MiB ("child_threads A B C")
+ *   fork_stacks idle     the child prints "child PID" and sleeps 3 s without allocating */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,15 @@ int main(int argc, char **argv)
     pid_t p = fork();
     if (p == 0 && argc > 1 && !strcmp(argv[1], "threads"))
         _exit(child_threads());
+    if (p == 0 && argc > 1 && !strcmp(argv[1], "idle")) {
+        char line[32];
+        int n = snprintf(line, sizeof line, "child %d\n", (int)getpid());
+        if (write(1, line, (size_t)n) != n)
+            _exit(1);
+        struct timespec d = {3, 0};
+        nanosleep(&d, NULL);
+        _exit(0);
+    }
     if (p == 0) {
         if (cow) {
             printf("child_dirty_kib %ld\n", private_dirty_kib());

@@ -604,6 +604,47 @@ fn fork_child_starts_its_control_thread_only_once_it_lives() {
     assert_eq!(n[2], 2, "the living child has no control thread: {line}");
 }
 
+/// 4. ... and `memlens ctl` on a fork child that has no channel (yet) says so, rather than that
+///    the process does not run under memlens.
+#[test]
+fn ctl_on_a_fork_child_without_a_channel_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = prog(tmp.path(), "fork_stacks");
+    let ctl = tmp.path().join("ctl");
+    std::fs::create_dir(&ctl).unwrap();
+    std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut run = memlens_run(
+        tmp.path(),
+        &tmp.path().join("idle.pb.gz"),
+        &[],
+        &[p.to_str().unwrap(), "idle"],
+    )
+    .env("MEMLENS_CTL_DIR", &ctl)
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let child = line
+        .trim()
+        .strip_prefix("child ")
+        .unwrap_or_else(|| panic!("{line}"));
+    std::thread::sleep(Duration::from_millis(400));
+    let o = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["ctl", child, "status"])
+        .error(1);
+    assert!(
+        stderr(&o).contains("runs the memlens runtime but has no control socket"),
+        "{}",
+        stderr(&o)
+    );
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(run.wait().unwrap().success(), "{rest}");
+}
+
 /// 5. Two containers (pid namespaces) sharing the socket directory, whose programs have the same
 ///    pid, each keep their own control socket, and both can be controlled from outside.
 #[test]

@@ -276,6 +276,14 @@ impl ProcStatus {
     }
 }
 
+/// Is the memlens runtime mapped into `pid` (preloaded from its file, or attached from a memfd)?
+fn runtime_loaded(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.ends_with("/libmemlens.so") || l.contains("/memfd:memlens"))
+    })
+}
+
 impl Target {
     /// Check the process exists and is ours (or we are root), and locate its socket.
     pub fn find(pid: i32) -> Result<Target> {
@@ -342,6 +350,14 @@ impl Target {
     fn connect(&self) -> Result<UnixStream> {
         match UnixStream::connect(&self.sock) {
             Ok(s) => Ok(s),
+            Err(e) if e.kind() == ErrorKind::NotFound && runtime_loaded(self.pid) => bail!(
+                "process {} ({}) runs the memlens runtime but has no control socket {}: a forked child \
+                 opens its own once it has lived 200 ms and allocates (or the program closed the runtime's \
+                 descriptor); try again when it is busy",
+                self.pid,
+                self.comm,
+                self.sock.display()
+            ),
             Err(e) if e.kind() == ErrorKind::NotFound => bail!(
                 "process {} ({}) is not running under memlens (no control socket {}); start it with `memlens run`",
                 self.pid,
