@@ -307,6 +307,12 @@ impl CounterSet {
             let _ = g.reset();
             let _ = g.enable();
         }
+        // A member enabled through its group's (dummy) leader from inside the running thread starts
+        // counting only at the thread's next schedule-in: task-clock read 0 over whole regions on
+        // this kernel (6.18) until something switched us out. Give the CPU up once, now.
+        if !self.groups.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Stop counting and read every event.

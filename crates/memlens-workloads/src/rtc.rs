@@ -92,9 +92,6 @@ fn open_tick_counters(events: [&str; 2]) -> std::result::Result<CounterSet, Stri
         return Err(format!("{n}: {why}"));
     }
     set.start();
-    // Enabled from inside the running thread, an event may count only from the thread's next
-    // schedule-in (task-clock read 0 for a whole 5 ms block otherwise): give the CPU up once.
-    std::thread::sleep(std::time::Duration::from_millis(1));
     if !set.read_raw(&mut [0u64; 2]) {
         return Err("reading the counters failed".into());
     }
