@@ -424,13 +424,14 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
     r.truth
         .iter()
         .map(|t| {
+            // Skip the frames every top stack shares (the allocator's own), or all five rows read
+            // the same four frames.
+            let skip = t.common_frames();
             let rows = t
                 .top
                 .iter()
                 .map(|s| {
-                    let frames: Vec<String> =
-                        s.stack.split(" ← ").take(4).map(short_name).collect();
-                    let mut st = frames.join(" ← ");
+                    let mut st = s.short(skip);
                     if st.chars().count() > 90 {
                         st = st.chars().take(89).collect::<String>() + "…";
                     }
