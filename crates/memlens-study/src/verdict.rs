@@ -249,7 +249,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 "64K vs 2M ({u}) on {w}: {}% vs {}%; difference {} points — {}",
                 est(a).show(),
                 est(b).show(),
-                d.map_or("-".into(), |d| d.show()),
+                d.map_or("-".into(), |d| d.show_ci()),
                 tie_word(d)
             ));
         }
@@ -262,7 +262,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                     format_size(i),
                     est(m).show(),
                     est(j).show(),
-                    d.map_or("-".into(), |d| d.show()),
+                    d.map_or("-".into(), |d| d.show_ci()),
                     tie_word(d)
                 ));
             }
@@ -279,7 +279,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 u0.unwrap_or(""),
                 est(a).show(),
                 est(b).show(),
-                d.map_or("-".into(), |d| d.show()),
+                d.map_or("-".into(), |d| d.show_ci()),
                 PUBLISHED_512K.1,
                 PUBLISHED_512K.0
             ));
