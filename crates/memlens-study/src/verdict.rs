@@ -518,41 +518,8 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
         output::write_json(p, r)?;
     }
     if let Some(p) = &out.csv {
-        let head = [
-            "workload",
-            "config",
-            "interval_bytes",
-            "unwinder",
-            "paired",
-            "overhead_pct",
-            "ci_low_pct",
-            "ci_high_pct",
-            "coverage_pct",
-            "direct_cost_pct",
-            "indirect_cost_pct",
-        ];
-        let rows: Vec<Vec<String>> = r
-            .rows
-            .iter()
-            .map(|x| {
-                vec![
-                    x.workload.clone(),
-                    x.config.clone(),
-                    x.interval_bytes.map_or(String::new(), |v| v.to_string()),
-                    x.unwinder.clone().unwrap_or_default(),
-                    x.paired.to_string(),
-                    format!("{:.3}", x.overhead_pct),
-                    format!("{:.3}", x.ci_low_pct),
-                    format!("{:.3}", x.ci_high_pct),
-                    x.coverage_pct.map_or(String::new(), |v| format!("{v:.3}")),
-                    x.direct_cost_pct
-                        .map_or(String::new(), |v| format!("{v:.3}")),
-                    x.indirect_cost_pct
-                        .map_or(String::new(), |v| format!("{v:.3}")),
-                ]
-            })
-            .collect();
-        output::write_csv(p, &head, &rows)?;
+        let rows: Vec<CsvRow> = r.rows.iter().map(CsvRow::of).collect();
+        output::write_csv_rows(p, &rows)?;
     }
     if let Some(p) = &out.html {
         let mut page = doc.clone();
@@ -561,6 +528,42 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
         output::write_text(p, &page.to_html())?;
     }
     Ok(())
+}
+
+/// One CSV line per configuration: the JSON contract's fields, flat (an empty cell is not
+/// measured or does not apply), percentages to three decimals.
+#[derive(serde::Serialize)]
+struct CsvRow<'a> {
+    workload: &'a str,
+    config: &'a str,
+    interval_bytes: Option<u64>,
+    unwinder: Option<&'a str>,
+    paired: bool,
+    overhead_pct: f64,
+    ci_low_pct: f64,
+    ci_high_pct: f64,
+    coverage_pct: Option<f64>,
+    direct_cost_pct: Option<f64>,
+    indirect_cost_pct: Option<f64>,
+}
+
+impl<'a> CsvRow<'a> {
+    fn of(x: &'a Row) -> CsvRow<'a> {
+        let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
+        CsvRow {
+            workload: &x.workload,
+            config: &x.config,
+            interval_bytes: x.interval_bytes,
+            unwinder: x.unwinder.as_deref(),
+            paired: x.paired,
+            overhead_pct: r3(x.overhead_pct),
+            ci_low_pct: r3(x.ci_low_pct),
+            ci_high_pct: r3(x.ci_high_pct),
+            coverage_pct: x.coverage_pct.map(r3),
+            direct_cost_pct: x.direct_cost_pct.map(r3),
+            indirect_cost_pct: x.indirect_cost_pct.map(r3),
+        }
+    }
 }
 
 #[cfg(test)]
