@@ -133,11 +133,11 @@ static int lock_patching(void)
  * allocation side must not go in, or a module we could not patch might free a sampled block. */
 static int patch_all(int alloc)
 {
-    if (ml_got_apply(ML_GOT_FREE) < 0)
-        return -1;
-    if (alloc && ml_got_apply(ML_GOT_ALLOC) < 0)
-        return -1;
-    return 0;
+    int e = ml_got_apply(ML_GOT_FREE) < 0 || (alloc && ml_got_apply(ML_GOT_ALLOC) < 0) ? -1 : 0;
+    if (ml_got_retry())
+        seen_adds = 0; /* a module was left out (loaded or unloaded meanwhile): the watcher's next
+                        * tick passes again */
+    return e;
 }
 
 /* main() called pthread_exit: the process must be able to end once the program's threads do, so
@@ -184,8 +184,6 @@ static void *watch(void *arg)
             atomic_store(&hooked, 0);
             ml_fail("attach: cannot patch a newly loaded module (RELRO page stays read-only)");
         }
-        if (ml_got_retry())
-            seen_adds = 0; /* a module was left out: look again at the next tick */
         atomic_store(&patching, 0);
     }
     return NULL;
@@ -256,8 +254,6 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
         } else {
             atomic_store(&hooked, 1);
         }
-        if (ml_got_retry())
-            seen_adds = 0; /* the watcher's first tick passes again */
         atomic_store(&patching, 0);
     }
     if (!why && start_watcher() != 0) {
@@ -296,8 +292,6 @@ static void do_attach(const char *arg, char *out, size_t cap)
         while (!lock_patching())
             sched_yield();
         int e = patch_all(1);
-        if (ml_got_retry())
-            seen_adds = 0;
         atomic_store(&patching, 0);
         if (e != 0) {
             ml_got_apply(ML_GOT_UNHOOK);
