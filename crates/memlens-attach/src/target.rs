@@ -50,7 +50,7 @@ impl Process {
     pub fn has_runtime(&self) -> bool {
         self.maps
             .iter()
-            .any(|m| m.path.contains("memfd:memlens") || m.path.ends_with("/libmemlens.so"))
+            .any(|m| memlens_run::is_runtime_path(&m.path))
     }
 
     /// Executable spans of the modules whose path satisfies `f`.

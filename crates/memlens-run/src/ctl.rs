@@ -276,12 +276,16 @@ impl ProcStatus {
     }
 }
 
-/// Is the memlens runtime mapped into `pid` (preloaded from its file, or attached from a memfd)?
+/// Is this mapping (a `/proc/PID/maps` path, or the whole line) the memlens runtime — preloaded
+/// from its file, or attached from a memfd?
+pub fn is_runtime_path(path: &str) -> bool {
+    path.contains("memfd:memlens") || path.ends_with("/libmemlens.so")
+}
+
+/// Is the memlens runtime mapped into `pid`?
 fn runtime_loaded(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.ends_with("/libmemlens.so") || l.contains("/memfd:memlens"))
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.lines().any(is_runtime_path))
 }
 
 impl Target {

@@ -11,7 +11,7 @@ mod live;
 mod run;
 mod watcher;
 
-pub use ctl::{default_dump_name, run_ctl, CtlArgs, ProcStatus, Reply, Target};
+pub use ctl::{default_dump_name, is_runtime_path, run_ctl, CtlArgs, ProcStatus, Reply, Target};
 pub use live::{LiveArgs, LivePlan};
 pub use run::{run_run, RunArgs, ServeHook, SERVE_HOOK};
 pub use watcher::{rss_bytes, Watcher};
