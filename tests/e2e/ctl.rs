@@ -75,17 +75,8 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            std::fs::write(self.dir.join("stop"), "").ok();
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            c.kill().ok();
-            c.wait().ok();
+        if let Some(c) = self.child.take() {
+            stop_via_file(c, &self.dir);
         }
     }
 }

@@ -187,3 +187,18 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// End a test program that leaves when `DIR/stop` appears (runtime/tests/ctl_leaker.c and its
+/// kind): create the file, wait up to 10 s, then kill it.
+pub fn stop_via_file(mut c: std::process::Child, dir: &Path) {
+    std::fs::write(dir.join("stop"), "").ok();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(10) {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    c.kill().ok();
+    c.wait().ok();
+}
