@@ -577,16 +577,10 @@ fn windows(w: &Workload, s: &Settings, u: &str, tmp: &Path) -> Result<Vec<Vec<Pa
             ("MEMLENS_OUT".into(), prefix.display().to_string()),
         ];
         spawn(&a, &env, &format!("profile window {u} {r}"))?;
-        let stem = format!("win-{u}-{k}.");
-        let mut d: Vec<PathBuf> = std::fs::read_dir(tmp)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&stem))
-                    && p.extension().is_some_and(|e| e == "raw")
-            })
+        let d: Vec<PathBuf> = memlens_target::raw_dumps(&prefix)?
+            .into_iter()
+            .map(|d| d.path)
             .collect();
-        d.sort();
         if d.is_empty() {
             bail!("the profile window {u} {r} wrote no dump");
         }

@@ -156,28 +156,11 @@ const SCRUB: [&str; 8] = [
     "MEMLENS_OUT",
 ];
 
-/// Raw dumps written under `prefix` (one per process of the run).
+/// Raw dumps written under `prefix` (`<prefix>.<pid>.<seq>.raw`, one per process of the run).
 fn dumps(prefix: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(stem)) = (prefix.parent(), prefix.file_name()) else {
-        return vec![];
-    };
-    let stem = format!("{}.", stem.to_string_lossy());
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    let n = p
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    n.starts_with(&stem) && n.ends_with(".raw")
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    memlens_target::raw_dumps(prefix)
+        .map(|d| d.into_iter().map(|d| d.path).collect())
+        .unwrap_or_default()
 }
 
 fn last_line(s: &str) -> &str {
