@@ -95,7 +95,7 @@ pub struct StudyArgs {
     pub block_ms: u64,
     /// Paired: time limit of the whole study in seconds; after the first rounds, further rounds
     /// of the configurations whose 95% CI is still wider than its target (--ci-target) run while
-    /// they fit; 0 = the first rounds only [default: 280; --quick: 0]
+    /// they fit; 0 = the first rounds only [default: 270; --quick: 0]
     #[arg(long, value_name = "S")]
     pub max_time: Option<f64>,
     /// Paired: half width of the 95% CI to aim for, points: synthetic loop, pipeline, service

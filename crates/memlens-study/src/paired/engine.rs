@@ -369,6 +369,9 @@ pub struct Results {
     pub counts_off: Vec<(String, stats::CountSplit)>,
     /// Processes run beyond the first ones, to narrow intervals.
     pub extra_processes: u32,
+    /// Wall time of the first processes and the profile windows, s (the rest of `seconds` went
+    /// to the further processes and the report).
+    pub first_seconds: f64,
     /// What was left out, and why.
     pub notes: Vec<String>,
     /// A/A comparisons between placebos and how many were called resolved (with `--placebos` > 1).
@@ -424,7 +427,9 @@ fn groups(g: &[(u64, stats::Paired)], f: fn(&stats::Paired) -> &Vec<f64>) -> Vec
 
 impl Cell {
     /// Configurations (indices into `confs`) whose 95% interval is wider than the target, with
-    /// the rounds each needs.
+    /// the rounds each needs — in one further process at most as many as it has so far: what
+    /// differs between processes narrows only with more processes, so the rounds are spread
+    /// over processes of balanced size (the next pass adds another).
     fn missing(&self, pool: &Pool) -> Vec<(usize, u32)> {
         self.confs
             .iter()
@@ -433,7 +438,7 @@ impl Cell {
             .filter_map(|(j, k)| {
                 let g = pool.get(&(self.w, k.clone()))?;
                 let e = estimate_groups(&groups(g, |p| &p.overhead))?;
-                let n = stats::rounds_needed(&e, self.target);
+                let n = stats::rounds_needed(&e, self.target).min(e.n.max(8) as u32);
                 (n > 0).then_some((j, n))
             })
             .collect()
@@ -798,13 +803,14 @@ pub fn run(s: Settings) -> Result<Results> {
         }
     }
     progress.finish();
+    let first_seconds = t0.elapsed().as_secs_f64();
     // Narrow what is still too wide, while the time limit allows (2 s kept for the report).
     let mut extra = 0u32;
     // Blocks last longer than planned by the switch itself (jemalloc's prof.reset) and the
     // scheduler's wake-up: `slow` (actual / planned wall time of the processes run so far, at
     // least 1.1) scales the plan so the limit holds.
     let mut slow = 1.1f64;
-    for pass in 1..=6u64 {
+    for pass in 1..=12u64 {
         let left = (s.max_seconds - t0.elapsed().as_secs_f64() - 2.0) / slow;
         let needs: Vec<Need> = cells
             .iter()
@@ -883,6 +889,7 @@ pub fn run(s: Settings) -> Result<Results> {
         counter_events,
         counts_off,
         extra_processes: extra,
+        first_seconds,
         notes,
         seconds: t0.elapsed().as_secs_f64(),
     })

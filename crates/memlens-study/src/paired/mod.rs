@@ -25,7 +25,7 @@ pub(crate) use verdict::emit;
 // 3 pipeline workloads × (2 unwinders + jemalloc) = 12 cells, each in 2 processes of 20 rounds ×
 // (2 × 8 + 1) blocks (7 intervals and the placebo) × 10 ms ≈ 3.4 s → ~85 s, plus 2 × 8 profile
 // windows of the pipeline (~15 s); redis under redis-benchmark: 2 servers × 8 rounds × 15 runs of
-// ~0.1 s plus warm-up and windows ≈ 45 s; the rest of --max-time (280 s) goes to further rounds of
+// ~0.1 s plus warm-up and windows ≈ 45 s; the rest of --max-time (270 s) goes to further rounds of
 // the configurations still wider than their target. 10 ms rather than 20 ms blocks: a round takes
 // half the time and was about as informative on this 2-core VM (fp 64K, 50 rounds: ±1.5–3.9
 // points at 10 ms vs ±1.1–3.6 at 20 ms), with the same overhead (docs/study.md).
@@ -275,7 +275,7 @@ pub(crate) fn settings(a: &StudyArgs) -> Result<Settings> {
     }
     let rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 40 });
     let service_rounds = a.rounds.unwrap_or(if a.quick { 4 } else { 16 });
-    let max_seconds = a.max_time.unwrap_or(if a.quick { 0.0 } else { 280.0 });
+    let max_seconds = a.max_time.unwrap_or(if a.quick { 0.0 } else { 270.0 });
     if !(0.0..=86_400.0).contains(&max_seconds) {
         return Err(usage(
             "--max-time is a number of seconds between 0 and 86400",

@@ -204,6 +204,8 @@ pub struct Aa {
     pub comparisons: u32,
     /// Called resolved (false resolutions: nothing differs between placebos).
     pub resolved: u32,
+    /// Whose 95% interval excludes 0 (what would be called resolved without the placebo's band).
+    pub excludes_zero: u32,
 }
 
 /// The A/A count of a study (None with one placebo per workload).
@@ -220,10 +222,12 @@ pub fn aa(rows: &[Row]) -> Option<Aa> {
         for (i, a) in extra.iter().enumerate() {
             out.comparisons += 1;
             out.resolved += u32::from(a.engine.resolved == Some(true));
+            out.excludes_zero += u32::from(a.overhead().beyond(0.0));
             for b in &extra[i + 1..] {
                 out.comparisons += 1;
                 let d = difference(a, b);
                 out.resolved += u32::from(matches!((d, band), (Some(d), Some(x)) if d.beyond(x)));
+                out.excludes_zero += u32::from(d.is_some_and(|d| d.beyond(0.0)));
             }
         }
     }
@@ -253,10 +257,11 @@ pub fn verdict(r: &Results) -> Vec<String> {
     }
     if let Some(a) = aa(&r.rows) {
         v.push(format!(
-            "A/A: {} of {} comparisons between placebos called resolved ({:.1}%)",
+            "A/A: {} of {} comparisons between placebos called resolved ({:.1}%); {} excluded 0 (the rate without the placebo's band)",
             a.resolved,
             a.comparisons,
-            a.resolved as f64 / a.comparisons as f64 * 100.0
+            a.resolved as f64 / a.comparisons as f64 * 100.0,
+            a.excludes_zero
         ));
     }
     let find = |w: &str, p: &str, u: Option<&str>, i: u64| {
@@ -302,7 +307,8 @@ pub fn verdict(r: &Results) -> Vec<String> {
         }
     }
     let synth = names.iter().find(|w| w.starts_with("synthetic"));
-    for rw in names.iter().filter(|w| !w.starts_with("synthetic")) {
+    // the realistic workloads: those judged for quality (redis, the pipeline in the LLC)
+    for rw in judged(r).iter().filter(|w| !w.starts_with("synthetic")) {
         let Some(sw) = synth else { break };
         if let (Some(a), Some(b)) = (
             find(rw, "memlens", u0, 512 << 10),
@@ -593,8 +599,8 @@ pub fn document(r: &Results) -> Document {
                 r.switch.pending_max
             ))
             .note(format!(
-                "study took {:.0} s ({} further processes); method: {DESIGN_DOC}",
-                r.seconds, r.extra_processes
+                "study took {:.0} s: {:.0} s the first processes and the profile windows, the rest {} further processes and the report; method: {DESIGN_DOC}",
+                r.seconds, r.first_seconds, r.extra_processes
             )),
     );
     doc
