@@ -33,6 +33,7 @@ static void child(void)
     atomic_store(&ml_cfg.exit_dumped, 0);
     ml_stacks_fork_child();
     ml_blocks_fork_child();
+    ml_sample_fork_child();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
     atomic_store(&ml_cfg.dropped_bytes, 0);
