@@ -1,12 +1,12 @@
 /* Lifetimes and live ages of sampled blocks: the clock they are measured with and the dump lines.
  *
  * A sampled block's header keeps its allocation tick (TSC). block.c puts its lifetime, when it is
- * freed, into a per-stack histogram of a few log buckets (factor 4 in ticks), weighted by the block's
+ * freed, into a per-stack histogram of decades (1 us ... 100 s, edges in ticks), weighted by the block's
  * unbiased bytes, so the CLI can tell sites whose blocks die young (temporaries) from those whose
  * blocks live long. While a block lives, its birth is part of a per-stack sum weighted the same way:
  * a dump turns that sum into the mean age of the stack's live bytes (old live bytes are suspected
  * leaks). A reallocation keeps the block's birth: a buffer that grows is one object to the program.
- * Ticks are converted to time by the CLI with the tick rate this file measures between the first
+ * Ages are converted to time by the CLI with the tick rate this file measures between the first
  * timed block and the dump. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -17,7 +17,9 @@
 
 _Atomic int ml_views_on = 1;
 static _Atomic uint64_t anchor_tsc;
-static uint64_t anchor_ns; /* CLOCK_MONOTONIC at anchor_tsc */
+static uint64_t anchor_ns;  /* CLOCK_MONOTONIC at anchor_tsc */
+static uint64_t hz_start;   /* ticks per second measured over 50 us when the anchor was set */
+_Atomic uint64_t ml_life_edges[ML_LIFE_BUCKETS - 1];
 static int dumped;         /* this process has written a dump (growth is measured from it) */
 
 static uint64_t mono_ns(void)
@@ -37,14 +39,36 @@ __attribute__((constructor(102))) static void views_config(void)
 /* Switch the views on or off at run time (the fast-path benchmark pairs the two in one process). */
 ML_EXPORT void memlens_views(int on) { atomic_store(&ml_views_on, !!on); }
 
+void ml_life_set_rate(uint64_t hz)
+{
+    double per_ns = (double)hz * 1e-9, ns = 1000.0;
+    for (int i = 0; i < ML_LIFE_BUCKETS - 1; i++, ns *= 10.0)
+        atomic_store_explicit(&ml_life_edges[i], (uint64_t)(ns * per_ns + 0.5), memory_order_relaxed);
+}
+
+/* The tick rate before there is a span to measure it on: 50 us of both clocks (both count while
+ * this thread is preempted, so a preemption costs time, not accuracy: within ~0.2 % here). */
+static uint64_t calibrate(void)
+{
+    uint64_t n0 = mono_ns(), t0 = __rdtsc(), n1, t1;
+    do {
+        n1 = mono_ns();
+        t1 = __rdtsc();
+    } while (n1 - n0 < 50000u);
+    return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(n1 - n0));
+}
+
 uint64_t ml_views_anchor(void)
 {
     uint64_t a = atomic_load_explicit(&anchor_tsc, memory_order_acquire);
     if (likely(a))
         return a;
+    uint64_t hz = calibrate();
     uint64_t ns = mono_ns(), t = __rdtsc();
     uint64_t zero = 0;
-    anchor_ns = ns; /* racing initialisers write nearly the same value */
+    hz_start = hz; /* racing initialisers write nearly the same values */
+    ml_life_set_rate(hz);
+    anchor_ns = ns;
     if (atomic_compare_exchange_strong(&anchor_tsc, &zero, t ? t : 1))
         return t ? t : 1;
     return zero;
@@ -67,10 +91,11 @@ uint64_t ml_views_tsc_hz_rough(void)
 {
     uint64_t a = ml_views_anchor();
     uint64_t ns = mono_ns(), t = __rdtsc();
-    if (ns - anchor_ns < 1000000u)
-        return 1000000000u;
+    if (ns - anchor_ns < 20000000u)
+        return hz_start;
     return (uint64_t)((double)(t - a) * 1e9 / (double)(ns - anchor_ns));
 }
+
 
 uint64_t ml_tick_ns(uint64_t tick)
 {
@@ -127,7 +152,7 @@ void ml_views_write(struct ml_out *o)
     /* Without a sample there is no tick to convert (and no reason to wait for a measurement). */
     int timed = atomic_load(&anchor_tsc) != 0;
     line(o, "tsc_hz", timed ? ml_views_tsc_hz() : 0);
-    line(o, "life_lg0", ML_LIFE_LG0);
+    line(o, "life_decades", 1); /* the life lines' buckets are decades of ns (views.h) */
     ml_peak_write(o, ml_blocks_dump_heap());
     ml_timeline_tick(__rdtsc(), ML_TL_DUMP);
     ml_timeline_write(o);

@@ -213,7 +213,7 @@ struct ml_stack {
     _Atomic uint64_t age_sum;                  /* sum of w_bytes * age units (views.h) of timed live blocks */
     _Atomic int64_t age_w;                     /* sum of their w_bytes */
     int64_t dumped_inuse;                      /* inuse_bytes at the previous dump (growth) */
-    _Atomic uint64_t life[16];                 /* w_bytes freed, by lifetime bucket (ML_LIFE_BUCKETS) */
+    _Atomic uint64_t life[10];                 /* w_bytes freed, by lifetime decade (ML_LIFE_BUCKETS) */
     /* a dump's scratch (dump lock held): what live blocks have not flushed yet (block.c) */
     int64_t d_alloc_fx, d_alloc_bytes, d_inuse_fx, d_inuse_bytes;
     uintptr_t pcs[];

@@ -157,6 +157,7 @@ void ml_timeline_tick(uint64_t now, int why)
         return;
     ml_tls.busy++; /* dlsym and the allocator's stats may allocate: straight to the real allocator */
     uint64_t hz = ml_views_tsc_hz_rough();
+    ml_life_set_rate(hz);
     struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
                         .in_use = -1, .footprint = -1};
     if (why == ML_TL_DUMP)

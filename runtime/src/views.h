@@ -7,8 +7,10 @@
 
 #pragma GCC visibility push(hidden)
 
-#define ML_LIFE_BUCKETS 16
-#define ML_LIFE_LG0 12 /* bucket 0: < 2^12 ticks; bucket k: [2^(10+2k), 2^(12+2k)); the last is open */
+/* Lifetime buckets are decades of time: bucket 0 is < 1 us, bucket k is [10^(k-1), 10^k) us, the
+ * last (>= 100 s) is open. Decades, not powers of two of ticks: a report's "freed within 1 ms" and
+ * "median 100 ms-1 s" are then what was measured, with nothing spread across buckets. */
+#define ML_LIFE_BUCKETS 10
 #define ML_AGE_SHIFT 20 /* live ages are summed in units of 2^20 ticks (~0.3 ms) */
 
 /* Off (MEMLENS_VIEWS=0, or memlens_views(0)): sampled blocks carry no time and nothing below runs. */
@@ -29,14 +31,19 @@ static inline uint64_t ml_age_units(uint64_t t, uint64_t anchor)
 {
     return (t > anchor ? (t - anchor) >> ML_AGE_SHIFT : 0) + 1;
 }
-/* The lifetime bucket of a block that lived `ticks`. */
+/* The bucket edges in ticks (1 us ... 100 s), from the tick rate: calibrated for 50 us when the
+ * anchor is set, then measured again over the whole span since it at every timeline point. */
+extern _Atomic uint64_t ml_life_edges[ML_LIFE_BUCKETS - 1];
+/* The lifetime bucket of a block that lived `ticks`: how many edges it reached. */
 static inline unsigned ml_life_bucket(uint64_t ticks)
 {
-    if (ticks < (1u << ML_LIFE_LG0))
-        return 0;
-    unsigned k = (unsigned)(63 - __builtin_clzll(ticks) - (ML_LIFE_LG0 - 2)) >> 1;
-    return k < ML_LIFE_BUCKETS ? k : ML_LIFE_BUCKETS - 1;
+    unsigned k = 0;
+    for (int i = 0; i < ML_LIFE_BUCKETS - 1; i++)
+        k += ticks >= atomic_load_explicit(&ml_life_edges[i], memory_order_relaxed);
+    return k;
 }
+/* Set the edges for a tick rate (timeline.c, every point, with the rate measured since the anchor). */
+void ml_life_set_rate(uint64_t hz);
 /* The `life` line that follows each `stack` line of a dump. */
 void ml_views_write_stack(struct ml_out *o, struct ml_stack *r);
 /* The `view` and `tl` lines, written just before a dump's `end`. */
