@@ -2,7 +2,7 @@
  *
  * Every sampled block adds its unbiased bytes to one counter while it lives (block.c, with the range
  * lock held), so the counter is an unbiased estimate of the whole live heap. When it passes the last
- * snapshot by a margin (1/32 of it, at least 4 intervals), each stack's live counters are copied into
+ * snapshot by a margin (1/32 of it, at least R/4), each stack's live counters are copied into
  * its peak columns: the dump then carries the set that was live at the (estimated) peak. The margin
  * bounds the number of snapshots to a few per doubling of the heap, and the copy walks the dense
  * stack list, not the hash table. Under the lock nothing else changes the live counters, so the set
@@ -32,9 +32,10 @@ static ML_NOINLINE void snapshot(int64_t h)
 {
     ml_stacks_each_listed(copy_peak, NULL);
     uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
+    /* A heap of a few intervals has its peak set within R/4 of its maximum, a big one within 3%. */
     int64_t margin = h >> 5;
-    if (margin < (int64_t)(4 * R))
-        margin = (int64_t)(4 * R);
+    if (margin < (int64_t)(R / 4))
+        margin = (int64_t)(R / 4);
     next_snap = h + margin;
     atomic_store_explicit(&snap_heap, (uint64_t)h, memory_order_relaxed);
     atomic_store_explicit(&snap_ns, ml_now_ns(), memory_order_relaxed);
