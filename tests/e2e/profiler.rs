@@ -1021,3 +1021,27 @@ fn frame_pointer_build_has_no_truncated_stacks() {
         "{outermost:?}"
     );
 }
+
+#[test]
+fn realloc_growth_benchmark_runs() {
+    // The realloc-growth benchmark (runtime/bench/realloc_growth.sh) on a small loop: it prints the
+    // ratio of CPU times with its interval. The figure itself is measured by the command, not here.
+    let lib = std::fs::read_dir(root().join("target/release/build"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("out/libmemlens.so"))
+        .filter(|p| p.exists())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .expect("libmemlens.so under target/release/build");
+    let out = Command::new("sh")
+        .arg(root().join("runtime/bench/realloc_growth.sh"))
+        .args([lib.to_str().unwrap(), "3", "inplace", "64", "20", "64"])
+        .ok_stdout();
+    let ratio = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ratio (runtime / bare, per pair): median "))
+        .unwrap_or_else(|| panic!("no ratio in:\n{out}"));
+    let median: f64 = ratio.split(',').next().unwrap().parse().unwrap();
+    assert!(median > 0.0, "{out}");
+    assert!(out.contains("95% interval ["), "{out}");
+}
