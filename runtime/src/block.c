@@ -45,6 +45,7 @@ static uint64_t nlive;
 static _Atomic uint32_t gen = 1; /* reallocations pending from an older generation (before a reset,
                                     or the parent's, in a fork child) are not counted */
 static int64_t dump_heap;        /* dump lock: the heap's share of what blocks have not flushed */
+static uint32_t dump_gen;        /* dump lock: this dump's mark on the stack records it adds to */
 
 /* Lock held: a plain read-modify-write (no bus lock) of a counter others only read. */
 static inline void add_i64(_Atomic int64_t *x, int64_t d)
@@ -373,15 +374,29 @@ void ml_blocks_fork_child(void)
 
 void ml_blocks_reset(void) { atomic_fetch_add(&gen, 1); }
 
-static void clear_dump(struct ml_stack *r, void *arg)
+/* The record's dump columns, zeroed on this dump's first use (a fork child writes no other record:
+ * its stack table stays shared with the parent's). */
+static struct ml_stack *dump_record(struct ml_stack *r)
 {
-    (void)arg;
-    r->d_alloc_fx = r->d_alloc_bytes = r->d_inuse_fx = r->d_inuse_bytes = 0;
+    if (r->d_gen != dump_gen) {
+        r->d_gen = dump_gen;
+        r->d_alloc_fx = r->d_alloc_bytes = r->d_inuse_fx = r->d_inuse_bytes = 0;
+    }
+    return r;
+}
+
+void ml_blocks_unflushed(const struct ml_stack *r, int64_t d[4])
+{
+    int mine = r->d_gen == dump_gen;
+    d[0] = mine ? r->d_alloc_fx : 0;
+    d[1] = mine ? r->d_alloc_bytes : 0;
+    d[2] = mine ? r->d_inuse_fx : 0;
+    d[3] = mine ? r->d_inuse_bytes : 0;
 }
 
 void ml_blocks_dump_begin(void)
 {
-    ml_stacks_each_listed(clear_dump, NULL);
+    dump_gen++;
     dump_heap = 0;
     /* A dump from a signal handler that interrupted this thread's accounting, or one that would wait
      * too long: the counts waiting in headers are left out of this dump (they stay for the next). */
@@ -396,7 +411,8 @@ void ml_blocks_dump_begin(void)
             live_weights(b, size, &fx, &by);
         int64_t dfx = (int64_t)fx - (int64_t)b->w_fx, dby = (int64_t)by - (int64_t)b->w_bytes;
         struct ml_stack *st = stack_of(b);
-        if (st) {
+        if (st && (dfx || dby || (b->gen == g && b->pend_objs))) {
+            dump_record(st);
             st->d_inuse_fx += dfx;
             st->d_inuse_bytes += dby;
             if (b->gen == g && b->pend_objs) {

@@ -104,13 +104,12 @@ static void write_stack(struct ml_stack *r, void *arg)
     struct ml_out *o = arg;
     int stale = ml_stack_stale(r); /* fork child: the parent's cumulative counts */
     uint64_t samples = stale ? 0 : atomic_load_explicit(&r->samples, memory_order_relaxed);
-    /* with what live blocks had not flushed yet (block.c, ml_blocks_dump_begin) */
-    uint64_t alloc_fx = (stale ? 0 : atomic_load_explicit(&r->alloc_fx, memory_order_relaxed)) +
-                        (uint64_t)r->d_alloc_fx;
-    uint64_t alloc_b = (stale ? 0 : atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed)) +
-                       (uint64_t)r->d_alloc_bytes;
-    int64_t inuse_fx = atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) + r->d_inuse_fx;
-    int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + r->d_inuse_bytes;
+    int64_t d[4]; /* with what live blocks had not flushed yet (block.c, ml_blocks_dump_begin) */
+    ml_blocks_unflushed(r, d);
+    uint64_t alloc_fx = (stale ? 0 : atomic_load_explicit(&r->alloc_fx, memory_order_relaxed)) + (uint64_t)d[0];
+    uint64_t alloc_b = (stale ? 0 : atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed)) + (uint64_t)d[1];
+    int64_t inuse_fx = atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) + d[2];
+    int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + d[3];
     if (!samples && !alloc_fx && !inuse_fx && !inuse_b)
         return; /* nothing since the last reset */
     dump_samples += samples;

@@ -110,7 +110,9 @@ void ml_views_fork_child(void) { dumped = 0; }
  * (block.c has added what live blocks had not flushed yet to the d_ columns) */
 void ml_views_write_stack(struct ml_out *o, struct ml_stack *r)
 {
-    int64_t inuse = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + r->d_inuse_bytes;
+    int64_t d[4];
+    ml_blocks_unflushed(r, d);
+    int64_t inuse = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + d[3];
     uint64_t sum = atomic_load_explicit(&r->age_sum, memory_order_relaxed);
     int64_t w = atomic_load_explicit(&r->age_w, memory_order_relaxed);
     uint64_t age = 0;

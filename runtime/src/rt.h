@@ -13,6 +13,7 @@
 #pragma GCC visibility push(hidden)
 
 struct ml_out;
+struct ml_stack;
 
 #define ML_EXPORT __attribute__((visibility("default")))
 #define ML_NOINLINE __attribute__((noinline))
@@ -166,9 +167,11 @@ void *ml_block_realloc(void *p, size_t n, uintptr_t ra);
 void ml_blocks_fork_child(void);
 /* ml_reset: reallocations pending before it are not counted */
 void ml_blocks_reset(void);
-/* Around a dump's stack lines (dump lock held): add what live blocks have not flushed yet to each
- * stack's dump columns (stack.d_*), and the heap estimate's share of it. */
+/* Before a dump's stack lines (dump lock held): what live blocks have not flushed yet, per stack
+ * (ml_blocks_unflushed: alloc_fx, alloc_bytes, inuse_fx, inuse_bytes to add), and the heap
+ * estimate's share of it. */
 void ml_blocks_dump_begin(void);
+void ml_blocks_unflushed(const struct ml_stack *r, int64_t d[4]);
 int64_t ml_blocks_dump_heap(void);
 
 /* sample.c */
@@ -214,8 +217,10 @@ struct ml_stack {
     _Atomic int64_t age_w;                     /* sum of their w_bytes */
     int64_t dumped_inuse;                      /* inuse_bytes at the previous dump (growth) */
     _Atomic uint64_t life[10];                 /* w_bytes freed, by lifetime decade (ML_LIFE_BUCKETS) */
-    /* a dump's scratch (dump lock held): what live blocks have not flushed yet (block.c) */
+    /* a dump's scratch (dump lock held): what live blocks have not flushed yet (block.c), valid
+     * when d_gen is the dump's: only the records a dump adds to are written */
     int64_t d_alloc_fx, d_alloc_bytes, d_inuse_fx, d_inuse_bytes;
+    uint32_t d_gen;
     uintptr_t pcs[];
 };
 int ml_stacks_init(void);
