@@ -991,7 +991,10 @@ fn frame_pointer_build_has_no_truncated_stacks() {
         r.meta.truncated, r.meta.samples
     );
     assert!(r.stacks.iter().all(|s| s.flags & 1 == 0));
-    let j = report_json(&dir.path().join("main.pb.gz"), "alloc_space");
+    let j = report_json(
+        &dir.path().join("main.pb.gz"),
+        &["--sample-index", "alloc_space"],
+    );
     let outermost = j["stacks"][0]["frames"]
         .as_array()
         .unwrap()
@@ -1008,13 +1011,7 @@ fn frame_pointer_build_has_no_truncated_stacks() {
 fn realloc_growth_benchmark_runs() {
     // The realloc-growth benchmark (runtime/bench/realloc_growth.sh) on a small loop: it prints the
     // ratio of CPU times with its interval. The figure itself is measured by the command, not here.
-    let lib = std::fs::read_dir(root().join("target/release/build"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("out/libmemlens.so"))
-        .filter(|p| p.exists())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .expect("libmemlens.so under target/release/build");
+    let lib = runtime_lib();
     let out = Command::new("sh")
         .arg(root().join("runtime/bench/realloc_growth.sh"))
         .args([lib.to_str().unwrap(), "3", "inplace", "64", "20", "64"])

@@ -377,7 +377,7 @@ fn assert_peak_follows(p: &Path, exact: f64, maxrss: Option<f64>, what: &str) {
 /// add every resize to the estimate (992 GiB for a 256 KiB buffer).
 #[test]
 fn realloc_growth_in_place_and_moving_follows_the_program() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/realloc_growth.c");
     let exe = compile(&src, dir.path(), "realloc_growth", &[]);
     let exe = exe.to_str().unwrap();
@@ -411,7 +411,7 @@ fn realloc_growth_in_place_and_moving_follows_the_program() {
 /// realloc. The program counts its own heap exactly (a counting global allocator).
 #[test]
 fn rust_vec_and_string_growth_follows_the_program() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let exe = dir.path().join("vec_growth");
     Command::new("rustc")
         .args(["-O", "-g", "-o"])
@@ -465,7 +465,7 @@ fn heaptrack_figures(dir: &Path, cmd: &[&str]) -> (f64, f64) {
 /// heaptrack (which traces every call) gives the exact peak.
 #[test]
 fn python_list_and_bytes_growth_follows_heaptrack() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let d = dir.path();
     let script = d.join("grow.py");
     std::fs::write(
@@ -486,7 +486,7 @@ fn python_list_and_bytes_growth_follows_heaptrack() {
         ])
         .ok_stdout();
     let cmd = [py.trim(), script.to_str().unwrap()];
-    let ht = tempfile::tempdir().unwrap();
+    let ht = test_dir();
     let (exact, _) = heaptrack_figures(ht.path(), &cmd);
     let (p, out) = profile(d, &[], &[], &cmd);
     let rss = printed_value(&out, "maxrss_kib") * 1024.0;
@@ -496,7 +496,7 @@ fn python_list_and_bytes_growth_follows_heaptrack() {
 /// A leak made right after sampling starts: its age is the run's, and it is a suspect.
 #[test]
 fn startup_leak_has_its_age_and_is_suspect() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/startup_leak.c");
     let exe = compile(&src, dir.path(), "startup_leak", &[]);
     let (p, _) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap(), "800"]);
@@ -522,7 +522,7 @@ fn startup_leak_has_its_age_and_is_suspect() {
 /// pprof -lines` and heaptrack show them), in the views and in the plain report.
 #[test]
 fn two_call_sites_in_one_function_are_two_rows() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/twosites.c");
     let exe = compile(&src, dir.path(), "twosites", &["-O0"]);
     let (p, out) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
@@ -564,7 +564,7 @@ fn two_call_sites_in_one_function_are_two_rows() {
 /// `go tool pprof` filters on is the upper bound of that decade.
 #[test]
 fn lifetimes_are_the_decades_measured() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/lifetimes.c");
     let exe = compile(&src, dir.path(), "lifetimes", &[]);
     let (p, _) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
@@ -599,7 +599,7 @@ fn timeline_names_the_allocator_loaded() {
         Path::new(mimalloc).exists(),
         "{mimalloc} missing: install libmimalloc2.0 (scripts/install-deps.sh)"
     );
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/views_sites.c");
     let exe = compile(&src, dir.path(), "views_sites", &[]);
     let (p, _) = profile(
