@@ -30,9 +30,8 @@
  * Lifetimes: a reallocation keeps the block's birth; a block that entered the range at a
  * reallocation is timed from there. */
 #define _GNU_SOURCE
-#include <math.h>
+#include <stddef.h>
 #include <string.h>
-#include <time.h>
 #include <x86intrin.h>
 
 #include "check.h"
@@ -286,20 +285,16 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n)
     return q;
 }
 
+/* The accounting fields of the header lie together, from w_fx up to the list links. */
+#define ACCT_FROM offsetof(struct ml_block, w_fx)
+#define ACCT_BYTES (offsetof(struct ml_block, prev) - ACCT_FROM)
+_Static_assert(offsetof(struct ml_block, gen) < offsetof(struct ml_block, prev), "accounting before the links");
+
 /* Lock held: nb takes b's place (accounting and list); b's memory is given back. */
 static void moved(struct ml_block *b, struct ml_block *nb)
 {
     nb->stack = b->stack;
-    nb->w_fx = b->w_fx;
-    nb->w_bytes = b->w_bytes;
-    nb->counted = b->counted;
-    nb->born = b->born;
-    nb->ra = b->ra;
-    nb->point = b->point;
-    nb->point_R = b->point_R;
-    nb->pend_bytes = b->pend_bytes;
-    nb->pend_objs = b->pend_objs;
-    nb->gen = b->gen;
+    memcpy((char *)nb + ACCT_FROM, (char *)b + ACCT_FROM, ACCT_BYTES);
     nb->prev = b->prev;
     nb->next = b->next;
     if (b->prev)
