@@ -35,6 +35,7 @@
 #include <x86intrin.h>
 
 #include "check.h"
+#include "cost.h"
 #include "views.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
@@ -221,6 +222,7 @@ void ml_sampled_free(void *p)
     struct ml_block *b = ml_block_of(p);
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
+    uint64_t c0 = ml_cost_begin();
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
@@ -235,6 +237,7 @@ void ml_sampled_free(void *p)
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     after(now, 0);
+    ml_cost_end(c0, 0, 1);
 }
 
 /* A reallocation from another call site: its stack, and the block's live bytes moved there. */

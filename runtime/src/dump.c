@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cost.h"
 #include "rt.h"
 #include "views.h"
 
@@ -158,6 +159,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
     line_u(o, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    ml_cost_write(o); /* cost_ns, cost_calls, cpu_ns: what profiling has cost so far (cost.c) */
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;
