@@ -260,6 +260,9 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "unwind_fallbacks" => m.unwind_fallbacks = num(v, key)?,
         "max_depth" => m.max_depth = num(v, key)?,
         "dropped_bytes" => m.dropped_bytes = num(v, key)?,
+        "cost_ns" => m.cost.sampled_ns = num(v, key)?,
+        "cost_calls" => m.cost.calls = num(v, key)?,
+        "cpu_ns" => m.cost.cpu_ns = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key
