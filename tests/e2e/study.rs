@@ -692,3 +692,125 @@ fn any_command_with_a_metric_regex() {
         .iter()
         .all(|r| r["metric"]["median"].as_f64() == Some(42.5)));
 }
+
+/// The runtime accounts its own cost: `memlens ctl PID status`, the profile's comments (as
+/// `go tool pprof` prints them) and `memlens serve`'s /metrics say what the sampled path has cost
+/// redis under redis-benchmark, with the process's CPU time beside it.
+#[test]
+fn the_runtime_accounts_its_own_cost() {
+    let dir = test_dir();
+    let ctl = ctl_dir(&dir);
+    let port = free_port().to_string();
+    let mut server = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["run", "--inactive", "-o"])
+        .arg(dir.join("r.pb.gz"))
+        .arg("--")
+        .args(redis_args(&port))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/install-deps.sh installs it)");
+    let mut pid = String::new();
+    wait_for("redis under memlens", 15, || {
+        let o = std::process::Command::new("pgrep")
+            .args(["-f", &format!("^redis-server.*{port}")])
+            .output()
+            .unwrap();
+        pid = stdout(&o).trim().to_string();
+        !pid.is_empty()
+            && memlens()
+                .env("MEMLENS_CTL_DIR", &ctl)
+                .args(["ctl", &pid, "start", "--interval", "64K"])
+                .out()
+                .status
+                .success()
+    });
+    let bench = std::process::Command::new("sh")
+        .args(["-c", &redis_load(&port)])
+        .ok();
+    assert!(
+        stdout(&bench).contains("requests per second"),
+        "{}",
+        stdout(&bench)
+    );
+    let st = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["ctl", &pid, "status"])
+        .ok_stdout();
+    let line = st
+        .lines()
+        .find(|l| l.trim_start().starts_with("profiler cost"))
+        .unwrap_or_else(|| panic!("no profiler cost in:\n{st}"));
+    // "profiler cost  0.000431 s CPU in its sampled path, 1.16% of the process's 0.037 s"
+    let num = |after: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        rest.trim_start()
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (secs, share, cpu) = (num("cost"), num("path,"), num("process's"));
+    assert!(
+        secs > 0.0 && share > 0.0 && share < 50.0 && cpu > secs,
+        "{line}"
+    );
+    assert!(st.contains("allocations while sampling"), "{st}");
+    let prof = dir.join("d.pb.gz");
+    memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["ctl", &pid, "dump", "-o"])
+        .arg(&prof)
+        .ok();
+    let raw = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&prof)
+        .env("PPROF_TMPDIR", dir.path())
+        .ok_stdout();
+    assert!(
+        raw.lines()
+            .any(|l| l.starts_with("Comment: memlens-cost: the profiler's sampled path took")),
+        "{raw}"
+    );
+    // memlens serve: the counters beside the process's CPU time
+    let sp = free_port().to_string();
+    let mut serve = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args([
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &format!("127.0.0.1:{sp}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut metrics = String::new();
+    wait_for("memlens serve's /metrics", 15, || {
+        let o = std::process::Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{sp}/metrics")])
+            .output()
+            .unwrap();
+        metrics = stdout(&o);
+        o.status.success()
+    });
+    serve.kill().ok();
+    serve.wait().ok();
+    for m in [
+        "memlens_profiler_cpu_nanoseconds_total{",
+        "memlens_process_cpu_nanoseconds_total{",
+    ] {
+        assert!(metrics.contains(m), "{m} missing:\n{metrics}");
+    }
+    std::process::Command::new("redis-cli")
+        .args(["-p", &port, "shutdown", "nosave"])
+        .output()
+        .ok();
+    wait_for("redis to end", 15, || {
+        matches!(server.try_wait(), Ok(Some(_)))
+    });
+}

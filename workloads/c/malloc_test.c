@@ -290,6 +290,9 @@ static void paired_main(const struct params *p, struct worker *ws) {
     }
     struct { uint64_t threads, pending, ns; } sw = {0, 0, 0};
     int (*last)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "memlens_last_switch");
+    /* The runtime's own account (struct memlens_cost: sampled_ns, calls, cpu_ns) around each block. */
+    int (*cost)(uint64_t *) = (int (*)(uint64_t *))dlsym(RTLD_DEFAULT, "memlens_cost");
+    uint64_t (*own)[2] = calloc((size_t)p->nblocks, sizeof *own), c0[3], c1[3];
     uint64_t sw_max = 0, pending_max = 0;
     for (long i = 0; i < p->nblocks; i++) {
         atomic_store(&cur_block, -1);
@@ -302,7 +305,10 @@ static void paired_main(const struct params *p, struct worker *ws) {
             pending_max = sw.pending > pending_max ? sw.pending : pending_max;
         }
         atomic_store(&cur_block, i);
+        int timed = cost && !cost(c0);
         sleep_ms(p->block_ms);
+        if (timed && !cost(c1))
+            own[i][0] = c1[0] - c0[0], own[i][1] = c1[2] - c0[2];
     }
     atomic_store(&cur_block, -1);
     apply(p, 0);
@@ -313,13 +319,17 @@ static void paired_main(const struct params *p, struct worker *ws) {
         uint64_t n = 0, c = 0;
         for (long t = 0; t < p->threads; t++)
             n += ws[t].mallocs[i], c += ws[t].cycles[i];
-        printf("block %ld %d %llu %llu\n", round[i], sched[i], (unsigned long long)n, (unsigned long long)c);
+        printf("block %ld %d %llu %llu", round[i], sched[i], (unsigned long long)n, (unsigned long long)c);
+        if (own[i][1])
+            printf(" own=%llu/%llu", (unsigned long long)own[i][0], (unsigned long long)own[i][1]);
+        printf("\n");
     }
     if (last)
         printf("switch %llu %llu %llu\n", (unsigned long long)sw.threads, (unsigned long long)pending_max,
                (unsigned long long)sw_max);
     free(sched);
     free(round);
+    free(own);
 }
 
 static int usage(void) {

@@ -152,6 +152,8 @@ pub fn parse_configs(list: &str) -> Result<Vec<Config>> {
 type StartFn = unsafe extern "C" fn() -> i32;
 type IntervalFn = unsafe extern "C" fn(usize) -> i32;
 type SamplesFn = unsafe extern "C" fn() -> u64;
+/// `memlens_cost(struct memlens_cost *)`: sampled_ns, calls, cpu_ns.
+type CostFn = unsafe extern "C" fn(*mut [u64; 3]) -> i32;
 type MallctlFn = unsafe extern "C" fn(
     *const libc::c_char,
     *mut libc::c_void,
@@ -175,6 +177,7 @@ pub struct Switch {
     reset: Option<StartFn>,
     interval: Option<IntervalFn>,
     samples: Option<SamplesFn>,
+    cost: Option<CostFn>,
     mallctl: Option<MallctlFn>,
 }
 
@@ -191,6 +194,7 @@ impl Switch {
                     .map(|p| std::mem::transmute::<_, IntervalFn>(p)),
                 samples: sym(c"memlens_thread_samples")
                     .map(|p| std::mem::transmute::<_, SamplesFn>(p)),
+                cost: sym(c"memlens_cost").map(|p| std::mem::transmute::<_, CostFn>(p)),
                 mallctl: sym(c"mallctl").map(|p| std::mem::transmute::<_, MallctlFn>(p)),
             }
         }
@@ -214,6 +218,15 @@ impl Switch {
     pub fn thread_samples(&self) -> u64 {
         // SAFETY: memlens_thread_samples takes no argument and only reads TLS.
         self.samples.map_or(0, |f| unsafe { f() })
+    }
+
+    /// The runtime's own account so far: (ns in its sampled path, the process's CPU ns); None
+    /// without a runtime that keeps it.
+    pub fn own_cost(&self) -> Option<(u64, u64)> {
+        let f = self.cost?;
+        let mut c = [0u64; 3];
+        // SAFETY: struct memlens_cost is three uint64_t, written through the pointer.
+        (unsafe { f(&mut c) } == 0).then_some((c[0], c[2]))
     }
 
     fn je_active(&self, on: bool) -> Result<()> {
