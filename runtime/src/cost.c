@@ -16,6 +16,14 @@
  * paired study measures as the rest of the total. The re-arming of the countdown (one draw per
  * sample) is not timed either: a few ns.
  *
+ * Waiting is not counted: the range lock is a spin lock that yields the CPU, and under load a
+ * yield can last milliseconds (counted, it made the account of two threads sampling at 64K read
+ * 30-70% of the CPU time in some blocks while the total overhead was 5%); range.c adds the wait to
+ * the thread's `cost_wait`, which both ends of a stretch subtract. A preemption inside a stretch
+ * (rarely: the sampled path is a few % of a thread's time) would add its milliseconds: a stretch
+ * counts at most ML_COST_CAP_NS (200 us, ten times a slow sample's unwinding and recording), so a
+ * preempted one over-counts by that much at most.
+ *
  * Ticks become nanoseconds as they are added, at one rate per process: the views' calibration
  * (lifetime.c) when the first is added. Converting the total at each reading instead would let
  * the rate's refinement change the whole past, and a difference of two readings (the study's
@@ -27,6 +35,8 @@
 
 #include "cost.h"
 #include "views.h"
+
+#define ML_COST_CAP_NS 200000u
 
 static struct {
     /* Threads that left the registry (exited), or never got into it (a full registry): their
@@ -68,15 +78,15 @@ __attribute__((constructor(103))) static void cost_setup(void)
 
 void ml_cost_end(uint64_t t0, uint64_t calls_fx, uint64_t times)
 {
-    uint64_t t1 = __rdtsc();
+    uint64_t t1 = __rdtsc() - ml_tls.cost_wait;
     uint64_t q = atomic_load_explicit(&cost.ns_per_tick_q32, memory_order_relaxed);
     if (unlikely(!q)) {
         uint64_t hz = ml_views_tsc_hz_rough();
         q = hz ? (uint64_t)(4294967296.0 * 1e9 / (double)hz) : 1; /* racing threads agree */
         atomic_store_explicit(&cost.ns_per_tick_q32, q, memory_order_relaxed);
     }
-    uint64_t ticks = (t1 > t0 ? t1 - t0 : 0) * times;
-    uint64_t ns = (uint64_t)(((unsigned __int128)ticks * q) >> 32);
+    uint64_t ns = (uint64_t)(((unsigned __int128)(t1 > t0 ? t1 - t0 : 0) * q) >> 32);
+    ns = (ns < ML_COST_CAP_NS ? ns : ML_COST_CAP_NS) * times;
     struct ml_thread *t = &ml_tls;
     if (likely(t->registered == ML_REG_YES)) {
         /* single 8-byte stores, so a reader summing the registry never sees a torn value */

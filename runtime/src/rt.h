@@ -43,6 +43,7 @@ struct ml_thread {
     /* cost.c: this thread's share of the runtime's own account (plain adds: no locked instruction
      * on the sampled path); summed over the registry when read, folded into a total at exit. */
     uint64_t cost_ns, cost_calls_fx;
+    uint64_t cost_wait; /* TSC ticks spent waiting for the range lock (range.c), not counted */
 };
 extern __thread struct ml_thread ml_tls;
 
