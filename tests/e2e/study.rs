@@ -370,6 +370,46 @@ fn redis_load(port: &str) -> String {
     format!("redis-benchmark -h 127.0.0.1 -p {port} -n 2000 -c 4 -P 16 -t set,get -r 1000 -d 64 -q")
 }
 
+/// A redis-server a test started (directly or under `memlens run`): shut down and reaped when the
+/// test ends, also when it fails.
+struct Redis {
+    child: std::process::Child,
+    port: String,
+}
+
+impl Redis {
+    fn start(mut cmd: std::process::Command, port: &str) -> Redis {
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/install-deps.sh installs it)");
+        Redis {
+            child,
+            port: port.to_string(),
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &self.port, "shutdown", "nosave"])
+            .output()
+            .ok();
+        let t0 = std::time::Instant::now();
+        while self.running() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
 fn redis_args(port: &str) -> Vec<String> {
     [
         "redis-server",
@@ -483,12 +523,8 @@ fn service_study_of_a_running_process_by_pid() {
             c.args(&args[1..]);
             c
         };
-        let mut server = cmd
-            .env("MEMLENS_CTL_DIR", &ctl)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/install-deps.sh installs it)");
+        cmd.env("MEMLENS_CTL_DIR", &ctl);
+        let mut server = Redis::start(cmd, &port);
         wait_for("redis to answer", 15, || {
             std::process::Command::new("redis-cli")
                 .args(["-p", &port, "ping"])
@@ -508,7 +544,7 @@ fn service_study_of_a_running_process_by_pid() {
             });
             p
         } else {
-            server.id().to_string()
+            server.child.id().to_string()
         };
         let j = dir.join("s.json");
         let o = memlens()
@@ -531,17 +567,7 @@ fn service_study_of_a_running_process_by_pid() {
             .args(["ctl", &pid, "status"])
             .ok_stdout();
         assert!(st.contains("inactive"), "left sampling: {st}");
-        assert!(
-            matches!(server.try_wait(), Ok(None)),
-            "the studied process ended"
-        );
-        std::process::Command::new("redis-cli")
-            .args(["-p", &port, "shutdown", "nosave"])
-            .output()
-            .ok();
-        wait_for("redis to end", 15, || {
-            matches!(server.try_wait(), Ok(Some(_)))
-        });
+        assert!(server.running(), "the studied process ended");
     }
 }
 
@@ -701,16 +727,13 @@ fn the_runtime_accounts_its_own_cost() {
     let dir = test_dir();
     let ctl = ctl_dir(&dir);
     let port = free_port().to_string();
-    let mut server = memlens()
-        .env("MEMLENS_CTL_DIR", &ctl)
+    let mut cmd = memlens();
+    cmd.env("MEMLENS_CTL_DIR", &ctl)
         .args(["run", "--inactive", "-o"])
         .arg(dir.join("r.pb.gz"))
         .arg("--")
-        .args(redis_args(&port))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/install-deps.sh installs it)");
+        .args(redis_args(&port));
+    let _server = Redis::start(cmd, &port);
     let mut pid = String::new();
     wait_for("redis under memlens", 15, || {
         let o = std::process::Command::new("pgrep")
@@ -806,11 +829,4 @@ fn the_runtime_accounts_its_own_cost() {
     ] {
         assert!(metrics.contains(m), "{m} missing:\n{metrics}");
     }
-    std::process::Command::new("redis-cli")
-        .args(["-p", &port, "shutdown", "nosave"])
-        .output()
-        .ok();
-    wait_for("redis to end", 15, || {
-        matches!(server.try_wait(), Ok(Some(_)))
-    });
 }

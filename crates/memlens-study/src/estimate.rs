@@ -6,6 +6,11 @@
 //! covered by resampling the rounds of one. So the bootstrap is hierarchical: each resample draws
 //! the processes with replacement, then the rounds of each drawn process with replacement, and
 //! takes the median of what it drew. With one process it is the plain bootstrap over rounds.
+//!
+//! With few processes that still understates what differs between them (a resample of two
+//! processes can only reproduce their spread, never a third's), so the interval is widened where
+//! needed to the random-effects one: the pooled median ± t(G−1) × SD of the processes' medians /
+//! √G, Student's t for G processes (12.7 for two, 4.3 for three, 2.6 for six).
 use serde::{Deserialize, Serialize};
 
 /// An overhead estimate in percent: median of the paired per-round values with its bootstrap 95%
@@ -109,8 +114,46 @@ fn percentiles(mut meds: Vec<f64>, pct: f64, n: usize) -> Estimate {
     }
 }
 
+/// Student's t, two-sided 95%, for `df` degrees of freedom (df ≥ 1).
+fn t975(df: usize) -> f64 {
+    const T: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=10 => T[df - 1],
+        11..=15 => 2.131,
+        16..=20 => 2.086,
+        21..=30 => 2.042,
+        _ => 1.96,
+    }
+}
+
+/// Half width of the random-effects interval over the processes' medians (see the module);
+/// `None` with fewer than two processes.
+fn between(groups: &[&[f64]]) -> Option<f64> {
+    if groups.len() < 2 {
+        return None;
+    }
+    let meds: Vec<f64> = groups.iter().map(|g| median(&mut g.to_vec())).collect();
+    let k = meds.len() as f64;
+    let mean = meds.iter().sum::<f64>() / k;
+    let sd = (meds.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+    Some(t975(meds.len() - 1) * sd / k.sqrt())
+}
+
+/// Widen `e` to ± `half` around its median where that is wider.
+fn widen(mut e: Estimate, half: Option<f64>) -> Estimate {
+    if let Some(h) = half {
+        e.lo = e.lo.min(e.pct - h);
+        e.hi = e.hi.max(e.pct + h);
+    }
+    e
+}
+
 /// Median of all values with a hierarchical-bootstrap 95% interval over `groups` (one per
-/// process; see the module). `None` when there is no value.
+/// process), widened to the random-effects interval where that is wider (see the module).
+/// `None` when there is no value.
 pub fn estimate_groups(groups: &[Vec<f64>]) -> Option<Estimate> {
     let g = nonempty(groups);
     if g.is_empty() {
@@ -124,7 +167,7 @@ pub fn estimate_groups(groups: &[Vec<f64>]) -> Option<Estimate> {
     let meds = (0..RESAMPLES)
         .map(|_| draw(&g, &mut rng, &mut buf))
         .collect();
-    Some(percentiles(meds, pct, n))
+    Some(widen(percentiles(meds, pct, n), between(&g)))
 }
 
 /// Median of `xs` with a percentile-bootstrap 95% interval (2000 resamples, fixed seed so the same
@@ -136,7 +179,8 @@ pub fn estimate(xs: &[f64]) -> Option<Estimate> {
 /// Difference of medians a − b of two configurations' per-round values, each given by process,
 /// with a hierarchical-bootstrap 95% interval (each side resampled on its own, so it holds for
 /// values from different processes too; for two configurations of the same processes it is
-/// conservative). `None` when either is empty.
+/// conservative), widened to the two sides' random-effects half widths added in quadrature
+/// where that is wider. `None` when either is empty.
 pub fn difference_groups(a: &[Vec<f64>], b: &[Vec<f64>]) -> Option<Estimate> {
     let (ga, gb) = (nonempty(a), nonempty(b));
     if ga.is_empty() || gb.is_empty() {
@@ -151,7 +195,11 @@ pub fn difference_groups(a: &[Vec<f64>], b: &[Vec<f64>]) -> Option<Estimate> {
     let d = (0..RESAMPLES)
         .map(|_| draw(&ga, &mut rng, &mut buf) - draw(&gb, &mut rng, &mut buf))
         .collect();
-    Some(percentiles(d, pct, n))
+    let half = match (between(&ga), between(&gb)) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0.0).hypot(y.unwrap_or(0.0))),
+    };
+    Some(widen(percentiles(d, pct, n), half))
 }
 
 /// [`difference_groups`] of two sets of values from one process each.
@@ -207,6 +255,13 @@ mod tests {
         );
         // one process: the plain bootstrap
         assert_eq!(estimate_groups(&groups[..1]), estimate(&groups[0]));
+        // processes that agree: the bootstrap's interval, not widened
+        let same = vec![process(5.0, 1), process(5.0, 2), process(5.0, 3)];
+        let e = estimate_groups(&same).unwrap();
+        assert!(e.half_width() < 0.5, "{e:?}");
+        // a difference carries both sides' spread between processes
+        let d = difference_groups(&groups, &same).unwrap();
+        assert!(d.lo < -2.0 && d.hi > 2.0, "{d:?}");
         assert!(estimate_groups(&[vec![], vec![]]).is_none());
     }
 

@@ -81,7 +81,7 @@ pub struct StudyArgs {
     pub rounds: Option<u32>,
     /// Paired: processes every configuration is measured in, at least (the intervals cover what
     /// differs between them); a --pid study has one
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N")]
     pub processes: u32,
     /// Paired: placebo configurations per process (switched to as off is); the first calibrates
     /// what counts as resolved, more measure how often an A/A difference is called resolved

@@ -22,11 +22,11 @@ pub(crate) use engine::{run, Metric, Service, Settings, Workload};
 pub(crate) use verdict::emit;
 
 // Default budget (`memlens study`, the README's main job, < 5 minutes on 2 cores): 1 synthetic +
-// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 cells, each in 2 processes of 20 rounds ×
-// (2 × 8 + 1) blocks (7 intervals and the placebo) × 10 ms ≈ 3.4 s → ~85 s, plus 2 × 8 profile
-// windows of the pipeline (~15 s); redis under redis-benchmark: 2 servers × 8 rounds × 15 runs of
-// ~0.1 s plus warm-up and windows ≈ 45 s; the rest of --max-time (270 s) goes to further rounds of
-// the configurations still wider than their target. 10 ms rather than 20 ms blocks: a round takes
+// 3 pipeline workloads × (2 unwinders + jemalloc) = 12 cells, each in 3 processes of 14 rounds ×
+// (2 × 8 + 1) blocks (7 intervals and the placebo) × 10 ms ≈ 2.4 s → ~90 s, plus 2 × 8 profile
+// windows of the pipeline (~15 s); redis under redis-benchmark: 3 servers × 6 rounds × 15 runs of
+// ~0.15 s plus warm-up and windows ≈ 60 s; the rest of --max-time (270 s) goes to further
+// processes for the configurations still wider than their target. 10 ms rather than 20 ms blocks: a round takes
 // half the time and was about as informative on this 2-core VM (fp 64K, 50 rounds: ±1.5–3.9
 // points at 10 ms vs ±1.1–3.6 at 20 ms), with the same overhead (docs/study.md).
 // libgcc and libunwind are measured on request.
