@@ -94,7 +94,8 @@ fn subset(intervals: &[u64], want: &[u64]) -> Vec<usize> {
     }
 }
 
-/// The default study's real application: redis-server under redis-benchmark, on a free port.
+/// The default study's real application: redis-server under redis-benchmark, each server on a
+/// port free when it starts (`{PORT}`, filled in by service.rs).
 fn redis(intervals: &[u64], unwinders: Vec<String>, a: &StudyArgs) -> Result<Option<Service>> {
     let missing: Vec<&str> = ["redis-server", "redis-benchmark"]
         .into_iter()
@@ -107,15 +108,11 @@ fn redis(intervals: &[u64], unwinders: Vec<String>, a: &StudyArgs) -> Result<Opt
         );
         return Ok(None);
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| anyhow::anyhow!("cannot find a free port for redis: {e}"))?
-        .port()
-        .to_string();
+    let port = service::PORT;
     let server = [
         "redis-server",
         "--port",
-        &port,
+        port,
         "--bind",
         "127.0.0.1",
         "--save",
@@ -125,7 +122,7 @@ fn redis(intervals: &[u64], unwinders: Vec<String>, a: &StudyArgs) -> Result<Opt
     ];
     Ok(Some(Service {
         name: "redis".into(),
-        load: REDIS_LOAD.replace("{PORT}", &port),
+        load: REDIS_LOAD.to_string(),
         server: server.iter().map(|s| s.to_string()).collect(),
         pid: None,
         metric: metric(a)?,

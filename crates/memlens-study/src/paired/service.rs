@@ -47,6 +47,8 @@ pub fn cpu_ns(pid: i32) -> Result<u64> {
 /// The process a service study switches: started by us, or found running.
 struct Server {
     target: Target,
+    /// The load command, its `{PORT}` filled in.
+    load: String,
     child: std::cell::RefCell<Option<Child>>,
     /// Which process it is, for the hierarchical bootstrap: a pid found running, or a number of
     /// our own for a server we started.
@@ -60,11 +62,29 @@ struct Server {
 
 static STARTED: AtomicU64 = AtomicU64::new(0);
 
+/// In a server's arguments and its load (the default study's redis): a TCP port free when that
+/// server starts — picked anew for each, so another program cannot have taken it since the study
+/// began.
+pub const PORT: &str = "{PORT}";
+
+fn free_port() -> Result<String> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("cannot find a free port for the server")?
+        .port()
+        .to_string())
+}
+
 impl Server {
     /// Start `argv` with the runtime loaded inactive (and jemalloc's profiler inactive where it is
     /// asked for), and wait until its control socket answers.
     fn start(svc: &Service, unwinder: &str, jemalloc: bool, tmp: &Path) -> Result<Server> {
-        let argv = &svc.server;
+        let port = if svc.server.iter().any(|a| a.contains(PORT)) {
+            free_port()?
+        } else {
+            String::new()
+        };
+        let argv: Vec<String> = svc.server.iter().map(|a| a.replace(PORT, &port)).collect();
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
         let log = tmp.join(format!("server-{n}.log"));
         let file = std::fs::File::create(&log)
@@ -110,6 +130,7 @@ impl Server {
         let child = child.into_inner();
         let s = Server {
             target,
+            load: svc.load.replace(PORT, &port),
             child: std::cell::RefCell::new(Some(child)),
             group: 1 << 40 | n,
             attached: false,
@@ -129,7 +150,7 @@ impl Server {
 
     /// A running process: through its control socket, or attached (inactive) when it has no
     /// runtime.
-    fn existing(pid: i32, unwinder: &str) -> Result<Server> {
+    fn existing(pid: i32, unwinder: &str, load: &str) -> Result<Server> {
         let target = Target::find(pid)?;
         let mut attached = false;
         if !target.ready() {
@@ -148,6 +169,7 @@ impl Server {
             .flatten();
         Ok(Server {
             target,
+            load: load.to_string(),
             child: std::cell::RefCell::new(None),
             group: pid as u64,
             attached,
@@ -244,6 +266,8 @@ struct Run {
 /// The load command and how its runs are read.
 struct Load<'a> {
     svc: &'a Service,
+    /// The command (`sh -c`), its port filled in.
+    cmd: String,
     regex: Option<Regex>,
     /// A run that takes longer than this is stopped (and the study fails).
     limit: Duration,
@@ -290,12 +314,15 @@ impl Load<'_> {
     /// One run of `sh -c LOAD`; its output (stdout, then stderr). A failure is an error with its
     /// exit status and last line.
     fn spawn(&self) -> Result<String> {
+        use std::os::unix::process::CommandExt;
+        // its own process group, so that a load that hangs is stopped whole (sh and what it ran)
         let child = Command::new("sh")
             .arg("-c")
-            .arg(&self.svc.load)
+            .arg(&self.cmd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .spawn()
             .context("cannot start sh for the load")?;
         let pid = child.id() as i32;
@@ -304,12 +331,12 @@ impl Load<'_> {
         let out = match rx.recv_timeout(self.limit) {
             Ok(o) => o.context("cannot read the load's output")?,
             Err(_) => {
-                // SAFETY: a signal to our own child (sh); its own children see their pipe close.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                // SAFETY: a signal to the process group of our own child (sh and its children).
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
                 bail!(
                     "the load did not finish within {:.0} s: {}",
                     self.limit.as_secs_f64(),
-                    self.svc.load
+                    self.cmd
                 );
             }
         };
@@ -386,7 +413,7 @@ pub(super) fn run_process(
     let t0 = Instant::now();
     let wants_je = part.confs.iter().any(|k| matches!(k, Key::Jemalloc(_)));
     let srv = match svc.pid {
-        Some(pid) => Server::existing(pid, unwinder)?,
+        Some(pid) => Server::existing(pid, unwinder, &svc.load)?,
         None => Server::start(svc, unwinder, wants_je, tmp)?,
     };
     let r = drive(&srv, svc, s, unwinder, part, tmp, wants_je);
@@ -432,6 +459,7 @@ fn drive(
     };
     let mut load = Load {
         svc,
+        cmd: srv.load.clone(),
         regex,
         limit: Duration::from_secs(120),
     };
