@@ -12,4 +12,5 @@ mod profiler;
 mod reliability;
 mod serve;
 mod study;
+mod survival;
 mod views;
