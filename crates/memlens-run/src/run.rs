@@ -4,7 +4,6 @@
 //! Built for extension: [`spawn`] returns a [`Launch`], [`wait`] polls it and calls a hook on every
 //! tick (for periodic dumps, timed profiling windows…), then [`collect`] converts the dumps.
 use anyhow::{Context, Result};
-use memlens_measure::error::usage;
 use memlens_target::{raw_dumps, Dump};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -68,8 +67,7 @@ pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
     if args.exact {
         return Ok(0);
     }
-    memlens_measure::units::parse_size(&args.interval)
-        .map_err(|e| usage(format!("bad --interval '{}': {e:#}", args.interval)))
+    memlens_target::parse_interval(&args.interval, "--interval")
 }
 
 /// What went wrong starting the program, as the one-line message and exit code a shell would use.
