@@ -51,17 +51,43 @@ fn unknown_option_is_a_one_line_usage_error() {
 fn out_of_range_values_and_missing_arguments_are_named() {
     let huge = "99999999999999999h";
     let cases: [(&[&str], &str); 9] = [
-        (&["run", "--interval", "9223372036854775808", "--", "true"], "--interval"),
-        (&["run", "--interval", "18446744073709551615", "--", "true"], "--interval"),
-        (&["run", "--dump-every", huge, "--", "true"], "--dump-every"),
-        (&["run", "--start-on-growth", &format!("1M/{huge}"), "--", "true"], "--start-on-growth"),
         (
-            &["run", "--start-on-growth", "1M/1s", "--profile-for", huge, "--", "true"],
+            &["run", "--interval", "9223372036854775808", "--", "true"],
+            "--interval",
+        ),
+        (
+            &["run", "--interval", "18446744073709551615", "--", "true"],
+            "--interval",
+        ),
+        (&["run", "--dump-every", huge, "--", "true"], "--dump-every"),
+        (
+            &[
+                "run",
+                "--start-on-growth",
+                &format!("1M/{huge}"),
+                "--",
+                "true",
+            ],
+            "--start-on-growth",
+        ),
+        (
+            &[
+                "run",
+                "--start-on-growth",
+                "1M/1s",
+                "--profile-for",
+                huge,
+                "--",
+                "true",
+            ],
             "--profile-for",
         ),
         (&["attach", "1", "--for", huge], "--for"),
         (&["attach", "1", "--interval", "2T"], "--interval"),
-        (&["ctl", "1", "start", "--interval", "9223372036854775808"], "--interval"),
+        (
+            &["ctl", "1", "start", "--interval", "9223372036854775808"],
+            "--interval",
+        ),
         (&["run", "--"], "<CMD>"),
     ];
     for (args, named) in cases {
@@ -70,7 +96,11 @@ fn out_of_range_values_and_missing_arguments_are_named() {
     }
     for args in [["attach"], ["report"]] {
         let o = memlens().args(args).error(2);
-        assert!(stderr(&o).contains("<"), "{args:?} names no argument: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("<"),
+            "{args:?} names no argument: {}",
+            stderr(&o)
+        );
     }
 }
 

@@ -233,6 +233,53 @@ fn unshare_succeeds_under_memlens() {
     }
 }
 
+/// A program entering a user namespace whose uid map it writes afterwards (`unshare -U`, `-Ur`)
+/// leaves no directory and no socket: the runtime used to listen again at once, as uid 65534
+/// (unmapped), creating a root-owned `/tmp/memlens-65534` that locked that user out of memlens,
+/// and a socket nobody removed.
+#[test]
+fn unshare_leaves_no_directory_or_socket() {
+    let tmp = test_dir();
+    let sockets = ctl_dir(tmp.path());
+    let nobody = Path::new("/tmp/memlens-65534");
+    let existed = nobody.exists();
+    for (i, flags) in ["-U", "-Ur"].iter().enumerate() {
+        let out = tmp.path().join(format!("u{i}.pb.gz"));
+        // In the control directory the test names (a fresh one) and in the default one.
+        for ctl in [Some(&sockets), None] {
+            let mut c = memlens_run(tmp.path(), &out, &[], &["unshare", flags, "true"]);
+            if let Some(d) = ctl {
+                c.env("MEMLENS_CTL_DIR", d);
+            } else {
+                c.env_remove("MEMLENS_CTL_DIR");
+            }
+            let o = c.ok();
+            assert_eq!(
+                stderr(&o)
+                    .lines()
+                    .filter(|l| !l.contains("profile of pid"))
+                    .count(),
+                0,
+                "{}",
+                stderr(&o)
+            );
+            assert_eq!(
+                names_in(&sockets),
+                Vec::<String>::new(),
+                "unshare {flags} left a socket"
+            );
+        }
+        if !existed {
+            // (another test run of an older memlens may create it meanwhile: checked only when absent)
+            assert!(
+                !nobody.exists(),
+                "unshare {flags} created {}",
+                nobody.display()
+            );
+        }
+    }
+}
+
 /// Every command piped into `head -1` stops quietly (RUST_BACKTRACE set or not); a panic is one
 /// `memlens: error:` line.
 #[test]

@@ -44,7 +44,13 @@ fn truth_file(dir: &Path) -> PathBuf {
 
 fn slot(truth: &Path, role: usize) -> Slot {
     let b = std::fs::read(truth).unwrap();
-    let w = |i: usize| u64::from_le_bytes(b[role * 32 + i * 8..role * 32 + i * 8 + 8].try_into().unwrap());
+    let w = |i: usize| {
+        u64::from_le_bytes(
+            b[role * 32 + i * 8..role * 32 + i * 8 + 8]
+                .try_into()
+                .unwrap(),
+        )
+    };
     Slot {
         pid: w(0),
         allocated: w(1),
@@ -136,7 +142,12 @@ fn run_dir_named(err: &str) -> PathBuf {
     let at = err
         .find("memlens report ")
         .unwrap_or_else(|| panic!("no 'memlens report DIR' in: {err}"));
-    PathBuf::from(err[at + "memlens report ".len()..].split_whitespace().next().unwrap())
+    PathBuf::from(
+        err[at + "memlens report ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap(),
+    )
 }
 
 // ---------- ends that skip the exit handlers ----------
@@ -167,7 +178,10 @@ fn killed_by_a_signal_leaves_its_profile() {
         let o = run_survive(&dir, &out, &[], &[p.to_str().unwrap(), mode]).exits(128 + sig);
         let err = stderr(&o);
         let name = if sig == 9 { "SIGKILL" } else { "SIGTERM" };
-        assert!(err.contains(name), "{mode}: how it ended is not said: {err}");
+        assert!(
+            err.contains(name),
+            "{mode}: how it ended is not said: {err}"
+        );
         matches_truth(&out, slot(&dir.join("truth"), 0), mode);
     }
 }
@@ -229,7 +243,10 @@ impl MemCgroup {
         let (mnt, _, _) = cg_mounts
             .iter()
             .find(|(_, t, o)| t == "cgroup" && o.split(',').any(|x| x == "memory"))?;
-        try_make(PathBuf::from(format!("{mnt}{rel}")), "memory.limit_in_bytes")
+        try_make(
+            PathBuf::from(format!("{mnt}{rel}")),
+            "memory.limit_in_bytes",
+        )
     }
 }
 
@@ -309,7 +326,10 @@ fn double_fork_daemon_is_followed_and_collected_later() {
     assert_ok(&"memlens run -- survive daemon", &o);
     let err = stderr(&o);
     let d = slot(&truth, 1);
-    assert!(d.pid != 0 && !gone(d.pid), "the daemon is not running: {d:?}");
+    assert!(
+        d.pid != 0 && !gone(d.pid),
+        "the daemon is not running: {d:?}"
+    );
     assert!(
         err.contains(&format!("pid {} ", d.pid)) && err.contains("still running"),
         "the daemon is not named as still running: {err}"
@@ -317,7 +337,11 @@ fn double_fork_daemon_is_followed_and_collected_later() {
     let run_dir = run_dir_named(&err);
     std::fs::write(dir.join("truth.go"), "").unwrap();
     wait_for("the daemon to finish", 60, || gone(d.pid));
-    let o = memlens().current_dir(&*dir).arg("report").arg(&run_dir).ok();
+    let o = memlens()
+        .current_dir(&*dir)
+        .arg("report")
+        .arg(&run_dir)
+        .ok();
     let profile = beside(&out, d.pid);
     assert!(
         stderr(&o).contains(&profile.display().to_string()),
@@ -335,12 +359,17 @@ fn wait_all_waits_for_the_daemon() {
     let p = survive(&dir);
     let truth = truth_file(&dir);
     let out = dir.join("daemon.pb.gz");
-    let child = run_survive(&dir, &out, &["--wait-all"], &[p.to_str().unwrap(), "daemon"])
-        .env("ALLOC_MIB", "32")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = run_survive(
+        &dir,
+        &out,
+        &["--wait-all"],
+        &[p.to_str().unwrap(), "daemon"],
+    )
+    .env("ALLOC_MIB", "32")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     wait_for("the daemon to start", 20, || slot(&truth, 1).pid != 0);
     std::fs::write(dir.join("truth.go"), "").unwrap();
     let o = wait_deadline(child, 60, "memlens run --wait-all of a daemon");
@@ -367,10 +396,17 @@ fn children_that_drop_privileges_keep_their_profiles() {
         let o = run_survive(&dir, &out, &[], &[p.to_str().unwrap(), mode]).exits(0);
         let err = stderr(&o);
         assert!(!err.contains("cannot"), "{mode}: {err}");
-        assert!(!err.contains("ld.so"), "{mode}: the exec'd child lost the runtime: {err}");
+        assert!(
+            !err.contains("ld.so"),
+            "{mode}: the exec'd child lost the runtime: {err}"
+        );
         matches_truth(&out, slot(&truth, 0), &format!("{mode}: the parent"));
         let c = slot(&truth, role);
-        matches_truth(&beside(&out, c.pid), c, &format!("{mode}: the child as uid 65534"));
+        matches_truth(
+            &beside(&out, c.pid),
+            c,
+            &format!("{mode}: the child as uid 65534"),
+        );
     }
 }
 
@@ -404,7 +440,11 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
     .unwrap();
     // the workers (nobody) read html/ and write the logs; the test directory is root's 0700
     Command::new("chmod").arg("755").arg(&*dir).ok();
-    Command::new("chmod").arg("-R").arg("a+rwX").arg(&prefix).ok();
+    Command::new("chmod")
+        .arg("-R")
+        .arg("a+rwX")
+        .arg(&prefix)
+        .ok();
     let out = dir.join("nginx.pb.gz");
     let o = memlens()
         .current_dir(&*dir)
@@ -418,10 +458,18 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
     let err = stderr(&o);
     let master: u64 = wait_pid_file(&prefix.join("nginx.pid"));
     let run_dir = run_dir_named(&err);
-    assert!(err.contains(&format!("pid {master} ")), "master not named: {err}");
+    assert!(
+        err.contains(&format!("pid {master} ")),
+        "master not named: {err}"
+    );
     for _ in 0..50 {
         Command::new("curl")
-            .args(["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{port}/")])
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                &format!("http://127.0.0.1:{port}/"),
+            ])
             .ok();
     }
     let workers: Vec<u64> = children_of(master);
@@ -429,7 +477,8 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
     for w in &workers {
         let st = std::fs::read_to_string(format!("/proc/{w}/status")).unwrap();
         assert!(
-            st.lines().any(|l| l.starts_with("Uid:") && l.contains("65534")),
+            st.lines()
+                .any(|l| l.starts_with("Uid:") && l.contains("65534")),
             "worker {w} does not run as nobody"
         );
     }
@@ -440,8 +489,14 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         .arg(&conf)
         .args(["-s", "quit"])
         .ok();
-    wait_for("nginx to quit", 30, || gone(master) && workers.iter().all(|&w| gone(w)));
-    let o = memlens().current_dir(&*dir).arg("report").arg(&run_dir).ok();
+    wait_for("nginx to quit", 30, || {
+        gone(master) && workers.iter().all(|&w| gone(w))
+    });
+    let o = memlens()
+        .current_dir(&*dir)
+        .arg("report")
+        .arg(&run_dir)
+        .ok();
     let e = stderr(&o);
     for pid in std::iter::once(master).chain(workers.iter().copied()) {
         let f = beside(&out, pid);
@@ -450,7 +505,10 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "pid {pid}: {r}");
     }
     let log = std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default();
-    assert!(!log.contains("memlens"), "memlens wrote into nginx's log: {log}");
+    assert!(
+        !log.contains("memlens"),
+        "memlens wrote into nginx's log: {log}"
+    );
 }
 
 fn wait_pid_file(f: &Path) -> u64 {
@@ -509,9 +567,14 @@ fn address_space_limit_degrades_sampling_instead_of_stopping() {
         } else {
             Command::new("env")
         };
-        c.current_dir(&*dir)
-            .env("TRUTH", dir.join("truth"))
-            .args(["sh", "-c", &script, "sh", p.to_str().unwrap(), "grab"]);
+        c.current_dir(&*dir).env("TRUTH", dir.join("truth")).args([
+            "sh",
+            "-c",
+            &script,
+            "sh",
+            p.to_str().unwrap(),
+            "grab",
+        ]);
         let o = c.out();
         let got: u64 = stdout(&o)
             .trim()

@@ -167,7 +167,10 @@ mod tests {
         assert!(parse_duration("3 weeks").is_err());
         // Too large to be meant, or to be added to a clock: an error, never a panic.
         for huge in ["99999999999999999h", "1e300", "87601h"] {
-            assert!(crate::error::is_usage(&parse_duration(huge).unwrap_err()), "{huge}");
+            assert!(
+                crate::error::is_usage(&parse_duration(huge).unwrap_err()),
+                "{huge}"
+            );
         }
         assert_eq!(parse_duration("87600h").unwrap(), MAX_DURATION);
     }

@@ -92,6 +92,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Serve(a) => memlens_serve::run_serve(a),
         Cmd::Attach(a) => memlens_attach::run_attach(a),
         Cmd::Detach(a) => memlens_attach::run_detach(a),
+        Cmd::Report(a) if a.file.is_dir() => memlens_run::run_collect(&a.file),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
         Cmd::Study(a) => memlens_study::run_study(a),
