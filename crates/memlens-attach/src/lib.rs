@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 mod inject;
 mod tracee;
+mod unwind;
 
 use anyhow::{bail, Result};
 use memlens_measure::error::usage;
