@@ -165,8 +165,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(mode, "setuid") || !strcmp(mode, "setuid-exec")) {
-        allocate(0, mib() / 4);
-        pid_t c = fork();
+        pid_t c = fork(); /* first: the child inherits no live block of its parent */
         if (c < 0)
             return 5;
         if (c == 0) {
@@ -179,6 +178,7 @@ int main(int argc, char **argv)
             allocate(1, mib());
             return 0;
         }
+        allocate(0, mib());
         int st = 0;
         waitpid(c, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 7;
