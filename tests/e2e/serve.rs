@@ -222,7 +222,21 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// SIGTERM first: `memlens serve` stops (ending its windows), `memlens run --serve` passes it
+    /// on to its program, which a SIGKILL of memlens alone would leave running after a failed
+    /// test. SIGKILL after 5 s.
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: a signal to our own child, not yet reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         self.child.kill().ok();
         self.child.wait().ok();
     }
