@@ -74,7 +74,7 @@ struct GoServer(std::process::Child);
 impl GoServer {
     fn start(dir: &Path) -> (GoServer, u16) {
         std::fs::write(dir.join("main.go"), GO_SERVER).unwrap();
-        std::fs::write(dir.join("go.mod"), "module gopprof\n\ngo 1.21\n").unwrap();
+        std::fs::write(dir.join("go.mod"), "module gopprof\n\ngo 1.19\n").unwrap();
         Command::new("go")
             .args(["build", "-o", "gopprof", "."])
             .current_dir(dir)

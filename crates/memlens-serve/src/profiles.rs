@@ -90,17 +90,15 @@ impl Profiler {
         }
         f.running = true;
         drop(f);
-        let r: Shared = t
+        let mut landing = Landing {
+            slot: &slot,
+            result: Err("the dump was abandoned".into()),
+        };
+        landing.result = t
             .read_dump()
             .map(|d| Arc::new(self.symbolize(&d)))
             .map_err(|e| format!("{e:#}"));
-        let mut f = lock(&slot.flight);
-        f.running = false;
-        f.finished += 1;
-        f.last = Some(r.clone());
-        drop(f);
-        slot.landed.notify_all();
-        share(Some(r))
+        share(Some(landing.result.clone()))
     }
 
     /// Symbolize `d` (the profile crate's symbolizer); modules that cannot be symbolized are said
@@ -167,6 +165,24 @@ fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Hands a dump's outcome to the requests waiting for it when dropped: also when taking it
+/// panicked, so that they get an error instead of waiting for ever.
+struct Landing<'a> {
+    slot: &'a Slot,
+    result: Shared,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let mut f = lock(&self.slot.flight);
+        f.running = false;
+        f.finished += 1;
+        f.last = Some(self.result.clone());
+        drop(f);
+        self.slot.landed.notify_all();
+    }
 }
 
 fn share(r: Option<Shared>) -> Result<Arc<Profile>> {
