@@ -298,7 +298,8 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run], load: Load) ->
                         .expect("non-empty"),
                         sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
                         on_cpu_pct: median(
-                            rs.iter().map(|r| pct(r.m.on_cpu_ns, r.m.thread_ns).min(100.0)),
+                            rs.iter()
+                                .map(|r| pct(r.m.on_cpu_ns, r.m.thread_ns).min(100.0)),
                         ),
                         waited_pct: rs
                             .iter()
@@ -660,11 +661,7 @@ fn objects(plan: &Plan) -> String {
     for &pattern in &plan.patterns {
         for &size in &plan.sizes {
             let ops = plan.job(pattern, size, 1).ops;
-            v.push(format!(
-                "{pattern} {} {}",
-                size_label(size),
-                count(ops)
-            ));
+            v.push(format!("{pattern} {} {}", size_label(size), count(ops)));
         }
     }
     let how = if plan.ops.is_some() {

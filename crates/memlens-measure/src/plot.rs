@@ -93,7 +93,10 @@ fn log_label(v: f64) -> String {
         return String::new();
     }
     let mantissa = v / 10f64.powf(v.log10().floor());
-    if [1.0, 2.0, 5.0, 10.0].iter().any(|m| (mantissa - m).abs() < 1e-6) {
+    if [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|m| (mantissa - m).abs() < 1e-6)
+    {
         compact(v)
     } else {
         String::new()
@@ -195,7 +198,11 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let kind = if s.dashed { Swatch::Dashed } else { Swatch::Line };
+                let kind = if s.dashed {
+                    Swatch::Dashed
+                } else {
+                    Swatch::Line
+                };
                 (s.name.clone(), color(i), kind)
             })
             .collect();
@@ -226,7 +233,11 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                 let label = |log: bool| if log { log_label } else { compact };
                 let (fx, fy) = (label(c.log_x), label(c.log_y));
                 // Counts (threads) on a linear x axis: no label at 1.1, 1.2…
-                let fx = if !c.log_x && integral_x { integer_label } else { fx };
+                let fx = if !c.log_x && integral_x {
+                    integer_label
+                } else {
+                    fx
+                };
                 let (fx, fy) = (move |v: &f64| fx(*v), move |v: &f64| fy(*v));
                 let mut mesh = chart.configure_mesh();
                 mesh.x_desc(&c.x_label)
@@ -273,8 +284,7 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                         chart
                             .draw_series(LineSeries::new(pts.clone(), style))
                             .map_err(err)?
-                    }
-                    ;
+                    };
                     if !s.dashed {
                         chart
                             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
