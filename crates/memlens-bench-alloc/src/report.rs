@@ -124,7 +124,8 @@ pub struct Outcome {
     /// What 100% is, e.g. "system on 1 thread".
     pub baseline: String,
     pub load: Load,
-    /// Median over all runs of the share of time the workers waited for a CPU (None: no schedstat).
+    /// Median over the runs with no more threads than CPUs of the share of time the workers waited
+    /// for a CPU (None: no schedstat, or every run oversubscribed).
     pub waited_pct: Option<f64>,
     /// Why a verdict may not be possible: a busy machine, too-short runs.
     pub warnings: Vec<String>,
@@ -317,8 +318,10 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run], load: Load) ->
             }
         }
     }
+    // Only runs with no more workers than CPUs: beyond, the workers wait for each other.
     let waited = runs
         .iter()
+        .filter(|r| r.threads <= plan.ncpu)
         .map(|r| r.m.waiting_ns.map(|w| pct(w, r.m.thread_ns)))
         .collect::<Option<Vec<f64>>>()
         .filter(|v| !v.is_empty())
