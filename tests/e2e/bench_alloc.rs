@@ -307,7 +307,8 @@ fn legend_beside_points(svg: &str, series: &[&str], points: usize) {
 fn the_global_lock_allocator_is_fast_alone_and_slows_with_threads() {
     // The study's shape: on one thread the global-lock allocator keeps up with glibc (it takes no
     // lock while the process is single-threaded, and one atomic exchange when it is not), on two it
-    // pays for the one lock. Judged on CPU time, which other programs' load hardly moves.
+    // pays for the one lock. Judged on CPU time, which other programs' load hardly moves (8M objects:
+    // ~60 ms of it, well above the 4 ms tick that CPU time may be counted in).
     let dir = tempfile::tempdir().unwrap();
     let j = dir.path().join("r.json");
     memlens()
@@ -323,7 +324,7 @@ fn the_global_lock_allocator_is_fast_alone_and_slows_with_threads() {
             "--threads",
             "1,2",
             "--ops",
-            "2000000",
+            "8000000",
             "--repeats",
             "3",
             "--sample-every",
@@ -472,14 +473,9 @@ fn a_busy_machine_is_said() {
             "--sizes",
             "128",
         ])
-        .args([
-            "--threads",
-            &ncpu.to_string(),
-            "--ops",
-            "400000",
-            "--repeats",
-            "2",
-        ])
+        // Calibrated runs (~150 ms, longer beside the hogs): a run of a few ms can get through on
+        // the CPU a waking thread is given at once and wait for nothing.
+        .args(["--threads", &ncpu.to_string(), "--repeats", "2"])
         .args(["--json", j.to_str().unwrap()])
         .out();
     for h in &mut hogs {
