@@ -57,7 +57,14 @@ fn tlb_name(t: &Tlb) -> String {
     )
 }
 
-fn limits(caches: &[Cache], tlbs: &[&Tlb]) -> Vec<Limit> {
+/// Bytes of last-level page table entries (8 bytes per page) that a working set of `ws` bytes needs:
+/// past the TLBs' reach every load walks them, so where they fit matters as much as the data.
+fn page_tables(ws: u64, page: u64) -> u64 {
+    ws / page.max(1) * 8
+}
+
+fn limits(caches: &[Cache], tlbs: &[&Tlb], page: u64) -> Vec<Limit> {
+    let last_reach = tlbs.iter().map(|t| t.reach()).max();
     let mut v: Vec<Limit> = caches
         .iter()
         .map(|c| Limit {
@@ -68,9 +75,43 @@ fn limits(caches: &[Cache], tlbs: &[&Tlb]) -> Vec<Limit> {
             bytes: t.reach(),
             name: tlb_name(t),
         }))
+        // The working set whose page tables fill each cache, where page walks happen at all.
+        .chain(caches.iter().filter_map(|c| {
+            let ws = c.size_bytes * (page / 8);
+            (last_reach? < ws).then(|| Limit {
+                bytes: ws,
+                name: format!(
+                    "page tables outgrow L{} {}",
+                    c.level,
+                    format_size(c.size_bytes)
+                ),
+            })
+        }))
         .collect();
     v.sort_by_key(|l| l.bytes);
     v
+}
+
+/// "page tables 512K in L2 1M" (or "beyond L3 32M"): where the walks of a working set find them.
+fn page_table_home(ws: u64, page: u64, caches: &[Cache]) -> String {
+    let pt = page_tables(ws, page);
+    match caches.iter().find(|c| c.size_bytes >= pt) {
+        Some(c) => format!(
+            "page tables {} in L{} {}",
+            format_size(pt),
+            c.level,
+            format_size(c.size_bytes)
+        ),
+        None => match caches.last() {
+            Some(c) => format!(
+                "page tables {} beyond L{} {}",
+                format_size(pt),
+                c.level,
+                format_size(c.size_bytes)
+            ),
+            None => format!("page tables {}", format_size(pt)),
+        },
+    }
 }
 
 /// Name the level whose largest working set is `to` and after which the next level starts at
@@ -80,6 +121,7 @@ fn name(
     next: Option<u64>,
     caches: &[Cache],
     tlbs: &[&Tlb],
+    page: u64,
 ) -> (String, String, Option<String>) {
     let cache = match caches.iter().find(|c| c.size_bytes >= to) {
         Some(c) => format!("L{} {}", c.level, format_size(c.size_bytes)),
@@ -88,13 +130,17 @@ fn name(
     };
     // The largest TLB reach the working set exceeds: past it, loads need page walks.
     let tlb = match tlbs.iter().rev().find(|t| t.reach() < to) {
-        Some(t) if Some(t) == tlbs.last() => format!("beyond {} (page walks)", tlb_name(t)),
+        Some(t) if Some(t) == tlbs.last() => format!(
+            "beyond {} (page walks; {})",
+            tlb_name(t),
+            page_table_home(to, page, caches)
+        ),
         Some(t) => format!("beyond {}", tlb_name(t)),
         None => String::new(),
     };
     // A limit between this level's largest working set and the next level's smallest one.
     let ends_at = next.and_then(|n| {
-        limits(caches, tlbs)
+        limits(caches, tlbs, page)
             .into_iter()
             .filter(|l| l.bytes >= to && l.bytes < n)
             .map(|l| l.name)
@@ -128,7 +174,7 @@ pub fn detect(points: &[(u64, f64, f64)], caches: &[Cache], tlbs: &[Tlb], page: 
         .map(|(i, r)| {
             let to_ws = r.last().map(|p| p.0).unwrap_or(0);
             let next = runs.get(i + 1).map(|n| n[0].0);
-            let (cache, tlb, ends_at) = name(to_ws, next, caches, &tlbs);
+            let (cache, tlb, ends_at) = name(to_ws, next, caches, &tlbs, page);
             let mut fits_in = cache.clone();
             if !tlb.is_empty() {
                 fits_in = format!("{fits_in}, {tlb}");
@@ -218,13 +264,44 @@ mod tests {
         assert_eq!(l[2].ends_at.as_deref(), Some("L2 2M / L2 TLB reach 2M"));
         // 4M–32M: L3, every load a page walk.
         assert_eq!(l[3].cache, "L3 32M");
-        assert_eq!(l[3].tlb, "beyond L2 TLB reach 2M (page walks)");
+        assert_eq!(
+            l[3].tlb,
+            "beyond L2 TLB reach 2M (page walks; page tables 64K in L2 2M)"
+        );
         assert_eq!(l[3].ends_at.as_deref(), Some("L3 32M"));
         // Past the last cache: DRAM, not "L3" again.
         assert_eq!(l[4].cache, "DRAM");
-        assert_eq!(l[4].fits_in, "DRAM, beyond L2 TLB reach 2M (page walks)");
+        assert_eq!(
+            l[4].fits_in,
+            "DRAM, beyond L2 TLB reach 2M (page walks; page tables 512K in L2 2M)"
+        );
         assert!(l[4].ends_at.is_none());
         assert!((l[4].ns - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn dram_plateaus_are_told_apart_by_where_the_page_tables_fit() {
+        // Past 1G on 4 KiB pages the page tables (2M and more) outgrow the 2M L2: walks go to L3.
+        let (c, t) = machine();
+        let pts: Vec<(u64, f64, f64)> = [100.0, 101.0, 100.0, 130.0, 131.0, 130.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| ((256u64 << 20) << i, v, v * 2.5))
+            .collect();
+        let l = detect(&pts, &c, &t, 4 << 10);
+        assert_eq!(l.len(), 2, "{l:#?}");
+        assert_eq!(l[0].ends_at.as_deref(), Some("page tables outgrow L2 2M"));
+        assert!(
+            l[0].tlb.ends_with("page tables 2M in L2 2M)"),
+            "{}",
+            l[0].tlb
+        );
+        assert!(
+            l[1].tlb.ends_with("page tables 16M in L3 32M)"),
+            "{}",
+            l[1].tlb
+        );
+        assert_ne!(l[0].fits_in, l[1].fits_in);
     }
 
     #[test]
@@ -233,7 +310,10 @@ mod tests {
         let l = detect(&curve(), &c, &t, 2 << 20);
         // 32 × 2 MiB = 64M of reach: every cache level is within it, DRAM (to 256M) is not.
         assert!(l[..4].iter().all(|l| l.tlb.is_empty()), "{l:#?}");
-        assert_eq!(l[4].fits_in, "DRAM, beyond L1 DTLB reach 64M (page walks)");
+        assert_eq!(
+            l[4].fits_in,
+            "DRAM, beyond L1 DTLB reach 64M (page walks; page tables 1K in L1 32K)"
+        );
     }
 
     #[test]
