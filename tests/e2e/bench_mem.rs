@@ -168,7 +168,20 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
         csv.starts_with("order,element_bytes,working_set")
             && csv.lines().count() == points.len() + 1
     );
-    assert!(std::fs::read_to_string(&s).unwrap().contains("<svg"));
+    // Both log axes are labelled at 1, 2 and 5 times each power of ten, not only at the powers.
+    let svg = std::fs::read_to_string(&s).unwrap();
+    let labels: Vec<&str> = svg
+        .split("<text ")
+        .skip(1)
+        .filter_map(|t| Some(t.split('>').nth(1)?.split("</text").next()?.trim()))
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || "kMG.".contains(c)))
+        .collect();
+    for lead in ['1', '2', '5'] {
+        assert!(
+            labels.iter().filter(|l| l.starts_with(lead)).count() >= 2,
+            "no axis labels starting with {lead}: {labels:?}"
+        );
+    }
     let html = std::fs::read_to_string(&h).unwrap();
     assert!(html.contains("<svg") && html.contains("Detected levels"));
 }
