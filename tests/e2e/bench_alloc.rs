@@ -1,6 +1,6 @@
 //! End-to-end tests of `memlens bench alloc` and of the reference allocators it ships.
 
-use crate::util::{assert_ok, compile, memlens, root, stderr, stdout, TestCommand};
+use crate::util::{assert_ok, compile, memlens, root, stderr, stdout, test_dir, TestCommand};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -114,7 +114,7 @@ fn list_shows_every_required_allocator() {
 
 #[test]
 fn every_pattern_runs_with_every_allocator_on_1_and_2_threads() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let (j, csv, svg, html) = (
         dir.path().join("r.json"),
         dir.path().join("r.csv"),
@@ -309,7 +309,7 @@ fn the_global_lock_allocator_is_fast_alone_and_slows_with_threads() {
     // lock while the process is single-threaded, and one atomic exchange when it is not), on two it
     // pays for the one lock. Judged on CPU time, which other programs' load hardly moves (8M objects:
     // ~60 ms of it, well above the 4 ms tick that CPU time may be counted in).
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("r.json");
     memlens()
         .args([
@@ -400,7 +400,7 @@ fn hoard_is_measured_when_named_and_how_to_get_it_is_said_when_absent() {
         assert!(stdout(&o).contains("not measured: hoard"));
     }
     let Some(lib) = shared_hoard() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("h.json");
     memlens()
         .args([
@@ -462,7 +462,7 @@ fn a_busy_machine_is_said() {
                 .expect("start a CPU hog")
         })
         .collect();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("b.json");
     let o = memlens()
         .args([
@@ -505,7 +505,7 @@ fn a_busy_machine_is_said() {
 
 #[test]
 fn allocators_pass_the_conformance_suite() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let exe = compile(
         &root().join("allocators/tests/conformance.c"),
         dir.path(),

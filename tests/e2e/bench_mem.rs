@@ -1,6 +1,6 @@
 //! End-to-end tests of `memlens bench latency` and `memlens bench bandwidth`: small real runs on this
 //! machine, checked for sane ordering, the counter paths, the n/a path and usage errors.
-use crate::util::{memlens, stdout, TestCommand};
+use crate::util::{memlens, stdout, test_dir, TestCommand};
 use serde_json::Value;
 use std::path::Path;
 
@@ -29,7 +29,7 @@ fn ns(v: &Value, order: &str, elem: u64, ws: u64) -> f64 {
 
 #[test]
 fn latency_small_sweep_is_sane_and_counts_software_events() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let (j, c, s, h) = (
         dir.path().join("l.json"),
         dir.path().join("l.csv"),
@@ -190,7 +190,7 @@ fn latency_small_sweep_is_sane_and_counts_software_events() {
 fn latency_unopenable_counter_shows_na_with_reason() {
     // Whatever this machine's PMU does, a counter the kernel refuses must show as n/a with the
     // reason, and the run (and the other counters) go on.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("l.json");
     let o = memlens()
         .args([
@@ -279,7 +279,7 @@ fn latency_bad_input_is_one_line_usage_error() {
 
 #[test]
 fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let (j, c, s) = (
         dir.path().join("b.json"),
         dir.path().join("b.csv"),
@@ -440,7 +440,7 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
 
 #[test]
 fn latency_hugepages_and_loaded_threads_run() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("l.json");
     let o = memlens()
         .args([
@@ -481,7 +481,7 @@ fn latency_hugepages_and_loaded_threads_run() {
 fn latency_normalises_where_the_study_stopped() {
     // With working sets past 2^28, the counter and representativeness tables are still taken at
     // 256M, where the published study stopped: normalising at 1G doubles random/8 B's figure.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("l.json");
     let o = memlens()
         .args(["bench", "latency", "--orders", "seq", "--sizes", "8,64"])
