@@ -92,17 +92,27 @@ static uint64_t measure_clock_cost(void)
 
 /* ---- time on a CPU and time waiting for one ---- */
 
-/* The calling thread's time on a CPU and time runnable but waiting for one, in ns, from
- * /proc/thread-self/schedstat (read with raw system calls: no malloc). `ok` is 0 where the kernel
- * does not provide it; then only the CPU time is known (CLOCK_THREAD_CPUTIME_ID). */
+/* The calling thread's time on a CPU (CLOCK_THREAD_CPUTIME_ID: exact, where schedstat's first field
+ * lags by up to a tick) and time runnable but waiting for a CPU (/proc/thread-self/schedstat's second
+ * field, brought up to date each time the thread is put on a CPU, so current while it runs), in ns,
+ * and the monotonic times at which the reading began and ended. Read with raw system calls: no
+ * malloc. `ok` is 0 where the kernel has no schedstat. */
 struct sched {
-    long long on_cpu, waiting;
+    long long begin, end, on_cpu, waiting;
     int ok;
 };
 
+static long long ns_of(const struct timespec *t)
+{
+    return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
+}
+
 static struct sched sched_now(void)
 {
-    struct sched r = {0, 0, 0};
+    struct sched r = {0, 0, 0, 0, 0};
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r.begin = ns_of(&t);
     char buf[128];
     int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -111,16 +121,15 @@ static struct sched sched_now(void)
         if (n > 0) {
             buf[n] = 0;
             char *end;
-            r.on_cpu = strtoll(buf, &end, 10);
+            strtoll(buf, &end, 10);
             r.waiting = strtoll(end, NULL, 10);
             r.ok = end != buf;
         }
     }
-    if (!r.ok) {
-        struct timespec t;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-        r.on_cpu = (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
-    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    r.on_cpu = ns_of(&t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r.end = ns_of(&t);
     return r;
 }
 
@@ -143,7 +152,7 @@ struct worker {
     struct samples m, f;
     void **slots;          /* ring / batch / larson slots */
     struct timespec t0, t1; /* this thread's start and end of work */
-    struct sched sched0, sched1; /* its CPU time and wait for a CPU at the start and end */
+    struct sched sched0, sched1; /* its CPU time and wait for a CPU just before t0, just after t1 */
 } __attribute__((aligned(64)));
 
 static struct worker *workers;
@@ -482,11 +491,6 @@ static void print_quantiles(const char *name, int frees)
     printf("}");
 }
 
-static long long ns(const struct timespec *t)
-{
-    return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
-}
-
 static const char *origin(const char *sym)
 {
     Dl_info info;
@@ -551,10 +555,13 @@ int main(int argc, char **argv)
         struct worker *w = &workers[i];
         mallocs += w->mallocs;
         frees += w->frees;
-        long long a = ns(&w->t0), b = ns(&w->t1);
+        long long a = ns_of(&w->t0), b = ns_of(&w->t1);
         first = i == 0 || a < first ? a : first;
         last = b > last ? b : last;
-        busy += b - a;
+        /* The shares are taken over the span between the two readings, which encloses t0..t1: a
+         * wait while reading (a system call returning is where a thread is preempted) counts in
+         * both the span and the wait. */
+        busy += w->sched1.end - w->sched0.begin;
         on_cpu += w->sched1.on_cpu - w->sched0.on_cpu;
         waiting += w->sched1.waiting - w->sched0.waiting;
         sched_ok &= w->sched0.ok & w->sched1.ok;
