@@ -325,9 +325,10 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
                 .iter()
                 .find(|r| r["kernel"] == k && r["threads"] == t)
                 .unwrap_or_else(|| panic!("no {k}/{t}: {out}"));
-            // From a fraction of a GB/s (a loaded VM) to a few hundred (arrays in a big cache).
+            // From a few hundredths of a GB/s (a loaded VM: a thread on a CPU 5% of the time) to a
+            // few hundred (arrays in a big cache); a unit slip of 1000 lands outside.
             let best = r["best_gbps"].as_f64().unwrap();
-            assert!(best > 0.2 && best < 2000.0, "{k}/{t}: {best} GB/s");
+            assert!(best > 0.02 && best < 2000.0, "{k}/{t}: {best} GB/s");
             let (lo, med) = (
                 r["gbps"]["min"].as_f64().unwrap(),
                 r["gbps"]["median"].as_f64().unwrap(),
@@ -395,12 +396,21 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
             .iter()
             .filter(|i| i["case"].as_str().unwrap().contains("D_RO/D_RW"))
         {
+            // Judged per second on a CPU: on a loaded machine the CPU-bound per-element loop may
+            // get 5% of a CPU and the raw ratio reach 100.
             let ratio = i["ratio"].as_f64().unwrap();
-            assert!(ratio > 1.2 && ratio < 50.0, "{i}");
+            let per_cpu = (i["hoisted_median_gbps"].as_f64().unwrap()
+                / i["hoisted_on_cpu"].as_f64().unwrap())
+                / (i["per_element_median_gbps"].as_f64().unwrap()
+                    / i["per_element_on_cpu"].as_f64().unwrap());
+            assert!(
+                per_cpu > 1.2 && per_cpu < 50.0,
+                "{per_cpu} per CPU-second: {i}"
+            );
             let cached = i["per_element_in_cache_gbps"]
                 .as_f64()
                 .expect("in-cache run");
-            assert!(cached > 0.2 && cached < 2000.0, "{i}");
+            assert!(cached > 0.01 && cached < 2000.0, "{i}");
             if ratio > 2.5 {
                 assert!(
                     flat.contains(&format!(
@@ -416,7 +426,7 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
                 .iter()
                 .find(|r| r["kernel"] == "PmemInline" && r["threads"] == t)
                 .unwrap_or_else(|| panic!("no inline pmemobj row for {t} thread(s): {out}"));
-            assert!(r["best_gbps"].as_f64().unwrap() > 0.1, "{r}");
+            assert!(r["best_gbps"].as_f64().unwrap() > 0.01, "{r}");
         }
         assert!(
             std::fs::read_dir(dir.path()).unwrap().all(|e| !e
