@@ -4,7 +4,8 @@
 use crate::model::{Frame, Profile, SampleIndex};
 use std::collections::{HashMap, HashSet};
 
-/// A stack with all four values summed over the samples that share its function names.
+/// A stack with all four values summed over the samples that share its function names (or, from
+/// [`stacks_by_line`], its frames' lines too).
 #[derive(Debug, Clone)]
 pub struct Stack {
     /// Innermost first; file/line of the first sample met with these names.
@@ -29,11 +30,24 @@ impl Stack {
 
 /// Stacks merged by function names, in first-seen order.
 pub fn stacks(p: &Profile) -> Vec<Stack> {
+    merged(p, |frames| -> Vec<String> {
+        frames.iter().map(|f| f.function.clone()).collect()
+    })
+}
+
+/// Stacks merged by their frames' function, file and line (as `go tool pprof -lines` and
+/// heaptrack list them): two call sites in one function stay two stacks, each with its own line.
+pub fn stacks_by_line(p: &Profile) -> Vec<Stack> {
+    merged(p, |frames| frames.to_vec())
+}
+
+/// Stacks merged by `key` of their frames, in first-seen order.
+fn merged<K: std::hash::Hash + Eq>(p: &Profile, key: impl Fn(&[Frame]) -> K) -> Vec<Stack> {
     let mut out: Vec<Stack> = Vec::new();
-    let mut index: HashMap<Vec<String>, usize> = HashMap::new();
+    let mut index: HashMap<K, usize> = HashMap::new();
     for s in &p.samples {
         let frames = p.frames(s);
-        let key: Vec<String> = frames.iter().map(|f| f.function.clone()).collect();
+        let key = key(&frames);
         let vals = s.values();
         match index.get(&key) {
             Some(&i) => {
@@ -201,6 +215,21 @@ mod tests {
         assert_eq!(get("mid").cum[b], 175.0); // recursive stack counted once
         assert_eq!(get("main").cum[b], 175.0);
         assert_eq!(get("main").flat[b], 0.0);
+    }
+
+    #[test]
+    fn by_line_keeps_two_call_sites_of_one_function_apart() {
+        let mut p = profile();
+        p.locations[1].lines[0].line = 2; // leaf's second call site: another line
+        assert_eq!(stacks(&p).len(), 2);
+        let st = stacks_by_line(&p);
+        assert_eq!(st.len(), 3);
+        let leaf_lines: Vec<(i64, f64)> = st
+            .iter()
+            .filter(|s| s.frames[0].function == "leaf")
+            .map(|s| (s.frames[0].line, s.get(SampleIndex::AllocSpace)))
+            .collect();
+        assert_eq!(leaf_lines, vec![(1, 100.0), (2, 50.0)]);
     }
 
     #[test]

@@ -198,10 +198,10 @@ fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profi
             inuse_bytes: s.inuse_bytes as f64,
             samples: s.samples,
             diff_base: false,
-            life: s.life.as_ref().map(|l| {
-                let v = d.views.as_ref();
-                crate::life::life_of(l, v.map_or(0, |v| v.tsc_hz), v.map_or(12, |v| v.life_lg0))
-            }),
+            life: s
+                .life
+                .as_ref()
+                .map(|l| crate::life::life_of(l, d.views.as_ref())),
         });
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);

@@ -144,7 +144,7 @@ pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
             return crate::views::render(p, &a.file, v, a.format, a.top, fg);
         }
     };
-    let mut stacks = agg::stacks(p);
+    let mut stacks = agg::stacks_by_line(p); // two call sites of a function: two rows
     stacks.sort_by(|x, y| y.get(idx).total_cmp(&x.get(idx)));
     let mut funcs = agg::functions(&stacks);
     let i = idx as usize;
