@@ -177,8 +177,9 @@ pub struct Sample {
     /// A negated sample of the base profile in a difference profile (pprof label
     /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
     pub diff_base: bool,
-    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them.
-    pub life: Option<Life>,
+    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them (boxed: a
+    /// profile without them pays one word per sample, not the whole record).
+    pub life: Option<Box<Life>>,
 }
 
 /// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at

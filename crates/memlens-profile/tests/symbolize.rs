@@ -237,9 +237,12 @@ fn dumps_of_several_processes_symbolized_together_compare_by_names() {
         raw::parse(&String::from_utf8(again.stdout).unwrap()).unwrap(),
     ];
     let keys = |p: &Profile| {
-        let mut k: Vec<(Vec<String>, f64)> = agg::stacks(p)
+        let mut fr = agg::Frames::default();
+        let st = agg::Stacks::new(p, &mut fr);
+        let mut k: Vec<(Vec<String>, f64)> = st
+            .list
             .iter()
-            .map(|s| (s.key(), s.get(SampleIndex::AllocSpace)))
+            .map(|s| (st.key(s, &fr), s.get(SampleIndex::AllocSpace)))
             .collect();
         k.sort_by(|a, b| a.0.cmp(&b.0));
         k
