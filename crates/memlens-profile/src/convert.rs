@@ -27,6 +27,10 @@ pub struct ConvertSummary {
     pub truncated_share: f64,
     /// Samples the runtime lost (tables full).
     pub dropped: u64,
+    /// Of those, samples of new stacks the full stack table could not take.
+    pub table_full: u64,
+    /// The stack table's limit (distinct stacks).
+    pub max_stacks: u64,
     /// Modules whose addresses stay raw (binary absent, different build ID, no symbols).
     pub unsymbolized_modules: usize,
     /// One line per problem met while symbolizing (already printed on stderr).
@@ -64,6 +68,8 @@ pub fn summary(p: &Profile, warnings: Vec<String>) -> ConvertSummary {
         inuse_bytes: p.total(InuseSpace),
         truncated_share: p.meta.truncated_share(),
         dropped: p.meta.dropped,
+        table_full: p.meta.table_full,
+        max_stacks: p.meta.max_stacks,
         unsymbolized_modules: unsymbolized,
         warnings,
     }
@@ -91,8 +97,14 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
         }
         return Ok(p);
     }
-    crate::pprof_read::read(input.reader(), crate::input::budget()).with_context(|| {
-        format!("cannot load {shown}: neither a memlens raw dump nor a pprof profile")
+    crate::pprof_read::read(input.reader(), crate::input::budget()).map_err(|e| {
+        if e.downcast_ref::<crate::input::OverBudget>().is_some() {
+            e.context(format!("cannot load {shown}"))
+        } else {
+            e.context(format!(
+                "cannot load {shown}: neither a memlens raw dump nor a pprof profile"
+            ))
+        }
     })
 }
 
@@ -148,7 +160,7 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     };
     // Unique pcs per module, in a stable order.
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut module_of: HashMap<u64, Option<usize>> = HashMap::new();
+    let mut module_of: HashMap<u64, Option<usize>, PcHash> = HashMap::default();
     for s in &d.stacks {
         for &pc in &s.pcs {
             module_of.entry(pc).or_insert_with(|| {
@@ -160,7 +172,7 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
             });
         }
     }
-    let mut loc_of: HashMap<u64, u64> = HashMap::new();
+    let mut loc_of: HashMap<u64, u64, PcHash> = HashMap::default();
     for (&mi, pcs) in &by_module {
         let m = &d.modules[mi];
         let addrs: Vec<u64> = pcs
@@ -224,6 +236,36 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);
     b.p
+}
+
+/// Hashing for code addresses, looked up once per frame of every stack: one multiply instead of
+/// SipHash (addresses come from the profiled process's own memory, not from an adversary who could
+/// choose collisions; a crafted dump only makes its own conversion slower).
+#[derive(Default, Clone, Copy)]
+struct PcHash;
+
+impl std::hash::BuildHasher for PcHash {
+    type Hasher = PcHasher;
+    fn build_hasher(&self) -> PcHasher {
+        PcHasher(0)
+    }
+}
+
+struct PcHasher(u64);
+
+impl std::hash::Hasher for PcHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100000001b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let m = u128::from(v ^ self.0) * 0x9E3779B97F4A7C15_u128;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
 }
 
 fn find_module(mods: &[Module], pc: u64) -> Option<usize> {

@@ -86,6 +86,12 @@ pub struct Meta {
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
+    /// The runtime's stack table limit (distinct stacks; 0 = not said).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub max_stacks: u64,
+    /// Dropped samples of new stacks the full stack table could not take (part of `dropped`).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub table_full: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -376,6 +382,10 @@ pub struct Frame {
     pub line: i64,
     /// Inlined into the next frame.
     pub inlined: bool,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_zero(v: &i64) -> bool {

@@ -517,11 +517,15 @@ fn read_life(
 }
 
 fn meta_comments(m: &Meta) -> Vec<String> {
-    let view = if m.view.is_empty() {
+    let mut view = if m.view.is_empty() {
         String::new()
     } else {
         format!(" view={}", m.view)
     };
+    // Only when it happened: the comment of every other profile stays as it was.
+    if m.table_full > 0 {
+        view += &format!(" table_full={} max_stacks={}", m.table_full, m.max_stacks);
+    }
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
          truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
@@ -567,6 +571,8 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "dropped_bytes" => m.dropped_bytes = n(),
             "max_depth" => m.max_depth = n() as u32,
             "view" => m.view = v.to_string(),
+            "table_full" => m.table_full = n(),
+            "max_stacks" => m.max_stacks = n(),
             _ => {}
         }
     }
@@ -880,6 +886,8 @@ mod tests {
                 unwind_fallbacks: 0,
                 max_depth: 64,
                 dropped_bytes: 4096,
+                max_stacks: 1024,
+                table_full: 3,
                 view: String::new(),
             },
             mappings: vec![Mapping {

@@ -351,6 +351,12 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
                 fmt_value(m.dropped_bytes as f64, SampleIndex::AllocSpace, false)
             );
         }
+        if m.table_full > 0 {
+            s += &format!(
+                "; {} of them because the stack table was full ({} stacks: raise --max-stacks)",
+                m.table_full, m.max_stacks
+            );
+        }
     }
     s += "\n";
     let t = totals(p);
