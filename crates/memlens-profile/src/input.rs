@@ -42,10 +42,10 @@ impl std::fmt::Display for OverBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} is larger than {} MiB (not a profile memlens reads; a gzip bomb?); \
+            "{} is larger than {} (not a profile memlens reads; a gzip bomb?); \
              MEMLENS_MAX_INPUT=SIZE raises the limit",
             self.what,
-            self.budget >> 20
+            memlens_measure::units::format_size(self.budget)
         )
     }
 }
@@ -101,6 +101,7 @@ pub fn open(path: &Path) -> Result<Input> {
             f,
             timeout: (!handed_over(path)).then_some(IDLE_TIMEOUT),
             what: format!("{shown} ({})", kind(&ft)),
+            started: false,
         })
     } else {
         bail!("cannot read {shown}: it is a {}, not a profile", kind(&ft));
@@ -178,40 +179,65 @@ struct Polled {
     f: File,
     timeout: Option<Duration>,
     what: String,
+    /// Something was read: an end of file is then the writer's end.
+    started: bool,
+}
+
+impl Polled {
+    /// Wait until the descriptor has something (data, or a writer that came and left); false when
+    /// the timeout passed first.
+    fn wait(&self) -> std::io::Result<Option<i16>> {
+        let mut p = libc::pollfd {
+            fd: self.f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = self.timeout.map_or(-1, |t| t.as_millis() as libc::c_int);
+        loop {
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, ms) };
+            if n >= 0 {
+                return Ok((n > 0).then_some(p.revents));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    fn timed_out(&self) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "nothing to read from {} for {} s (is anything writing to it?)",
+                self.what,
+                IDLE_TIMEOUT.as_secs()
+            ),
+        )
+    }
 }
 
 impl Read for Polled {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // A FIFO nobody has opened for writing reads as ended at once: give a writer the time
+        // to come (a hang-up tells one came and left).
+        let mut hung_up = false;
         loop {
             match self.f.read(buf) {
+                Ok(0) if self.started || hung_up || buf.is_empty() => return Ok(0),
+                Ok(0) => {}
+                Ok(n) => {
+                    self.started = true;
+                    return Ok(n);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => return r,
+                Err(e) => return Err(e),
             }
-            let mut p = libc::pollfd {
-                fd: self.f.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = self.timeout.map_or(-1, |t| t.as_millis() as libc::c_int);
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut p, 1, ms) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!(
-                        "nothing to read from {} for {} s (is anything writing to it?)",
-                        self.what,
-                        IDLE_TIMEOUT.as_secs()
-                    ),
-                ));
+            match self.wait()? {
+                None => return Err(self.timed_out()),
+                Some(ev) => hung_up = ev & libc::POLLHUP != 0,
             }
         }
     }

@@ -222,3 +222,43 @@ fn added(m: &proto::Profile, field: u64, before: usize) -> u64 {
     };
     (new * each) as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(bytes: &[u8], budget: u64) -> String {
+        format!("{:#}", read(bytes, budget).unwrap_err())
+    }
+
+    #[test]
+    fn what_cannot_be_a_profile_fails_at_its_first_field() {
+        assert!(err(&[0; 64], 1 << 30).contains("field number 0 at byte 0"));
+        assert!(err(&[0x0f, 1, 2], 1 << 30).contains("wire type 7 at byte 0"));
+        // A sample field announcing 1 GiB.
+        let e = err(&[0x12, 0x80, 0x80, 0x80, 0x80, 0x04], 1 << 40);
+        assert!(e.contains("a field of 1073741824 bytes"), "{e}");
+        // A field cut short.
+        assert!(err(&[0x32, 10, b'a'], 1 << 30).contains("ends inside a field"));
+    }
+
+    #[test]
+    fn decompressed_bytes_and_what_is_held_are_bounded() {
+        // Comment ids (field 13, varint 0): 2 bytes read, 8 held each.
+        let comments = [0x68u8, 0].repeat(1000);
+        let e = err(&comments, 3000);
+        assert!(e.contains("what the profile holds is larger"), "{e}");
+        // Fields of a newer profile.proto (15, a varint) are walked over, not held.
+        let unknown = [0x78u8, 0].repeat(1000);
+        let e = err(&unknown, 1000);
+        assert!(e.contains("the decompressed profile is larger"), "{e}");
+        // Within the budget they are read (and the message is then not a heap profile).
+        assert!(err(&comments, 1 << 20).contains("string table"));
+        // Gzipped, the same.
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&unknown).unwrap();
+        let e = err(&gz.finish().unwrap(), 1000);
+        assert!(e.contains("the decompressed profile is larger"), "{e}");
+    }
+}
