@@ -159,6 +159,8 @@ pub struct Stack {
     pub values: [f64; 4],
     /// Samples merged into this stack.
     pub samples: u64,
+    /// Hash of its function names (what stacks are matched by, here and in a diff).
+    hash: u64,
 }
 
 impl Stack {
@@ -171,8 +173,33 @@ impl Stack {
 /// Finds entries by a 64-bit hash of their name sequence, telling collisions apart with `same`.
 #[derive(Default)]
 struct SeqMap {
-    first: HashMap<u64, u32>,
+    first: HashMap<u64, u32, Hashed>,
     next: Vec<u32>,
+}
+
+/// The map's keys are hashes already (well mixed, [`hash_names`]): used as they are.
+#[derive(Default, Clone, Copy)]
+struct Hashed;
+
+impl std::hash::BuildHasher for Hashed {
+    type Hasher = HashedKey;
+    fn build_hasher(&self) -> HashedKey {
+        HashedKey(0)
+    }
+}
+
+struct HashedKey(u64);
+
+impl std::hash::Hasher for HashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u64 keys")
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
 }
 
 impl SeqMap {
@@ -198,7 +225,9 @@ fn hash_names(fr: &Frames, frames: impl Iterator<Item = FrameId>) -> u64 {
         h = (h ^ u64::from(fr.name_id(f))).wrapping_mul(0x100000001b3);
         h ^= h >> 29;
     }
-    h
+    // Every bit of the result depends on every bit of h (the map uses the hash as it is).
+    let m = u128::from(h) * 0x9E3779B97F4A7C15_u128;
+    (m as u64) ^ ((m >> 64) as u64)
 }
 
 fn same_names(
@@ -260,6 +289,7 @@ impl<'p> Stacks<'p> {
                         id: new,
                         values: [0.0; 4],
                         samples: 0,
+                        hash: h,
                     });
                     new as usize
                 }
@@ -311,19 +341,19 @@ impl<'p> Stacks<'p> {
     }
 }
 
-/// Stacks of several profiles (each side of a diff) merged by function names: `(side, stack)`
+/// The stacks of two profiles (the sides of a diff) merged by function names: `(side, stack)`
 /// pairs go in, one entry per distinct name sequence comes out with its value per side.
 #[derive(Default)]
 pub struct Merged {
     map: SeqMap,
     /// Per entry: (side, stack) of its first occurrence, and its value per side.
-    pub entries: Vec<(usize, Stack, Vec<f64>)>,
+    pub entries: Vec<(usize, Stack, [f64; 2])>,
 }
 
 impl Merged {
     /// Add `st` of `all[side]` with value `v`.
-    pub fn add(&mut self, all: &[&Stacks], fr: &Frames, side: usize, st: &Stack, v: f64) {
-        let h = hash_names(fr, all[side].frames(st));
+    pub fn add(&mut self, all: &[&Stacks; 2], fr: &Frames, side: usize, st: &Stack, v: f64) {
+        let h = st.hash;
         let new = self.entries.len() as u32;
         let entries = &self.entries;
         let found = self.map.find_or_add(h, new, |i| {
@@ -333,7 +363,7 @@ impl Merged {
         let i = match found {
             Some(i) => i as usize,
             None => {
-                self.entries.push((side, *st, vec![0.0; all.len()]));
+                self.entries.push((side, *st, [0.0; 2]));
                 new as usize
             }
         };
