@@ -21,15 +21,7 @@ struct Artifact {
     libs: Vec<&'static str>,
 }
 
-const WARN: &[&str] = &[
-    "-std=gnu11",
-    "-O2",
-    "-g",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-fno-omit-frame-pointer",
-];
+include!("src/flags.rs");
 
 fn c_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(dir)
@@ -42,21 +34,14 @@ fn c_files(dir: &Path) -> Vec<PathBuf> {
 
 fn artifacts(root: &Path) -> Vec<Artifact> {
     let mut out = Vec::new();
-    let rt = c_files(&root.join("runtime/src"));
+    let rt = c_files(&root.join(RUNTIME_SOURCES));
     if !rt.is_empty() {
         out.push(Artifact {
             name: "libmemlens.so".into(),
             sources: rt,
             shared: true,
-            // initial-exec TLS: the fast path reads its countdown with one %fs-relative load and
-            // never calls __tls_get_addr (which may malloc and recurse into us).
-            cflags: vec![
-                "-fPIC",
-                "-ftls-model=initial-exec",
-                "-fvisibility=hidden",
-                "-pthread",
-            ],
-            libs: vec!["-ldl", "-lgcc_s", "-lm", "-pthread"],
+            cflags: RUNTIME_CFLAGS.to_vec(),
+            libs: RUNTIME_LIBS.to_vec(),
         });
     }
     let alloc_dir = root.join("allocators");
@@ -116,11 +101,11 @@ fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
     let dest = out_dir.join(&a.name);
     let mut cmd = Command::new(&cc);
     cmd.current_dir(root)
-        .args(WARN)
+        .args(C_FLAGS)
         .args(&a.cflags)
-        .arg("-Iruntime/include");
+        .arg(format!("-I{RUNTIME_INCLUDE}"));
     if a.shared {
-        cmd.args(["-shared", "-Wl,-z,nodelete", "-Wl,--build-id"]);
+        cmd.args(SHARED_LDFLAGS);
     } else {
         cmd.arg("-Wl,--build-id");
     }

@@ -5,22 +5,7 @@
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memlens-attach-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The socket directory both memlens and the target agree on (the target reads it at attach).
-fn ctl_dir(dir: &Path) -> PathBuf {
-    let d = dir.join("ctl");
-    std::fs::create_dir_all(&d).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    d
-}
+use std::time::Duration;
 
 /// `memlens ARGS` with the socket directory of `dir`.
 fn ml(dir: &Path, args: &[&str]) -> Command {
@@ -48,26 +33,19 @@ fn spawn(dir: &Path, cmd: &mut Command) -> Child {
         .expect("cannot start the target")
 }
 
-fn pprof(file: &Path, args: &[&str]) -> String {
-    Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .ok_stdout()
+/// The state letter of `/proc/PID/stat` (`R`, `S`, `T`, `Z`…), or None when there is no such process.
+fn state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.trim_start().chars().next()
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            let st = s.rsplit(')').next().unwrap_or("").trim_start();
-            !st.starts_with('Z') && !st.starts_with('X')
-        })
-        .unwrap_or(false)
+    state(pid).is_some_and(|c| c != 'Z' && c != 'X')
 }
 
 #[test]
 fn three_threads_attached_at_1s_sampled_2s_detached() {
-    let dir = tmp("three");
+    let dir = test_dir();
     let prog = compile(
         &root().join("runtime/tests/attach_target.c"),
         &dir,
@@ -102,10 +80,9 @@ fn three_threads_attached_at_1s_sampled_2s_detached() {
     assert_eq!(done.status.code(), plain.status.code(), "{}", stderr(&done));
     assert_eq!(stdout(&done), stdout(&plain));
     assert!(!stderr(&done).contains("memlens"), "{}", stderr(&done));
-    let top = pprof(&prof, &["-top", "-sample_index=alloc_space"]);
+    let top = go_pprof_top(&prof, Some("alloc_space"), &dir);
     assert!(top.contains("attach_site_alloc"), "{top}");
     assert!(top.contains("late_alloc_work"), "{top}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// attach, dump, detach, attach again, dump, detach.
@@ -129,11 +106,12 @@ fn twice(dir: &Path, pid: &str, tag: &str) -> Vec<PathBuf> {
 
 #[test]
 fn python_attach_dump_detach_twice() {
-    let dir = tmp("python");
+    let dir = test_dir();
     let script = dir.join("alloc.py");
     std::fs::write(
         &script,
         "import sys, time\n\
+         open(sys.argv[2], 'w').close()\n\
          total = 0\n\
          rounds = 250\n\
          for r in range(rounds):\n\
@@ -149,24 +127,28 @@ fn python_attach_dump_detach_twice() {
     )
     .unwrap();
     let py = "/usr/bin/python3";
-    let plain = Command::new(py).arg(&script).arg("0").ok();
-    let child = spawn(&dir, Command::new(py).arg(&script).arg("5"));
+    let plain = Command::new(py)
+        .arg(&script)
+        .arg("0")
+        .arg(dir.join("plain-started"))
+        .ok();
+    let started = dir.join("started");
+    let child = spawn(&dir, Command::new(py).arg(&script).arg("5").arg(&started));
     let pid = child.id().to_string();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for("python to run the script", 20, || started.exists());
     let files = twice(&dir, &pid, "py");
     let done = child.wait_with_output().unwrap();
-    assert_ok(&format!("{py} {} 5", script.display()), &done);
+    assert_ok(&format!("{py} {} 5 …", script.display()), &done);
     assert_eq!(stdout(&done), stdout(&plain));
     for f in files {
-        let top = pprof(&f, &["-top", "-sample_index=alloc_space"]);
+        let top = go_pprof_top(&f, Some("alloc_space"), &dir);
         assert!(top.contains("python3"), "{top}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn redis_under_benchmark_attach_dump_detach_twice() {
-    let dir = tmp("redis");
+    let dir = test_dir();
     let p = free_port().to_string();
     let mut server = spawn(
         &dir,
@@ -182,19 +164,12 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
         ]),
     );
     let pid = server.id().to_string();
-    let t0 = Instant::now();
-    while !Command::new("redis-cli")
-        .args(["-p", &p, "ping"])
-        .output()
-        .map(|o| stdout(&o).contains("PONG"))
-        .unwrap_or(false)
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "redis did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("redis to answer", 10, || {
+        Command::new("redis-cli")
+            .args(["-p", &p, "ping"])
+            .output()
+            .is_ok_and(|o| stdout(&o).contains("PONG"))
+    });
     let bench = || {
         let out = Command::new("redis-benchmark")
             .args(["-p", &p, "-q", "-n", "20000", "-c", "8", "-r", "1000"])
@@ -223,14 +198,13 @@ fn redis_under_benchmark_attach_dump_detach_twice() {
         .ok_stdout();
     assert!(set.contains("OK"), "{set}");
     for f in &files {
-        let top = pprof(f, &["-top", "-sample_index=alloc_space"]);
+        let top = go_pprof_top(f, Some("alloc_space"), &dir);
         assert!(top.contains("zmalloc") || top.contains("zrealloc"), "{top}");
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let st = server.wait().unwrap();
     assert!(st.success(), "redis-server exited with {st}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A refusal: one error line naming the reason; the target still runs (and was never stopped).
@@ -263,7 +237,7 @@ fn loop_program(dir: &Path, name: &str, extra: &str, flags: &[&str]) -> PathBuf 
 
 #[test]
 fn refusals_are_one_line_and_leave_the_target_alone() {
-    let dir = tmp("refuse");
+    let dir = test_dir();
     // statically linked
     let stat = loop_program(&dir, "static", "", &["-static"]);
     let mut c = spawn(&dir, &mut Command::new(&stat));
@@ -293,24 +267,25 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         &dir,
         Command::new("strace").args(["-o", "/dev/null"]).arg(&long),
     );
-    let t0 = Instant::now();
-    let traced = loop {
-        // strace's child is the program
+    // The program is the child of strace that exec'd plain_long while traced. Not just any traced
+    // child: strace first forks children of its own to probe what ptrace can do, traces them for a
+    // moment and kills them (the test once took one of those for the program, and found it dead).
+    let mut traced = 0;
+    wait_for("strace to run the program", 10, || {
         let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
             .unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            let k: u32 = k.parse().unwrap();
-            let st = std::fs::read_to_string(format!("/proc/{k}/status")).unwrap_or_default();
-            if st.contains("TracerPid:\t") && !st.contains("TracerPid:\t0") {
-                break k;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "strace did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        traced = kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+            .find(|k| {
+                let st = std::fs::read_to_string(format!("/proc/{k}/status")).unwrap_or_default();
+                st.lines().any(|l| l == "Name:\tplain_long")
+                    && st.contains("TracerPid:\t")
+                    && !st.contains("TracerPid:\t0")
+            })
+            .unwrap_or(0);
+        traced != 0
+    });
     let o = ml(&dir, &["attach", &traced.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("already traced"), "{}", stderr(&o));
@@ -329,7 +304,7 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     let mut c = spawn(&dir, &mut Command::new(&plain));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for("the program to stop", 10, || state(c.id()) == Some('T'));
     refused(&dir, &mut c, "is stopped");
     // SAFETY: as above.
     unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
@@ -361,31 +336,24 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    let inner = loop {
+    let mut inner = 0;
+    wait_for("the program's control socket under memlens run", 10, || {
         let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
             .unwrap_or_default();
-        if let Some(k) = kids.split_whitespace().next() {
-            let k: u32 = k.parse().unwrap();
-            // `<pid>.<pidns>.sock`: the runtime's control socket is up
-            let up = std::fs::read_dir(ctl_dir(&dir))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with(&format!("{k}.")) && n.ends_with(".sock")
-                });
-            if up {
-                break k;
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "memlens run did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        let Some(k) = kids.split_whitespace().next() else {
+            return false;
+        };
+        inner = k.parse().unwrap();
+        // `<pid>.<pidns>.sock`: the runtime's control socket is up
+        std::fs::read_dir(ctl_dir(&dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(&format!("{inner}.")) && n.ends_with(".sock")
+            })
+    });
     let o = ml(&dir, &["attach", &inner.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("memlens run"), "{}", stderr(&o));
@@ -393,12 +361,11 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     // not a process
     let o = ml(&dir, &["attach", "999999999"]).out();
     assert_one_line_error(&o);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
-    let dir = tmp("stress");
+    let dir = test_dir();
     let prog = compile(
         &root().join("runtime/tests/attach_busy.c"),
         &dir,
@@ -439,14 +406,13 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     let done = child.wait_with_output().unwrap();
     assert!(!stdout(&done).contains("corrupted"), "{}", stdout(&done));
     assert!(!stderr(&done).contains("memlens"), "{}", stderr(&done));
-    let top = pprof(&dir.join("s49.pb.gz"), &["-top"]);
+    let top = go_pprof_top(dir.join("s49.pb.gz"), None, &dir);
     assert!(top.contains("churn"), "{top}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn attached_process_whose_main_called_pthread_exit_still_ends() {
-    let dir = tmp("pexit");
+    let dir = test_dir();
     let prog = compile(
         &root().join("runtime/tests/attach_pexit.c"),
         &dir,
@@ -454,23 +420,19 @@ fn attached_process_whose_main_called_pthread_exit_still_ends() {
         &[],
     );
     let mut child = spawn(&dir, &mut Command::new(&prog));
-    std::thread::sleep(Duration::from_millis(300));
+    // main() has called pthread_exit: the leader is a zombie while its worker runs on
+    wait_for("main to call pthread_exit", 10, || {
+        state(child.id()) == Some('Z')
+    });
     ml(
         &dir,
         &["attach", &child.id().to_string(), "--interval", "64K"],
     )
     .ok_stdout();
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "{st}");
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "the process did not end after its last thread"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::fs::remove_dir_all(&dir).ok();
+    let mut ended = None;
+    wait_for("the process to end after its last thread", 15, || {
+        ended = child.try_wait().unwrap();
+        ended.is_some()
+    });
+    assert!(ended.unwrap().success(), "{ended:?}");
 }

@@ -46,7 +46,7 @@ fn unknown_option_is_a_one_line_usage_error() {
 
 #[test]
 fn sysinfo_reports_machine_and_json() {
-    let d = tempfile::tempdir().unwrap();
+    let d = test_dir();
     let j = d.path().join("m.json");
     let out = memlens()
         .args(["sysinfo", "--json", j.to_str().unwrap()])
@@ -59,7 +59,7 @@ fn sysinfo_reports_machine_and_json() {
 
 #[test]
 fn report_and_diff_on_bad_files_are_one_line_errors() {
-    let d = tempfile::tempdir().unwrap();
+    let d = test_dir();
     let junk = d.path().join("junk.pb.gz");
     std::fs::write(&junk, [0x1fu8, 0x8b, 8, 0, 1, 2, 3]).unwrap();
     let text = d.path().join("notes.txt");
@@ -78,7 +78,7 @@ fn report_and_diff_on_bad_files_are_one_line_errors() {
 
 #[test]
 fn report_of_a_profile_whose_binaries_are_absent_shows_addresses() {
-    let d = tempfile::tempdir().unwrap();
+    let d = test_dir();
     let raw = d.path().join("x.raw");
     std::fs::write(
         &raw,
@@ -102,7 +102,7 @@ fn report_of_a_profile_whose_binaries_are_absent_shows_addresses() {
 
 #[test]
 fn diff_names_the_stack_that_grew() {
-    let d = tempfile::tempdir().unwrap();
+    let d = test_dir();
     let dump = |leak: u64| {
         format!(
             "memlens-raw 1\npid 9\nexe /gone/app\ninterval 524288\nsamples 2\n\
@@ -162,7 +162,7 @@ fn with_columns(cols: &str, args: &[&str]) -> String {
 
 #[test]
 fn output_fits_a_terminal_of_100_columns() {
-    let d = tempfile::tempdir().unwrap();
+    let d = test_dir();
     let prog = compile(
         &root().join("runtime/tests/long_names.cc"),
         d.path(),

@@ -42,26 +42,16 @@ impl Running {
             dir: dir.to_path_buf(),
             pid: 0,
         };
-        let t0 = Instant::now();
-        while r.pid == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "ctl_leaker did not start"
-            );
+        wait_for("ctl_leaker to start", 20, || {
             if let Ok(s) = std::fs::read_to_string(dir.join("pid")) {
                 r.pid = s.trim().parse().unwrap();
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            r.pid != 0
+        });
         // The control socket appears during the runtime's start-up: wait until it answers.
-        while !ctl(r.pid, &["status"]).status.success() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "control socket of {} never answered",
-                r.pid
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for("the control socket to answer", 20, || {
+            ctl(r.pid, &["status"]).status.success()
+        });
         r
     }
 
@@ -111,19 +101,12 @@ fn first_of<'a>(text: &str, names: &[&'a str]) -> Option<&'a str> {
         .map(|(_, n)| n)
 }
 
-fn go_pprof_top(file: &Path, index: &str) -> String {
-    Command::new("go")
-        .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
-        .arg(file)
-        .ok_stdout()
-}
-
 /// Live control: a program loaded inactive survives 100 start → dump → stop cycles while two
 /// threads allocate; every dump reads back; dumps are consistent; inactive dumps add nothing; the
 /// leaking site dominates the diff around the leak phase.
 #[test]
 fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     let out = dir.join("run.pb.gz");
     let r = Running::start(dir, &["--inactive", "-o", out.to_str().unwrap()], &[]);
@@ -159,7 +142,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     for (i, pb) in dumps.iter().enumerate() {
         memlens().args(["report", pb.to_str().unwrap()]).ok();
         if i % 25 == 24 {
-            go_pprof_top(pb, "alloc_space");
+            go_pprof_top(pb, Some("alloc_space"), dir);
         }
     }
 
@@ -209,12 +192,21 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     let base = dir.join("base.pb.gz");
     let new = dir.join("new.pb.gz");
     ctl_ok(pid, &["dump", "-o", base.to_str().unwrap()]);
+    // Leak until the sampled live heap holds 64 MiB more than at the base dump (the other threads
+    // keep a ring of small blocks: the live heap grows only by what leak_site leaks).
+    let inuse = || {
+        let t = memlens_target::Target::find(pid).unwrap();
+        t.status().unwrap().num("inuse_bytes").unwrap()
+    };
+    let before = inuse();
     std::fs::write(dir.join("leak"), "").unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for("leak_site to leak 64 MiB under sampling", 30, || {
+        inuse() >= before + (64 << 20)
+    });
     std::fs::remove_file(dir.join("leak")).unwrap();
     ctl_ok(pid, &["dump", "-o", new.to_str().unwrap()]);
     ctl_ok(pid, &["stop"]);
-    go_pprof_top(&new, "inuse_space");
+    go_pprof_top(&new, Some("inuse_space"), dir);
     for index in ["inuse_space", "alloc_space"] {
         let d = memlens()
             .args([
@@ -265,7 +257,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
 /// writes after --profile-for names the growing site; --dump-every writes numbered dumps.
 #[test]
 fn start_on_growth_catches_the_growing_site() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     let out = dir.join("g.pb.gz");
     let r = Running::start(
@@ -290,11 +282,10 @@ fn start_on_growth_catches_the_growing_site() {
     // Growth runs from 1 s to 5 s of the program's life; the growth profile is written ~1 s after
     // the start.
     let growth = dir.join("g.growth.pb.gz");
-    let t0 = Instant::now();
-    while !growth.exists() && t0.elapsed() < Duration::from_secs(15) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(1200));
+    let periodic = [dir.join("g.1.pb.gz"), dir.join("g.2.pb.gz")];
+    wait_for("the growth profile and two periodic dumps", 15, || {
+        growth.exists() && periodic.iter().all(|p| p.exists())
+    });
     let (code, err) = r.finish();
     assert_eq!(code, 0, "memlens run: {err}");
     assert!(err.contains("sampling started"), "{err}");
@@ -313,17 +304,13 @@ fn start_on_growth_catches_the_growing_site() {
         Some("leak_site"),
         "{text}"
     );
-    go_pprof_top(&growth, "alloc_space");
-    assert!(
-        dir.join("g.1.pb.gz").exists() && dir.join("g.2.pb.gz").exists(),
-        "no periodic dumps: {err}"
-    );
+    go_pprof_top(&growth, Some("alloc_space"), dir);
 }
 
 /// The C API: harmless without the runtime, working under it.
 #[test]
 fn c_api_with_and_without_runtime() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     let inc = format!("-I{}", root().join("runtime/include").display());
     let prog = compile(
@@ -410,7 +397,7 @@ fn another_user_cannot_control_the_process() {
     if !root_or_skip("another_user_cannot_control_the_process") {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     // A socket directory the other user can traverse, so that the last line of defence is tested.
     let sockdir = dir.join("sockets");
@@ -429,26 +416,23 @@ fn another_user_cannot_control_the_process() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    let sock = loop {
-        if let Ok(p) = std::fs::read_to_string(dir.join("pid")) {
-            // `<pid>.<pidns>.sock`
-            let s = std::fs::read_dir(&sockdir)
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .find(|s| {
-                    let n = s.file_name().unwrap().to_string_lossy().into_owned();
-                    n.starts_with(&format!("{}.", p.trim())) && n.ends_with(".sock")
-                });
-            if let Some(s) = s {
-                break (p.trim().to_string(), s);
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no control socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (pid, sock) = sock;
+    let (mut pid, mut sock) = (String::new(), PathBuf::new());
+    wait_for("the control socket", 20, || {
+        let Ok(p) = std::fs::read_to_string(dir.join("pid")) else {
+            return false;
+        };
+        pid = p.trim().to_string();
+        // `<pid>.<pidns>.sock`
+        let found = std::fs::read_dir(&sockdir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|s| {
+                let n = s.file_name().unwrap().to_string_lossy().into_owned();
+                n.starts_with(&format!("{pid}.")) && n.ends_with(".sock")
+            });
+        found.map(|s| sock = s).is_some()
+    });
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

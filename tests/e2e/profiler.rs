@@ -121,7 +121,7 @@ fn same_behaviour(dir: &Path, cmd: &[&str]) -> Vec<Raw> {
     // The main process's pprof profile is there and memlens report reads it.
     let main = dir.join("main.pb.gz");
     assert!(main.exists(), "no profile written: {}", stderr(&got));
-    report_json(&main, "alloc_space");
+    report_json(&main, &["--sample-index", "alloc_space"]);
     raws
 }
 
@@ -350,16 +350,12 @@ fn report(file: &Path, format: &str, index: &str) -> String {
         .ok_stdout()
 }
 
-fn report_json(file: &Path, index: &str) -> serde_json::Value {
-    serde_json::from_str(&report(file, "json", index)).expect("report --format json is JSON")
-}
-
 /// The same checks through the whole pipeline: pprof written by `memlens run`, symbolized offline,
 /// read back by `memlens report`: each big site is named and its cumulative value is right.
 fn check_report(file: &Path, t: &Truth, tolerance: f64, exact: bool, unreachable: &[&str]) {
     let total: u64 = t.sites.values().map(|v| v.0).sum();
-    let space = report_json(file, "alloc_space");
-    let objects = report_json(file, "alloc_objects");
+    let space = report_json(file, &["--sample-index", "alloc_space"]);
+    let objects = report_json(file, &["--sample-index", "alloc_objects"]);
     let cum = |j: &serde_json::Value, site: &str| -> f64 {
         j["functions"]
             .as_array()
@@ -818,13 +814,7 @@ fn bad_input_is_one_line_errors() {
 fn fastpath_benchmark_runs_every_configuration() {
     // The profiler's speed benchmark (runtime/bench/fastpath.sh), on tiny sizes: every configuration
     // yields a row of numbers. Speed itself is measured by scripts/bench-profiler.sh, not here.
-    let lib = std::fs::read_dir(root().join("target/release/build"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("out/libmemlens.so"))
-        .filter(|p| p.exists())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .expect("libmemlens.so under target/release/build");
+    let lib = runtime_lib();
     let out = Command::new("sh")
         .arg(root().join("runtime/bench/fastpath.sh"))
         .args([lib.to_str().unwrap(), "1", "1"])
@@ -866,7 +856,8 @@ fn fastpath_benchmark_runs_every_configuration() {
 fn debug_runtime_holds_its_invariants_on_real_programs() {
     let dir = tmp();
     let d = dir.path();
-    let src = root().join("runtime/src");
+    // The build's own flags (memlens-native compiles the runtime with them), at -O1, with the checks.
+    let src = root().join(memlens_native::RUNTIME_SOURCES);
     let mut sources: Vec<PathBuf> = std::fs::read_dir(&src)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -875,19 +866,15 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
     sources.sort();
     let lib = d.join("libmemlens-debug.so");
     Command::new("gcc")
-        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
-        .args([
-            "-fno-omit-frame-pointer",
-            "-fPIC",
-            "-ftls-model=initial-exec",
-        ])
-        .args(["-fvisibility=hidden", "-pthread", "-DMEMLENS_DEBUG=1", "-I"])
-        .arg(root().join("runtime/include"))
-        .args(["-shared", "-Wl,-z,nodelete", "-Wl,--build-id"])
+        .args(memlens_native::C_FLAGS)
+        .args(memlens_native::RUNTIME_CFLAGS)
+        .args(["-O1", "-DMEMLENS_DEBUG=1", "-I"])
+        .arg(root().join(memlens_native::RUNTIME_INCLUDE))
+        .args(memlens_native::SHARED_LDFLAGS)
         .args(&sources)
         .arg("-o")
         .arg(&lib)
-        .args(["-ldl", "-lgcc_s", "-lm"])
+        .args(memlens_native::RUNTIME_LIBS)
         .ok();
     let has_checks = |p: &Path| {
         let bytes = std::fs::read(p).unwrap();
@@ -896,12 +883,7 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
             .any(|w| w == b"internal assertion failed")
     };
     assert!(has_checks(&lib), "the debug build has no assertions");
-    let release = std::fs::read_dir(root().join("target/release/build"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("out/libmemlens.so"))
-        .find(|p| p.exists())
-        .expect("libmemlens.so under target/release/build");
+    let release = runtime_lib();
     assert!(
         !has_checks(&release),
         "assertions left in the release build"

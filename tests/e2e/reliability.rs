@@ -34,15 +34,6 @@ fn memlens_run(cwd: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Command 
     c
 }
 
-/// `memlens report FILE --format json`, parsed.
-fn report_json(file: &Path) -> serde_json::Value {
-    let o = memlens()
-        .args(["report", "--format", "json"])
-        .arg(file)
-        .ok();
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
 fn total(r: &serde_json::Value, key: &str) -> f64 {
     r["totals"][key].as_f64().unwrap()
 }
@@ -84,7 +75,7 @@ fn names_in(dir: &Path) -> Vec<String> {
 /// written where asked, and nothing left in the working directory.
 #[test]
 fn redis_keeps_its_profile_and_the_working_directory_clean() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let cwd = tmp.path().join("cwd");
     std::fs::create_dir(&cwd).unwrap();
     let out = tmp.path().join("redis.pb.gz");
@@ -133,7 +124,7 @@ fn redis_keeps_its_profile_and_the_working_directory_clean() {
     assert!(out.exists(), "no profile: {err}");
     assert!(!err.contains("left no profile"), "{err}");
     assert_eq!(names_in(&cwd), Vec::<String>::new(), "stray files in cwd");
-    let r = report_json(&out);
+    let r = report_json(&out, &[]);
     assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "{r}");
 }
 
@@ -141,7 +132,7 @@ fn redis_keeps_its_profile_and_the_working_directory_clean() {
 /// and still sampled: the live buffer is in the profile at its full size.
 #[test]
 fn realloc_growth_is_linear_and_still_counted() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "realloc_grow");
     let t0 = Instant::now();
     let alone = Command::new(&p).env("KEEP", "1").ok();
@@ -168,7 +159,7 @@ fn realloc_growth_is_linear_and_still_counted() {
         rss_m < 2.0 * rss_a + 8192.0,
         "peak RSS {rss_m} KiB vs {rss_a} KiB"
     );
-    let r = report_json(&out);
+    let r = report_json(&out, &[]);
     let inuse = total(&r, "inuse_space");
     let want = 64.0 * 1048576.0;
     assert!(
@@ -180,7 +171,7 @@ fn realloc_growth_is_linear_and_still_counted() {
 /// calloc(1, 4 GiB) with 16 pages touched: no memset, the pages stay untouched.
 #[test]
 fn sparse_calloc_stays_sparse() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "calloc_sparse");
     let t0 = Instant::now();
     let alone = Command::new(&p).ok();
@@ -211,7 +202,7 @@ fn sparse_calloc_stays_sparse() {
 /// `unshare -U` needs a single-threaded process: the control thread must step aside.
 #[test]
 fn unshare_succeeds_under_memlens() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     // -m needs privileges (root, or -U with it); -U alone does not.
     let mut cases = vec![
         vec!["unshare", "-U", "true"],
@@ -246,7 +237,7 @@ fn unshare_succeeds_under_memlens() {
 /// `memlens: error:` line.
 #[test]
 fn every_command_into_head_exits_quietly() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "realloc_grow");
     let prof = tmp.path().join("p.pb.gz");
     memlens_run(
@@ -312,7 +303,7 @@ fn every_command_into_head_exits_quietly() {
 ///    that are ours and not writable by others.
 #[test]
 fn runtime_cache_is_verified() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let cache = tmp.path().join("cache");
     std::fs::create_dir(&cache).unwrap();
     let run = |out: &str| {
@@ -364,7 +355,7 @@ fn runtime_cache_is_verified() {
 ///    was dumping itself, and in a fork child whose parent had the loader lock taken.
 #[test]
 fn exit_dumps_are_signal_safe() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "exit_signal");
     let spawn = |args: &[&str]| {
         memlens()
@@ -411,7 +402,7 @@ fn exit_dumps_are_signal_safe() {
 ///    of two does not take twice the room, and a full range is reported, never silent.
 #[test]
 fn range_reuses_space_and_reports_what_it_drops() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "range_pressure");
     // 40 live blocks of 1 GiB + 8 KiB (64 GiB of room), freed, then one of 4 GiB.
     let out = tmp.path().join("r.pb.gz");
@@ -423,7 +414,7 @@ fn range_reuses_space_and_reports_what_it_drops() {
     )
     .ok();
     assert_eq!(stdout(&o).trim(), "ok");
-    let r = report_json(&out);
+    let r = report_json(&out, &[]);
     assert_eq!(r["meta"]["dropped"], 0, "{}", r["meta"]);
     assert_eq!(total(&r, "alloc_objects").round(), 41.0);
     assert!((total(&r, "inuse_space") - 4294975488.0).abs() < 1e6);
@@ -438,7 +429,7 @@ fn range_reuses_space_and_reports_what_it_drops() {
     )
     .ok();
     assert_eq!(stdout(&o).trim(), "ok");
-    let r = report_json(&out);
+    let r = report_json(&out, &[]);
     let dropped = r["meta"]["dropped"].as_u64().unwrap();
     let bytes = r["meta"]["dropped_bytes"].as_u64().unwrap();
     assert!(dropped >= 5, "{}", r["meta"]);
@@ -452,7 +443,7 @@ fn range_reuses_space_and_reports_what_it_drops() {
 ///    each block's content checked.
 #[test]
 fn range_torture_keeps_every_byte() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "range_torture");
     for iv in ["4K", "64K", "512K"] {
         let o = memlens_run(
@@ -471,7 +462,7 @@ fn range_torture_keeps_every_byte() {
 /// on and one line says that profiling stopped.
 #[test]
 fn address_space_limit_never_costs_the_program() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "range_pressure");
     let rt = memlens_native_runtime();
     let with_limit = |kib: u64, preload: bool, args: &[&str]| {
@@ -530,7 +521,7 @@ fn address_space_limit_never_costs_the_program() {
 
 fn memlens_native_runtime() -> PathBuf {
     // The runtime memlens extracts: run it once and ask the loader where it came from.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let o = memlens()
         .args(["run", "-o"])
         .arg(tmp.path().join("x.pb.gz"))
@@ -543,7 +534,7 @@ fn memlens_native_runtime() -> PathBuf {
 ///    execve attempt of a PATH search.
 #[test]
 fn fork_is_cheap_and_exec_attempts_do_not_dump() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "fork_stacks");
     let out = memlens_run(
         tmp.path(),
@@ -579,7 +570,7 @@ fn fork_is_cheap_and_exec_attempts_do_not_dump() {
 ///    single-threaded, as without memlens); one that lives and allocates gets its control thread.
 #[test]
 fn fork_child_starts_its_control_thread_only_once_it_lives() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "fork_stacks");
     let out = memlens_run(
         tmp.path(),
@@ -608,11 +599,9 @@ fn fork_child_starts_its_control_thread_only_once_it_lives() {
 ///    the process does not run under memlens.
 #[test]
 fn ctl_on_a_fork_child_without_a_channel_says_why() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "fork_stacks");
-    let ctl = tmp.path().join("ctl");
-    std::fs::create_dir(&ctl).unwrap();
-    std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let ctl = ctl_dir(tmp.path());
     let mut run = memlens_run(
         tmp.path(),
         &tmp.path().join("idle.pb.gz"),
@@ -630,7 +619,11 @@ fn ctl_on_a_fork_child_without_a_channel_says_why() {
         .trim()
         .strip_prefix("child ")
         .unwrap_or_else(|| panic!("{line}"));
-    std::thread::sleep(Duration::from_millis(400));
+    // A fork child opens its channel once it has lived 200 ms and allocates: this idle one has
+    // lived twice that, and still has none.
+    wait_for("the fork child to live 400 ms", 10, || {
+        process_age(child.parse().unwrap()) >= Duration::from_millis(400)
+    });
     let o = memlens()
         .env("MEMLENS_CTL_DIR", &ctl)
         .args(["ctl", child, "status"])
@@ -656,10 +649,8 @@ fn control_sockets_are_unique_across_pid_namespaces() {
     Command::new("unshare")
         .args(["-pf", "--mount-proc", "true"])
         .ok();
-    let tmp = tempfile::tempdir().unwrap();
-    let sockdir = tmp.path().join("sockets");
-    std::fs::create_dir(&sockdir).unwrap();
-    std::fs::set_permissions(&sockdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tmp = test_dir();
+    let sockdir = ctl_dir(tmp.path());
     let mut kids = Vec::new();
     for i in 0..2 {
         let c = Command::new("unshare")
@@ -757,10 +748,8 @@ fn is_descendant(pid: i32, ancestor: i32) -> bool {
 ///    is rejected (not executed cut short), and dumps are written only into the control directory.
 #[test]
 fn control_protocol_is_robust() {
-    let tmp = tempfile::tempdir().unwrap();
-    let sockdir = tmp.path().join("sockets");
-    std::fs::create_dir(&sockdir).unwrap();
-    std::fs::set_permissions(&sockdir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tmp = test_dir();
+    let sockdir = ctl_dir(tmp.path());
     let mut server = Command::new(env!("CARGO_BIN_EXE_memlens"))
         .args(["run", "-o"])
         .arg(tmp.path().join("s.pb.gz"))
@@ -859,14 +848,14 @@ fn control_protocol_is_robust() {
 ///    unreadable page: every unwinder stops safely, and the stacks are still recorded.
 #[test]
 fn coroutine_stacks_are_walked_safely() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "coroutine");
     let alone = Command::new(&p).ok();
     for u in ["fp", "dwarf", "libgcc", "libunwind"] {
         let out = tmp.path().join(format!("{u}.pb.gz"));
         let o = memlens_run(tmp.path(), &out, &["--unwinder", u], &[p.to_str().unwrap()]).exits(0);
         assert_eq!(stdout(&o), stdout(&alone), "{u}");
-        let r = report_json(&out);
+        let r = report_json(&out, &[]);
         assert!(
             r["meta"]["samples"].as_u64().unwrap() > 50,
             "{u}: {}",
@@ -879,7 +868,7 @@ fn coroutine_stacks_are_walked_safely() {
 ///    and reads back, and the newline forges no record.
 #[test]
 fn odd_paths_do_not_break_dumps() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let p = prog(tmp.path(), "realloc_grow");
     use std::os::unix::ffi::OsStrExt;
     let odd = tmp
@@ -908,7 +897,7 @@ fn odd_paths_do_not_break_dumps() {
         "{e}"
     );
     assert!(e.contains("profile of pid"), "{e}");
-    let r = report_json(&out);
+    let r = report_json(&out, &[]);
     assert!(r["meta"]["samples"].as_u64().unwrap() > 0);
     let exe_name = r["meta"]["exe"].as_str().unwrap();
     assert!(exe_name.contains("prog\nstack 1"), "{exe_name:?}");

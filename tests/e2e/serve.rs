@@ -80,18 +80,6 @@ fn program(dir: &Path) -> PathBuf {
     compile(&src, dir, "serve_target", &["-fno-omit-frame-pointer"])
 }
 
-/// Wait until `cond` or fail after `secs`.
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A program under `memlens run` with its own directory; stopped and reaped on drop.
 struct Target {
     child: Option<Child>,
@@ -155,15 +143,6 @@ fn ctl_cmd(ctl: &Path, pid: i32, what: &str) -> std::process::Output {
         .args(["ctl", &pid.to_string(), what])
         .env("MEMLENS_CTL_DIR", ctl)
         .out()
-}
-
-/// A private control directory (0700, as the runtime requires).
-fn ctl_dir(root: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let d = root.join("ctl");
-    std::fs::create_dir(&d).unwrap();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    d
 }
 
 /// A running `memlens serve` (or `memlens run --serve`): its process and the port it announced.
@@ -240,15 +219,6 @@ fn get(port: u16, path: &str) -> (u16, Vec<u8>) {
 
 fn curl(url: &str) -> String {
     Command::new("curl").args(["-sSf", url]).ok_stdout()
-}
-
-fn go_pprof_top(what: &str, index: Option<&str>, tmp: &Path) -> String {
-    let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof", "-top"]);
-    if let Some(i) = index {
-        cmd.arg(format!("-sample_index={i}"));
-    }
-    cmd.arg(what).env("PPROF_TMPDIR", tmp).ok_stdout()
 }
 
 /// Lines of a `-top` listing whose function is `name`, with a non-zero flat value.
@@ -369,7 +339,7 @@ fn targets_json(server: &Server) -> Vec<serde_json::Value> {
 /// /targets and /metrics; the window leaves the program inactive again.
 #[test]
 fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let t = Target::start(
@@ -409,9 +379,12 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     wait_for("the window to switch sampling on", 20, || {
         targets_json(&server)[0]["active"] == true
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // ... and for the sampled blocks of the ring to make up a live heap
+    wait_for("a sampled live heap", 20, || {
+        targets_json(&server)[0]["inuse_bytes"].as_f64() > Some(1e6)
+    });
     let heap = go_pprof_top(
-        &server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
+        server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
         None,
         &pp,
     );
@@ -446,7 +419,7 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
 /// sampled) before the request, are absent from it, though present in the cumulative profile.
 #[test]
 fn the_window_holds_only_allocations_made_inside_it() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let dir = tmp.path().join("p");
@@ -455,11 +428,15 @@ fn the_window_holds_only_allocations_made_inside_it() {
     let server = Server::start(&ctl, &[]);
     let port = server.port;
     let pid = t.pid;
+    // The window's first dump is a raw dump the process writes into the control directory (and the
+    // server removes once read): phase B starts once it is written, and ends (in milliseconds) well
+    // before the window does.
+    let mut written = Written::watch(&ctl);
     let req =
         std::thread::spawn(move || get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=4")));
-    // The window's first dump takes a fraction of a second; phase B (milliseconds) starts well after
-    // it and ends well before the window does.
-    std::thread::sleep(Duration::from_millis(1500));
+    written.wait("the window's first dump", 20, |n| {
+        n.starts_with(&format!("{pid}.dump-")) && n.ends_with(".raw")
+    });
     std::fs::write(dir.join("go"), "").unwrap();
     wait_for("phase B", 20, || dir.join("b-done").exists());
     let (status, body) = req.join().unwrap();
@@ -467,12 +444,12 @@ fn the_window_holds_only_allocations_made_inside_it() {
     let f = tmp.path().join("window.pb.gz");
     std::fs::write(&f, body).unwrap();
     let pp = tmp.path().join("pprof");
-    let top = go_pprof_top(f.to_str().unwrap(), Some("alloc_space"), &pp);
+    let top = go_pprof_top(&f, Some("alloc_space"), &pp);
     assert!(flat_has(&top, "inside_window"), "{top}");
     assert!(!top.contains("before_window"), "{top}");
     // The cumulative profile has both: the test can tell the two apart.
     let all = go_pprof_top(
-        &server.url(&format!("/debug/pprof/allocs?pid={pid}")),
+        server.url(&format!("/debug/pprof/allocs?pid={pid}")),
         None,
         &pp,
     );
@@ -487,7 +464,7 @@ fn the_window_holds_only_allocations_made_inside_it() {
 /// Bad requests and processes that are not ours get an HTTP error with a one-line reason.
 #[test]
 fn bad_requests_and_other_users_processes_are_refused() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let t = Target::start(
@@ -617,7 +594,7 @@ fn bad_requests_and_other_users_processes_are_refused() {
 /// `memlens run --serve` serves the program it runs at the bare Go paths, labelled with its name.
 #[test]
 fn run_serve_serves_its_program() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let dir = tmp.path().join("a");
@@ -646,7 +623,7 @@ fn run_serve_serves_its_program() {
         }
         let f = tmp.path().join("heap.pb.gz");
         std::fs::write(&f, body).unwrap();
-        heap = go_pprof_top(f.to_str().unwrap(), None, &pp);
+        heap = go_pprof_top(&f, None, &pp);
         flat_has(&heap, "steady_alloc")
     });
     assert!(heap.contains("service=serve_target"), "{heap}");
@@ -664,7 +641,7 @@ fn run_serve_serves_its_program() {
 /// `memlens serve --pid` serves one process at the bare paths with the labels given, and ends with it.
 #[test]
 fn serve_pid_uses_bare_paths_and_labels_and_ends_with_its_process() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let t = Target::start(&ctl, &tmp.path().join("a"), &prog, "steady", &[]);
@@ -684,7 +661,7 @@ fn serve_pid_uses_bare_paths_and_labels_and_ends_with_its_process() {
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     let f = tmp.path().join("allocs.pb.gz");
     std::fs::write(&f, body).unwrap();
-    let top = go_pprof_top(f.to_str().unwrap(), None, &tmp.path().join("pprof"));
+    let top = go_pprof_top(&f, None, &tmp.path().join("pprof"));
     assert!(top.contains(&format!("service=orders pid={pid} ")), "{top}");
     assert!(top.contains("env=prod"), "{top}");
     let m = parse_prometheus(&curl(&server.url("/metrics")));
@@ -710,7 +687,7 @@ fn load_20_clients_3_processes() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
     let targets: Vec<Target> = (0..3)
@@ -806,10 +783,10 @@ fn load_20_clients_3_processes() {
         );
     }
     // Every window has closed: each process is inactive again (as found) and still answers.
-    std::thread::sleep(Duration::from_millis(1500));
-    for e in targets_json(&server) {
-        assert_eq!(e["active"], false, "{e}");
-    }
+    wait_for("every window to close", 20, || {
+        let all = targets_json(&server);
+        all.len() == 3 && all.iter().all(|e| e["active"] == false)
+    });
     for t in targets {
         let (code, out, err) = t.finish();
         assert_eq!((code, out.trim()), (0, "checks>0=1 errors=0"), "{err}");

@@ -23,7 +23,7 @@ fn rows<'a>(v: &'a Value, workload: &str) -> &'a Vec<Value> {
 
 #[test]
 fn synthetic_workload_runs_and_reports() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("s.json");
     let o = memlens()
         .args([
@@ -112,7 +112,7 @@ fn unpaired_baseline_meets_the_json_contract() {
         std::path::Path::new(tc).exists(),
         "{tc} missing: scripts/install-deps.sh installs libgoogle-perftools4"
     );
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("s.json");
     memlens()
         .args([
@@ -205,7 +205,7 @@ fn pipeline_workload_runs_reports_and_is_deterministic() {
 /// The contract scripts rely on: every row carries these fields, with the interval inside its CI.
 #[test]
 fn quick_paired_study_meets_the_json_contract() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let (j, h, c) = (
         dir.path().join("s.json"),
         dir.path().join("s.html"),
@@ -329,7 +329,7 @@ fn quick_paired_study_meets_the_json_contract() {
 /// threads are created and exit.
 #[test]
 fn switch_reaches_every_thread_at_its_next_allocation() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let inc = format!("-I{}", root().join("runtime/include").display());
     let prog = compile(
         &root().join("runtime/tests/switch.c"),
@@ -407,7 +407,7 @@ fn bad_input_gives_usage_errors() {
 
 #[test]
 fn failing_command_is_reported_with_its_status_and_no_overhead() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("s.json");
     let o = memlens()
         .args([
@@ -436,7 +436,7 @@ fn failing_command_is_reported_with_its_status_and_no_overhead() {
 
 #[test]
 fn any_command_with_a_metric_regex() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let j = dir.path().join("s.json");
     memlens()
         .args([

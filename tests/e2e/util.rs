@@ -202,3 +202,222 @@ pub fn stop_via_file(mut c: std::process::Child, dir: &Path) {
     c.kill().ok();
     c.wait().ok();
 }
+
+// ---- per-test directories, waiting, and the checks several modules share ----
+
+/// A directory for one test's files (`/tmp/memlens-test-XXXXXX`). Removed when the test passes;
+/// when it fails (a panic is unwinding) it is kept and its path printed with the test's name, so
+/// what the test left behind can be read. Use it as a `&Path` (`dir.join(…)`, `&dir`), or
+/// `dir.path()`. (Its name does not carry the test's: tests check what memlens prints, paths
+/// included, for words such as the name of the program they run.)
+pub struct TestDir {
+    path: PathBuf,
+    test: String,
+}
+
+/// A new [`TestDir`] for the running test.
+#[track_caller]
+pub fn test_dir() -> TestDir {
+    let dir = tempfile::Builder::new()
+        .prefix("memlens-test-")
+        .tempdir()
+        .unwrap_or_else(|e| panic!("cannot create a test directory: {e}"));
+    TestDir {
+        path: dir.keep(),
+        // libtest names each test's thread after the test (`attach::refusals_are_…`).
+        test: std::thread::current().name().unwrap_or("?").to_string(),
+    }
+}
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "{}: test directory kept: {}",
+                self.test,
+                self.path.display()
+            );
+        } else {
+            std::fs::remove_dir_all(&self.path).ok();
+        }
+    }
+}
+
+/// Wait until `cond` holds, checking every 20 ms; fail the test (naming `what`) after `secs`.
+/// Use it instead of a sleep whenever the test waits for something it can observe.
+#[track_caller]
+pub fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(secs),
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A private control directory `DIR/ctl` (0700, as the runtime requires), created if needed: pass
+/// it as `MEMLENS_CTL_DIR` to the programs and the memlens commands of one test, so no other test
+/// (nor another user's `memlens serve`) sees them.
+pub fn ctl_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.join("ctl");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+/// `go tool pprof -top [-sample_index=INDEX] WHAT` (a file or a URL), which must succeed: its
+/// listing. Profiles pprof fetches are saved under `tmp` (PPROF_TMPDIR), not in `$HOME/pprof`.
+#[track_caller]
+pub fn go_pprof_top(what: impl AsRef<std::ffi::OsStr>, index: Option<&str>, tmp: &Path) -> String {
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof", "-top"]);
+    if let Some(i) = index {
+        cmd.arg(format!("-sample_index={i}"));
+    }
+    cmd.arg(what).env("PPROF_TMPDIR", tmp).ok_stdout()
+}
+
+/// `memlens report FILE --format json ARGS…` (e.g. `["--sample-index", "inuse_space"]`,
+/// `["--view", "leaks"]`), which must succeed: its output, parsed.
+#[track_caller]
+pub fn report_json(file: &Path, args: &[&str]) -> serde_json::Value {
+    let out = memlens()
+        .arg("report")
+        .arg(file)
+        .args(["--format", "json"])
+        .args(args)
+        .ok_stdout();
+    serde_json::from_str(&out).unwrap_or_else(|e| {
+        panic!(
+            "memlens report {} --format json: {e}\n{out}",
+            file.display()
+        )
+    })
+}
+
+/// The runtime (`libmemlens.so`) of this very build, as `memlens` itself extracts it — never a
+/// stale copy from another build under target/.
+pub fn runtime_lib() -> PathBuf {
+    memlens_native::runtime().expect("the runtime embedded in this build")
+}
+
+/// The files written in a directory from now on, as the kernel reports them (inotify
+/// IN_CLOSE_WRITE: a file opened for writing was closed). For a test that must act right after a
+/// program wrote a file that may be gone a moment later: [`wait_for`] can miss it, this cannot.
+pub struct Written {
+    fd: std::os::fd::OwnedFd,
+    seen: Vec<String>,
+}
+
+impl Written {
+    /// Watch `dir` (set up before whatever writes there is started).
+    #[track_caller]
+    pub fn watch(dir: &Path) -> Written {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain system calls; the descriptor is owned from here on.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let wd =
+            unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_CLOSE_WRITE) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+        Written {
+            fd,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait until a file whose name satisfies `name` has been written (since the watch began);
+    /// fail the test (naming `what`) after `secs`. Returns its name.
+    #[track_caller]
+    pub fn wait(&mut self, what: &str, secs: u64, name: impl Fn(&str) -> bool) -> String {
+        use std::os::fd::AsRawFd;
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(n) = self.seen.iter().find(|n| name(n)) {
+                return n.clone();
+            }
+            let left = std::time::Duration::from_secs(secs).saturating_sub(t0.elapsed());
+            assert!(
+                !left.is_zero(),
+                "timed out after {secs} s waiting for {what}"
+            );
+            let mut p = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as libc::c_int) };
+            let mut buf = [0u8; 4096];
+            // SAFETY: reading into our own buffer.
+            let n = unsafe { libc::read(p.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            let mut at = 0usize;
+            // struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }
+            while n > 0 && at + 16 <= n as usize {
+                let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+                let raw = &buf[at + 16..(at + 16 + len).min(n as usize)];
+                let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+                self.seen
+                    .push(String::from_utf8_lossy(&raw[..end]).into_owned());
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+/// How long process `pid` has run (from its start time in `/proc/PID/stat`, in clock ticks);
+/// zero when it is gone.
+pub fn process_age(pid: i32) -> std::time::Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return std::time::Duration::ZERO;
+    };
+    // the fields after `(comm)`: state is field 3, starttime field 22
+    let start: f64 = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(19)?.parse().ok())
+        .unwrap_or(0.0);
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|u| u.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    std::time::Duration::from_secs_f64((up - start / hz).max(0.0))
+}

@@ -11,7 +11,7 @@
 //!
 //! A call is made by pointing the thread at the function with a return address of 0: the return
 //! faults, the fault stops the thread for us, and the signal is never delivered.
-use crate::target::{seize_denied, Process};
+use crate::tracee::{seize_denied, Tracee};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::io::Write;
@@ -352,7 +352,7 @@ fn file_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-fn plan(p: &Process) -> Result<Plan> {
+fn plan(p: &Tracee) -> Result<Plan> {
     let modules = p.modules();
     let is_libc = |m: &str| {
         let f = file_name(m);
@@ -518,7 +518,7 @@ impl Drop for Boost {
 }
 
 /// Load `lib` into the process and call its attach entry with `args`.
-pub fn inject(p: &Process, lib: &[u8], args: &str) -> Result<Injected> {
+pub fn inject(p: &Tracee, lib: &[u8], args: &str) -> Result<Injected> {
     let plan = plan(p)?;
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut retries = 0;
@@ -572,7 +572,7 @@ fn check_ret(what: &str, v: u64) -> Result<u64> {
 
 /// Work done while the thread is stopped: the work area and the loader thread. Always releases the
 /// thread; returns the work area (0 if none) and the outcome.
-fn load(mut s: Stopped, p: &Process, plan: &Plan) -> Result<(u64, Result<()>)> {
+fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Result<()>)> {
     let f = |n: &str| plan.funcs[n];
     let mut page = 0;
     let mut work = || -> Result<()> {
@@ -640,7 +640,7 @@ fn read_u32(pid: i32, addr: u64) -> Result<Option<u32>> {
 }
 
 /// The loader thread has made its memfd: fill it with the runtime, then let the thread load it.
-fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
+fn hand_over(p: &Tracee, page: u64, lib: &[u8], args: &str) -> Result<()> {
     let t0 = Instant::now();
     while read_u32(p.mem_pid(), page + OFF_STATUS)? != Some(5) {
         if t0.elapsed() > Duration::from_secs(20) {
@@ -678,7 +678,7 @@ fn hand_over(p: &Process, page: u64, lib: &[u8], args: &str) -> Result<()> {
 }
 
 /// Wait for the loader thread's verdict (its status word, or its work area gone on success).
-fn wait_loaded(p: &Process, page: u64) -> Result<()> {
+fn wait_loaded(p: &Tracee, page: u64) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let Some(status) = read_u32(p.mem_pid(), page + OFF_STATUS)? else {

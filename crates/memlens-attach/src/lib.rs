@@ -1,17 +1,17 @@
 //! `memlens attach` and `memlens detach`: sampled heap profiling of a process that was started
 //! without memlens.
 //!
-//! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `target.rs`);
+//! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `tracee.rs`);
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
 //! and a later attach or detach is a request on that socket (`attach …`, `detach`).
 #![warn(missing_docs)]
 mod inject;
-mod target;
+mod tracee;
 
 use anyhow::{bail, Result};
 use memlens_measure::error::usage;
 use memlens_measure::units::{format_size, parse_duration, parse_size};
-use memlens_run::{default_dump_name, Target};
+use memlens_target::{default_dump_name, parse_pid, Target};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -63,13 +63,6 @@ pub struct DetachArgs {
     pub pid: String,
 }
 
-fn parse_pid(s: &str) -> Result<i32> {
-    match s.parse::<i32>() {
-        Ok(p) if p > 0 => Ok(p),
-        _ => Err(usage(format!("'{s}' is not a process id"))),
-    }
-}
-
 /// The arguments the runtime's attach entry (and the socket's `attach`) understand.
 fn runtime_args(interval: Option<u64>, unwinder: Option<&str>) -> Result<String> {
     let mut a = match interval {
@@ -112,7 +105,7 @@ pub fn run_attach(a: AttachArgs) -> Result<i32> {
 
 /// Attach (or re-attach through the socket) and return the process's label.
 pub fn attach(pid: i32, args: &str) -> Result<String> {
-    let p = target::check(pid)?;
+    let p = tracee::check(pid)?;
     let t = Target::find(pid)?;
     if p.has_runtime() {
         if !t.ready() {

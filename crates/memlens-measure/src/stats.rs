@@ -1,8 +1,8 @@
 //! Summary statistics for repeated measurements.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median and spread of a set of repeats.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     /// Number of values.
     pub n: usize,

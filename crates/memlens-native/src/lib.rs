@@ -15,6 +15,11 @@ use std::path::{Path, PathBuf};
 
 include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
+mod flags;
+pub use flags::{
+    C_FLAGS, RUNTIME_CFLAGS, RUNTIME_INCLUDE, RUNTIME_LIBS, RUNTIME_SOURCES, SHARED_LDFLAGS,
+};
+
 /// File name of the profiler runtime.
 pub const RUNTIME: &str = "libmemlens.so";
 

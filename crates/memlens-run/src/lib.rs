@@ -1,7 +1,7 @@
 //! memlens run / memlens ctl: start programs under the runtime and control running ones.
 //!
 //! * `run.rs`: `memlens run`: launch under the runtime, wait, turn its raw dumps into profiles.
-//! * `ctl.rs`: `memlens ctl` and the client side of the control socket ([`Target`]).
+//! * `ctl.rs`: `memlens ctl` (its client is `memlens_target::Target`).
 //! * `live.rs`: the options of profiling on demand (`--inactive`, `--start-on-growth`,
 //!   `--profile-for`, `--dump-every`) and their plan.
 //! * `watcher.rs`: the thread that carries that plan out while the program runs.
@@ -11,7 +11,6 @@ mod live;
 mod run;
 mod watcher;
 
-pub use ctl::{default_dump_name, is_runtime_path, run_ctl, CtlArgs, ProcStatus, Reply, Target};
-pub use live::{LiveArgs, LivePlan};
-pub use run::{run_run, RunArgs, ServeHook, SERVE_HOOK};
-pub use watcher::{rss_bytes, Watcher};
+pub use ctl::{run_ctl, CtlArgs};
+pub use live::LiveArgs;
+pub use run::{run_run, RunArgs};

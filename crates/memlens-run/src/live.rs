@@ -39,7 +39,7 @@ pub struct LivePlan {
 
 impl LiveArgs {
     /// Check the options (usage errors) before the program is started.
-    pub fn plan(&self) -> Result<LivePlan> {
+    pub(crate) fn plan(&self) -> Result<LivePlan> {
         let growth = self
             .start_on_growth
             .as_deref()

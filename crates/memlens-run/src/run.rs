@@ -5,6 +5,7 @@
 //! tick (for periodic dumps, timed profiling windows…), then [`collect`] converts the dumps.
 use anyhow::{Context, Result};
 use memlens_measure::error::usage;
+use memlens_target::{raw_dumps, Dump};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -52,6 +53,9 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// The runtime's dumps go to `<Launch::dumps>/d.<pid>.<seq>.raw`.
+const DUMP_STEM: &str = "d";
+
 /// A program started under the runtime.
 pub struct Launch {
     /// The running program.
@@ -60,7 +64,7 @@ pub struct Launch {
     pub pid: u32,
     /// Basename of the program, for default file names.
     pub name: String,
-    /// Private directory the runtime dumps into (`MEMLENS_OUT=<dir>/d`); removed on drop.
+    /// Private directory the runtime dumps into (`MEMLENS_OUT=<dir>/`[`DUMP_STEM`]); removed on drop.
     pub dumps: tempfile::TempDir,
 }
 
@@ -140,7 +144,7 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
         .env("LD_PRELOAD", preload)
         .env("MEMLENS_INTERVAL", interval.to_string())
         .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
-        .env("MEMLENS_OUT", dumps.path().join("d"))
+        .env("MEMLENS_OUT", dumps.path().join(DUMP_STEM))
         .env("MEMLENS_ACTIVE", "1");
     match &args.unwinder {
         Some(u) => cmd.env("MEMLENS_UNWINDER", u),
@@ -232,41 +236,6 @@ pub fn exit_code(st: ExitStatus) -> i32 {
 
 // ---- turning dumps into profiles ----
 
-/// One raw dump: `<prefix>.<pid>.<seq>.raw`.
-#[derive(Debug, Clone)]
-pub struct Dump {
-    /// Where it is.
-    pub path: PathBuf,
-    /// Process it came from.
-    pub pid: u32,
-    /// Sequence number within that process.
-    pub seq: u64,
-}
-
-/// Raw dumps in `dir`, ordered by pid then sequence number.
-pub fn dumps_in(dir: &Path) -> Result<Vec<Dump>> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-        let path = e?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let parts: Vec<&str> = name.split('.').collect();
-        if parts.len() != 4 || parts[3] != "raw" {
-            continue;
-        }
-        if let (Ok(pid), Ok(seq)) = (parts[1].parse(), parts[2].parse()) {
-            out.push(Dump {
-                path: path.clone(),
-                pid,
-                seq,
-            });
-        }
-    }
-    out.sort_by_key(|d| (d.pid, d.seq));
-    Ok(out)
-}
-
 /// Where each dump's profile goes: the main process's last image to `main_out`, everything else to
 /// `<stem>.<pid>[.<seq>].pb.gz` beside it (the sequence only when a pid left several dumps).
 pub fn plan(dumps: &[Dump], main_pid: u32, main_out: &Path) -> Vec<(Dump, PathBuf)> {
@@ -337,7 +306,7 @@ fn worth_a_profile(raw: &Path) -> bool {
 /// Convert every dump of `launch`; returns how many profiles were written. A dump that cannot be
 /// converted is a warning: the program's exit status stays what memlens reports.
 pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Result<usize> {
-    let dumps = dumps_in(launch.dumps.path())?;
+    let dumps = raw_dumps(&launch.dumps.path().join(DUMP_STEM))?;
     if let Some(dir) = keep_raw {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for d in &dumps {
@@ -379,21 +348,15 @@ pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Res
     Ok(written)
 }
 
-/// `--serve`: binds the endpoint (so a bad address fails before the program starts) and returns
-/// what starts serving the program's pid. Installed by the binary: the server crate depends on
-/// this one, not the reverse.
-pub type ServeHook = fn(&str) -> Result<Box<dyn FnOnce(i32) + Send>>;
-/// Where the binary installs its [`ServeHook`] at start-up (unset: `--serve` is refused).
-pub static SERVE_HOOK: std::sync::OnceLock<ServeHook> = std::sync::OnceLock::new();
-
 /// The whole `memlens run`.
 pub fn run_run(args: RunArgs) -> Result<i32> {
     let live = args.live.plan()?;
-    let serve = match (&args.serve, SERVE_HOOK.get()) {
-        (Some(addr), Some(bind)) => Some(bind(addr)?),
-        (Some(_), None) => anyhow::bail!("--serve is not available in this build"),
-        (None, _) => None,
-    };
+    // Bind before the program starts, so a bad address fails first.
+    let serve = args
+        .serve
+        .as_deref()
+        .map(|addr| memlens_serve::Endpoint::bind(addr, None, &[]))
+        .transpose()?;
     let env: Vec<(&str, String)> = live
         .active_env()
         .map(|v| ("MEMLENS_ACTIVE", v.to_string()))
@@ -413,8 +376,8 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
-    if let Some(start) = serve {
-        start(launch.pid as i32);
+    if let Some(ep) = serve {
+        ep.spawn_for(launch.pid as i32);
     }
     let watcher = crate::watcher::Watcher::spawn(&live, launch.pid as i32, &main_out);
     let status = wait(&mut launch, &mut |_| Ok(()));

@@ -2,10 +2,10 @@
 //! child's resident memory (`/proc/PID/statm`, every 100 ms) to start sampling on growth, writes
 //! the periodic and growth dumps, and talks to the child's control socket exactly as
 //! `memlens ctl` would.
-use crate::ctl::Target;
 use crate::live::LivePlan;
 use memlens_measure::units::format_size;
 use memlens_profile::profile_stem;
+use memlens_target::{rss_bytes, Target};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,13 +189,4 @@ impl Watch {
             Err(_) => {}
         }
     }
-}
-
-/// Resident memory of `pid` in bytes (second field of /proc/PID/statm, in pages).
-pub fn rss_bytes(pid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * if page > 0 { page as u64 } else { 4096 })
 }

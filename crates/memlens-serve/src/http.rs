@@ -3,11 +3,12 @@
 //! Paths follow Go's net/http/pprof so scrape configs written for Go services work unchanged:
 //! `/debug/pprof/heap`, `/debug/pprof/allocs[?seconds=N]`; plus `/targets` (JSON) and `/metrics`
 //! (Prometheus text). Every refusal is an HTTP error with a one-line reason in the body.
+use crate::discovery::{self, Refusal};
+use crate::facts;
 use crate::metrics;
 use crate::profiles::{self, Profiler};
-use crate::targets::{self, Refusal};
 use memlens_profile::model::SampleIndex;
-use memlens_run::Target;
+use memlens_target::Target;
 
 /// Longest `allocs?seconds=N` window.
 pub const MAX_SECONDS: u64 = 600;
@@ -43,7 +44,7 @@ impl Config {
         let service = self
             .service()
             .map(str::to_string)
-            .unwrap_or_else(|| targets::service_of(t.pid, &t.comm));
+            .unwrap_or_else(|| facts::service_of(t.pid, &t.comm));
         let mut l = vec![
             ("service".to_string(), service),
             ("pid".to_string(), t.pid.to_string()),
@@ -175,7 +176,7 @@ fn target(cfg: &Config, q: &[(&str, &str)]) -> Result<Target, Reply> {
             pid
         }
     };
-    targets::resolve(pid).map_err(Reply::from)
+    discovery::resolve(pid).map_err(Reply::from)
 }
 
 fn profile_reply(
@@ -189,7 +190,7 @@ fn profile_reply(
         Ok(p) => p,
         // The process may have ended while we talked to it.
         Err(e) => {
-            return match targets::resolve(t.pid) {
+            return match discovery::resolve(t.pid) {
                 Err(r) => r.into(),
                 Ok(_) => Reply::error(500, &format!("{e:#}")),
             }

@@ -1,7 +1,8 @@
 //! `memlens serve`: pprof endpoints of the processes running under memlens, for continuous-profiling
 //! systems (Grafana Pyroscope via Alloy, Parca) and `go tool pprof` to scrape.
 //!
-//! * `targets.rs`: which processes (the control directory, our user only) and their facts.
+//! * `discovery.rs`: which processes (the control directory, our user only); refusals of the others.
+//! * `facts.rs`: what is shown of each (name, command line, counters, RSS) and of the host.
 //! * `profiles.rs`: dumps through the control client, one at a time per process; `seconds` windows.
 //! * `http.rs`: the endpoints, request → reply.
 //! * `metrics.rs`: `/targets` JSON and `/metrics` Prometheus text.
@@ -10,10 +11,11 @@
 //! a dump over its control socket, and the reply is sent to the client after that exchange is over,
 //! from the request's own thread.
 #![warn(missing_docs)]
+mod discovery;
+mod facts;
 mod http;
 mod metrics;
 mod profiles;
-mod targets;
 
 use anyhow::{anyhow, Result};
 use memlens_measure::error::usage;
@@ -101,14 +103,14 @@ impl Endpoint {
             cfg: Arc::new(http::Config {
                 only,
                 labels: parse_labels(labels)?,
-                host: targets::host_name(),
+                host: facts::host_name(),
             }),
             prof: Arc::new(profiles::Profiler::new()?),
         })
     }
 
     /// The address actually bound (with the port chosen when 0 was asked).
-    pub fn addr(&self) -> String {
+    fn addr(&self) -> String {
         match self.server.server_addr().to_ip() {
             Some(a) => a.to_string(),
             None => "?".into(),
@@ -116,7 +118,7 @@ impl Endpoint {
     }
 
     /// Serve until `keep_going` says stop (checked every second); each request in its own thread.
-    pub fn run(self, keep_going: impl Fn() -> bool) {
+    fn run(self, keep_going: impl Fn() -> bool) {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let addr = self.addr();
         while keep_going() {
@@ -155,9 +157,20 @@ impl Endpoint {
         }
     }
 
-    /// Serve from a background thread for as long as this process lives (`memlens run --serve`).
-    pub fn spawn(self) {
-        std::thread::spawn(move || self.run(|| true));
+    /// `memlens run --serve`: serve only `pid` (the program, started after the bind so that a bad
+    /// address fails first), at the bare paths too, from a background thread for as long as this
+    /// process lives.
+    pub fn spawn_for(self, pid: i32) {
+        let ep = Endpoint {
+            cfg: Arc::new(http::Config {
+                only: Some(pid),
+                labels: Vec::new(),
+                host: facts::host_name(),
+            }),
+            ..self
+        };
+        announce(&ep.addr(), Some(pid));
+        std::thread::spawn(move || ep.run(|| true));
     }
 }
 
@@ -180,30 +193,27 @@ fn respond(req: tiny_http::Request, r: http::Reply) {
     req.respond(resp).ok();
 }
 
-fn parse_pid(s: &str) -> Result<i32> {
-    s.parse::<i32>()
-        .ok()
-        .filter(|&p| p > 0)
-        .ok_or_else(|| usage(format!("'{s}' is not a process id")))
-}
-
 /// Where the server says it listens (tests and scripts read the port from this line).
 fn announce(addr: &str, only: Option<i32>) {
     match only {
         Some(p) => eprintln!("memlens: serving process {p} on http://{addr}/debug/pprof/heap"),
         None => eprintln!(
             "memlens: serving the processes of uid {} under memlens (control directory {}) on http://{addr}/targets",
-            targets::my_uid(),
-            targets::ctl_dir().display()
+            discovery::my_uid(),
+            memlens_target::ctl_dir().display()
         ),
     }
 }
 
 /// The whole `memlens serve`. With `--pid`, it ends when that process does.
 pub fn run_serve(a: ServeArgs) -> Result<i32> {
-    let only = a.pid.as_deref().map(parse_pid).transpose()?;
+    let only = a
+        .pid
+        .as_deref()
+        .map(memlens_target::parse_pid)
+        .transpose()?;
     if let Some(p) = only {
-        targets::resolve(p).map_err(|r| anyhow!("{}", r.reason))?;
+        discovery::resolve(p).map_err(|r| anyhow!("{}", r.reason))?;
     }
     let ep = Endpoint::bind(&a.listen, only, &a.labels)?;
     announce(&ep.addr(), only);
@@ -213,26 +223,6 @@ pub fn run_serve(a: ServeArgs) -> Result<i32> {
         eprintln!("memlens: process {p} has ended; stopping");
     }
     Ok(0)
-}
-
-/// `memlens run --serve ADDR`: bind now (so a bad address fails before the program starts), and
-/// serve the program's pid once it runs.
-pub fn serve_run(listen: &str) -> Result<Box<dyn FnOnce(i32) + Send>> {
-    // The pid is known only after the bind; the endpoint learns it when it starts.
-    let listen = listen.to_string();
-    let probe = Endpoint::bind(&listen, None, &[])?;
-    Ok(Box::new(move |pid| {
-        let ep = Endpoint {
-            cfg: Arc::new(http::Config {
-                only: Some(pid),
-                labels: Vec::new(),
-                host: targets::host_name(),
-            }),
-            ..probe
-        };
-        announce(&ep.addr(), Some(pid));
-        ep.spawn();
-    }))
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! `/targets` and `/metrics`: the processes and their counters.
-use crate::targets::{self, Facts};
+use crate::discovery;
+use crate::facts::{self, Facts};
 
 /// The facts of every process served.
 pub fn all_facts(only: Option<i32>, service: Option<&str>) -> Vec<Facts> {
-    targets::discover(only)
+    discovery::discover(only)
         .iter()
-        .map(|t| targets::facts(t, service))
+        .map(|t| facts::facts(t, service))
         .collect()
 }
 

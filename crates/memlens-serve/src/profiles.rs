@@ -7,7 +7,7 @@
 use anyhow::{Context, Result};
 use memlens_profile::model::{Profile, SampleIndex};
 use memlens_profile::pprof::proto;
-use memlens_run::Target;
+use memlens_target::Target;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
-//! Quality of sampled profiles against the exact truth.
+//! Quality of sampled profiles against the exact truth (both engines: the paired study's profile
+//! windows, the unpaired study's runs).
 //!
 //! The truth of an unwinder is the first exact-mode run with that unwinder (every allocation
 //! recorded, symbolized). For a sampled profile:
@@ -10,8 +11,6 @@
 //! Addresses differ between runs (ASLR): the dumps of a workload are symbolized together by
 //! memlens-profile ([`memlens_profile::convert::symbolize_dumps`]) and a stack is compared across
 //! runs as its sequence of function names ([`memlens_profile::agg::Stacks`]).
-use crate::configs::{Config, Setup};
-use crate::runner::{ConfigRuns, Run};
 use anyhow::{Context, Result};
 use memlens_measure::names::short_name;
 use memlens_profile::{agg, convert, Profile, SampleIndex};
@@ -100,8 +99,8 @@ pub struct TruthSummary {
 /// One run's profile (all its processes' dumps): stacks as function names, innermost first, with
 /// their estimated allocated bytes.
 #[derive(Debug, Clone, Default)]
-struct RunProfile {
-    samples: u64,
+pub(crate) struct RunProfile {
+    pub(crate) samples: u64,
     truncated: u64,
     stacks: HashMap<Vec<String>, f64>,
 }
@@ -122,14 +121,14 @@ impl RunProfile {
         self.stacks.values().sum()
     }
 
-    fn truncated_share(&self) -> f64 {
+    pub(crate) fn truncated_share(&self) -> f64 {
         self.truncated as f64 / self.samples.max(1) as f64
     }
 }
 
 /// Read the raw dumps of many runs (a run may have several processes' dumps) and symbolize them
 /// together. Returns one profile per run, in order.
-fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
+pub(crate) fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
     let dumps = runs
         .iter()
         .flatten()
@@ -154,14 +153,14 @@ fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
         .collect())
 }
 
-struct Truth {
+pub(crate) struct Truth {
     stacks: HashMap<Vec<String>, f64>,
     total: f64,
     top: Vec<(Vec<String>, f64)>,
 }
 
 impl Truth {
-    fn of(p: &RunProfile) -> Truth {
+    pub(crate) fn of(p: &RunProfile) -> Truth {
         let mut top: Vec<(Vec<String>, f64)> =
             p.stacks.iter().map(|(k, v)| (k.clone(), *v)).collect();
         top.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -175,7 +174,7 @@ impl Truth {
         }
     }
 
-    fn summary(&self, unwinder: &str) -> TruthSummary {
+    pub(crate) fn summary(&self, unwinder: &str) -> TruthSummary {
         TruthSummary {
             unwinder: unwinder.to_string(),
             total_bytes: self.total,
@@ -194,7 +193,7 @@ impl Truth {
 }
 
 /// Judge a sampled (or exact) profile against the truth.
-fn judge_one(truth: &Truth, p: &RunProfile) -> Quality {
+pub(crate) fn judge_one(truth: &Truth, p: &RunProfile) -> Quality {
     let covered: f64 = truth
         .stacks
         .iter()
@@ -220,75 +219,6 @@ fn judge_one(truth: &Truth, p: &RunProfile) -> Quality {
         top_errors_pct,
         stacks: p.stacks.len(),
     }
-}
-
-fn unwinder_of(c: &Config) -> Option<&str> {
-    match &c.setup {
-        Setup::Sampled { unwinder, .. } | Setup::Exact { unwinder } => Some(unwinder),
-        _ => None,
-    }
-}
-
-type Runs = Vec<Vec<(Run, Vec<PathBuf>)>>;
-
-/// Read the profiles of every memlens run, fill in samples and quality, and summarise the truth.
-pub fn judge(
-    cfgs: &[Config],
-    runs: Runs,
-) -> Result<(Vec<ConfigRuns>, Vec<TruthSummary>, Option<String>)> {
-    let mut out: Vec<ConfigRuns> = Vec::with_capacity(cfgs.len());
-    let mut truths: HashMap<String, Truth> = HashMap::new();
-    let mut summaries = Vec::new();
-    let mut loaded: Vec<Vec<RunProfile>> = Vec::with_capacity(cfgs.len());
-    // Load every memlens profile of the workload in one batch (one symbolization pass).
-    let mut flat: Vec<Vec<PathBuf>> = Vec::new();
-    for (c, rs) in cfgs.iter().zip(&runs) {
-        if c.memlens_profile() {
-            flat.extend(rs.iter().map(|(_, d)| d.clone()));
-        }
-    }
-    let mut profiles = load_runs(&flat)?.into_iter();
-    for (c, rs) in cfgs.iter().zip(&runs) {
-        loaded.push(if c.memlens_profile() {
-            profiles.by_ref().take(rs.len()).collect()
-        } else {
-            Vec::new()
-        });
-    }
-    for (c, ps) in cfgs.iter().zip(&loaded) {
-        if let (Setup::Exact { unwinder }, Some(first)) = (&c.setup, ps.first()) {
-            let t = Truth::of(first);
-            summaries.push(t.summary(unwinder));
-            truths.insert(unwinder.clone(), t);
-        }
-    }
-    let any_profiles = cfgs.iter().any(|c| c.memlens_profile());
-    let note = if any_profiles && truths.is_empty() {
-        Some(
-            "no exact run (--no-exact): coverage and estimation errors are not measured"
-                .to_string(),
-        )
-    } else {
-        None
-    };
-    for ((c, rs), ps) in cfgs.iter().zip(runs).zip(loaded) {
-        let mut v = Vec::with_capacity(rs.len());
-        for (i, (mut run, _)) in rs.into_iter().enumerate() {
-            if let Some(p) = ps.get(i) {
-                run.samples = Some(p.samples);
-                run.truncated_share = Some(p.truncated_share());
-                if let Some(t) = unwinder_of(c).and_then(|u| truths.get(u)) {
-                    run.quality = Some(judge_one(t, p));
-                }
-            }
-            v.push(run);
-        }
-        out.push(ConfigRuns {
-            config: c.clone(),
-            runs: v,
-        });
-    }
-    Ok((out, summaries, note))
 }
 
 /// The quality of one sampled window, its sample count and its share of truncated stacks.

@@ -169,8 +169,6 @@ fn main() -> ExitCode {
     if std::env::var_os("MEMLENS_DEBUG_PANIC").is_some() {
         panic!("MEMLENS_DEBUG_PANIC is set");
     }
-    // `memlens run --serve` starts the endpoint of `memlens serve` (a crate that depends on run's).
-    memlens_run::SERVE_HOOK.set(memlens_serve::serve_run).ok();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

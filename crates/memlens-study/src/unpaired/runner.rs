@@ -1,9 +1,11 @@
 //! Running the configurations: one child process per run, started with the environment of its
 //! configuration (LD_PRELOAD + memlens/jemalloc/tcmalloc variables, or under heaptrack), with every
 //! profile written into a private temporary directory.
-use crate::configs::{self, Config, Setup};
-use crate::workload::{Measure, Workload};
-use crate::{quality, Plan};
+use super::configs::{self, Config, Setup};
+use super::judge;
+use super::workload::{Measure, Workload};
+use super::Plan;
+use crate::profilers::{self, SCRUB};
 use anyhow::{bail, Context, Result};
 use memlens_measure::progress::Progress;
 use serde::Serialize;
@@ -25,7 +27,7 @@ pub struct Run {
     /// Share of truncated stacks among the samples (memlens).
     pub truncated_share: Option<f64>,
     /// Quality of the profile against the exact truth (memlens sampled and exact runs).
-    pub quality: Option<quality::Quality>,
+    pub quality: Option<crate::quality::Quality>,
 }
 
 /// Every run of one configuration.
@@ -49,7 +51,7 @@ pub struct WorkloadResults {
     /// Every configuration's runs, in the order they were interleaved.
     pub configs: Vec<ConfigRuns>,
     /// The top stacks of the exact truth, per unwinder (for the per-stack error table).
-    pub truth: Vec<quality::TruthSummary>,
+    pub truth: Vec<crate::quality::TruthSummary>,
     /// Why quality could not be judged, when it could not.
     pub quality_note: Option<String>,
 }
@@ -78,7 +80,7 @@ fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
         dump_prefix: None,
     };
     let lib = |name: &str| -> Result<String> {
-        configs::find_lib(name)
+        profilers::find_lib(name)
             .map(|p| p.display().to_string())
             .with_context(|| format!("{name} is not installed"))
     };
@@ -129,7 +131,7 @@ fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
             }
         }
         Setup::Heaptrack => {
-            let exe = configs::find_exe("heaptrack")
+            let exe = profilers::find_exe("heaptrack")
                 .context("heaptrack is not installed (Debian package heaptrack)")?
                 .display()
                 .to_string();
@@ -144,40 +146,11 @@ fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
     Ok(l)
 }
 
-/// Variables of ours or of the baselines that the parent may carry and that would leak into a run.
-const SCRUB: [&str; 8] = [
-    "LD_PRELOAD",
-    "MALLOC_CONF",
-    "TCMALLOC_SAMPLE_PARAMETER",
-    "HEAPPROFILE",
-    "MEMLENS_INTERVAL",
-    "MEMLENS_UNWINDER",
-    "MEMLENS_ACTIVE",
-    "MEMLENS_OUT",
-];
-
-/// Raw dumps written under `prefix` (one per process of the run).
+/// Raw dumps written under `prefix` (`<prefix>.<pid>.<seq>.raw`, one per process of the run).
 fn dumps(prefix: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(stem)) = (prefix.parent(), prefix.file_name()) else {
-        return vec![];
-    };
-    let stem = format!("{}.", stem.to_string_lossy());
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    let n = p
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    n.starts_with(&stem) && n.ends_with(".raw")
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    memlens_target::raw_dumps(prefix)
+        .map(|d| d.into_iter().map(|d| d.path).collect())
+        .unwrap_or_default()
 }
 
 fn last_line(s: &str) -> &str {
@@ -317,7 +290,7 @@ pub fn run_plan(plan: &Plan) -> Result<Vec<WorkloadResults>> {
             }
         }
         progress.step(format!("{} · reading profiles", w.name()));
-        let (configs, truth, note) = quality::judge(&cfgs, runs)?;
+        let (configs, truth, note) = judge::judge(&cfgs, runs)?;
         all.push(WorkloadResults {
             workload: w.name(),
             description: w.describe(),

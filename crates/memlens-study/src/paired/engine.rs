@@ -1,15 +1,16 @@
 //! The paired study (the default): each workload runs in one process per profiler, which switches
 //! the profiler itself between `off` and each interval in short blocks; overheads are paired in
-//! time ([`crate::stats`]). Quality comes from profile windows of the realistic workload: the same
+//! time (`stats.rs`). Quality comes from profile windows of the realistic workload: the same
 //! ticks after a warm-up and a reset, recorded exactly and at each interval.
-use crate::configs::find_lib;
+use super::stats;
+use crate::estimate::{estimate, Estimate};
+use crate::profilers::{find_lib, lg_of, SCRUB};
 use crate::quality::{self, Quality, TruthSummary};
-use crate::stats::{self, Estimate};
 use anyhow::{bail, Context, Result};
 use memlens_measure::progress::Progress;
 use memlens_measure::units::format_size;
 use memlens_workloads::paired::Block;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -88,27 +89,15 @@ pub struct Settings {
     pub seed: u64,
 }
 
-/// One configuration row: the JSON contract of `memlens study --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    /// Workload name.
-    pub workload: String,
-    /// Configuration name (`memlens fp 512K`, `jemalloc prof 512K`).
-    pub config: String,
+/// A row of the paired study: the contract's fields and [`Columns`].
+pub type Row = crate::row::Row<Columns>;
+
+/// What only the paired study measures of a configuration (README: `p99_overhead_pct`, `rounds`,
+/// `ci_target_pct`, `ci_met`, `counts_per_tick`, and the profiler and cost intervals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Columns {
     /// Profiler: memlens or jemalloc.
     pub profiler: String,
-    /// Sampling interval, bytes (null for baselines).
-    pub interval_bytes: Option<u64>,
-    /// memlens unwinder (null for jemalloc).
-    pub unwinder: Option<String>,
-    /// Measured in alternating blocks of one process.
-    pub paired: bool,
-    /// Overhead of the mean (cycles per malloc, or tick latency), percent.
-    pub overhead_pct: f64,
-    /// 95% interval of the overhead, low end.
-    pub ci_low_pct: f64,
-    /// 95% interval of the overhead, high end.
-    pub ci_high_pct: f64,
     /// Rounds the estimate rests on.
     pub rounds: usize,
     /// Half width of the 95% interval the study aimed for, points.
@@ -119,29 +108,28 @@ pub struct Row {
     pub counts_per_tick: Option<stats::CountSplit>,
     /// Overhead of the p99 latency (pipeline).
     pub p99_overhead_pct: Option<Estimate>,
-    /// Direct cost: excess time of the ticks that took a sample, percent of the mean (pipeline, memlens).
-    pub direct_cost_pct: Option<f64>,
-    /// Indirect cost: excess time of the ticks just after a sample (pipeline, memlens).
-    pub indirect_cost_pct: Option<f64>,
-    /// 95% intervals of the direct and indirect cost.
+    /// 95% interval of the direct cost (`direct_cost_pct`).
     pub direct_ci: Option<Estimate>,
-    /// See `direct_ci`.
+    /// 95% interval of the indirect cost (`indirect_cost_pct`).
     pub indirect_ci: Option<Estimate>,
     /// Ticks that took a sample, percent.
     pub sampled_ticks_pct: Option<f64>,
-    /// Coverage of the profile window against its exact truth, percent.
-    pub coverage_pct: Option<f64>,
-    /// Error of the estimated total bytes, percent.
-    pub total_error_pct: Option<f64>,
-    /// Largest absolute error among the top stacks, percent.
-    pub top_error_pct: Option<f64>,
-    /// Samples in the window.
-    pub samples: Option<u64>,
-    /// Share of truncated stacks, percent.
-    pub truncated_pct: Option<f64>,
     /// Per-round overheads (for the comparisons of the verdict).
     #[serde(skip)]
     pub per_round: Vec<f64>,
+}
+
+impl Row {
+    /// The overhead with its interval (every paired row has one).
+    pub fn overhead(&self) -> Estimate {
+        let nan = f64::NAN;
+        Estimate {
+            pct: self.overhead_pct.unwrap_or(nan),
+            lo: self.ci_low_pct.unwrap_or(nan),
+            hi: self.ci_high_pct.unwrap_or(nan),
+            n: self.engine.rounds,
+        }
+    }
 }
 
 /// How fast the switches were, over every memlens process.
@@ -177,17 +165,6 @@ pub struct Results {
     /// Wall time of the study, s.
     pub seconds: f64,
 }
-
-const SCRUB: [&str; 8] = [
-    "LD_PRELOAD",
-    "MALLOC_CONF",
-    "TCMALLOC_SAMPLE_PARAMETER",
-    "HEAPPROFILE",
-    "MEMLENS_INTERVAL",
-    "MEMLENS_UNWINDER",
-    "MEMLENS_ACTIVE",
-    "MEMLENS_OUT",
-];
 
 /// The profiler a process is started for.
 #[derive(Debug, Clone)]
@@ -319,7 +296,7 @@ fn run_process(
             ],
         ),
         Profiler::Jemalloc => (
-            list(&|r| format!("j{}", crate::configs::lg_of(r))),
+            list(&|r| format!("j{}", lg_of(r))),
             vec![
                 (
                     "LD_PRELOAD".to_string(),
@@ -405,7 +382,7 @@ impl Cell {
     fn missing(&self) -> Vec<(usize, u32)> {
         (1..self.paired.len())
             .filter_map(|i| {
-                let e = stats::estimate(&self.paired[i].overhead)?;
+                let e = estimate(&self.paired[i].overhead)?;
                 let n = stats::rounds_needed(&e, self.target);
                 (n > 0).then_some((i - 1, n))
             })
@@ -491,7 +468,7 @@ fn rows_of(w: &Workload, s: &Settings, c: &Cell) -> Vec<Row> {
         .enumerate()
         .filter_map(|(i, &r)| {
             let pr = &c.paired[i + 1];
-            let e = stats::estimate(&pr.overhead)?;
+            let e = estimate(&pr.overhead)?;
             let (profiler, config, unwinder, interval) = match &c.p {
                 Profiler::Memlens(u) => (
                     "memlens",
@@ -500,7 +477,7 @@ fn rows_of(w: &Workload, s: &Settings, c: &Cell) -> Vec<Row> {
                     r,
                 ),
                 Profiler::Jemalloc => {
-                    let j = 1u64 << crate::configs::lg_of(r);
+                    let j = 1u64 << lg_of(r);
                     (
                         "jemalloc",
                         format!("jemalloc prof {}", format_size(j)),
@@ -510,36 +487,38 @@ fn rows_of(w: &Workload, s: &Settings, c: &Cell) -> Vec<Row> {
                 }
             };
             let memlens = matches!(c.p, Profiler::Memlens(_));
-            let direct = stats::estimate(&pr.direct).filter(|_| memlens);
-            let indirect = stats::estimate(&pr.indirect).filter(|_| memlens);
+            let direct = estimate(&pr.direct).filter(|_| memlens);
+            let indirect = estimate(&pr.indirect).filter(|_| memlens);
             Some(Row {
                 workload: w.name(),
                 config,
-                profiler: profiler.into(),
                 interval_bytes: Some(interval),
                 unwinder,
                 paired: true,
-                overhead_pct: e.pct,
-                ci_low_pct: e.lo,
-                ci_high_pct: e.hi,
-                rounds: e.n,
-                ci_target_pct: c.target,
-                ci_met: e.half_width() <= c.target,
-                counts_per_tick: split[i + 1].filter(|_| memlens),
-                p99_overhead_pct: stats::estimate(&pr.p99),
+                overhead_pct: Some(e.pct),
+                ci_low_pct: Some(e.lo),
+                ci_high_pct: Some(e.hi),
                 direct_cost_pct: direct.map(|d| d.pct),
                 indirect_cost_pct: indirect.map(|d| d.pct),
-                direct_ci: direct,
-                indirect_ci: indirect,
-                sampled_ticks_pct: stats::estimate(&pr.sampled_share)
-                    .filter(|_| memlens)
-                    .map(|d| d.pct),
                 coverage_pct: None,
                 total_error_pct: None,
                 top_error_pct: None,
                 samples: None,
                 truncated_pct: None,
-                per_round: pr.overhead.clone(),
+                engine: Columns {
+                    profiler: profiler.into(),
+                    rounds: e.n,
+                    ci_target_pct: c.target,
+                    ci_met: e.half_width() <= c.target,
+                    counts_per_tick: split[i + 1].filter(|_| memlens),
+                    p99_overhead_pct: estimate(&pr.p99),
+                    direct_ci: direct,
+                    indirect_ci: indirect,
+                    sampled_ticks_pct: estimate(&pr.sampled_share)
+                        .filter(|_| memlens)
+                        .map(|d| d.pct),
+                    per_round: pr.overhead.clone(),
+                },
             })
         })
         .collect()
@@ -577,16 +556,10 @@ fn windows(w: &Workload, s: &Settings, u: &str, tmp: &Path) -> Result<Vec<Vec<Pa
             ("MEMLENS_OUT".into(), prefix.display().to_string()),
         ];
         spawn(&a, &env, &format!("profile window {u} {r}"))?;
-        let stem = format!("win-{u}-{k}.");
-        let mut d: Vec<PathBuf> = std::fs::read_dir(tmp)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(&stem))
-                    && p.extension().is_some_and(|e| e == "raw")
-            })
+        let d: Vec<PathBuf> = memlens_target::raw_dumps(&prefix)?
+            .into_iter()
+            .map(|d| d.path)
             .collect();
-        d.sort();
         if d.is_empty() {
             bail!("the profile window {u} {r} wrote no dump");
         }
@@ -753,7 +726,7 @@ pub fn run(s: Settings) -> Result<Results> {
     if counter_events.is_none() {
         counts_off.clear();
         for r in rows.iter_mut() {
-            r.counts_per_tick = None;
+            r.engine.counts_per_tick = None;
         }
     }
     Ok(Results {
@@ -783,13 +756,16 @@ fn counter_note(line: Option<String>, rows: &[Row]) -> (String, Option<[String; 
     let (Some(a), Some(b)) = (f.first(), f.get(1)) else {
         return (format!("n/a (unreadable counters line '{line}')"), None);
     };
-    let counted = rows.iter().filter_map(|r| r.counts_per_tick).any(|c| {
-        c.sampled
-            .iter()
-            .chain(&c.after)
-            .chain(&c.far)
-            .any(|&x| x > 0.0)
-    });
+    let counted = rows
+        .iter()
+        .filter_map(|r| r.engine.counts_per_tick)
+        .any(|c| {
+            c.sampled
+                .iter()
+                .chain(&c.after)
+                .chain(&c.far)
+                .any(|&x| x > 0.0)
+        });
     if !counted {
         return (
             format!("n/a ({a} and {b} opened but read 0 on every tick: not counted here)"),
@@ -817,6 +793,70 @@ fn fill(row: &mut Row, q: &Quality, samples: u64, truncated: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The paired rows' JSON: the contract's fields and this engine's columns (the README's
+    /// `p99_overhead_pct`, `rounds`, `ci_target_pct`, `ci_met`, `counts_per_tick` among them),
+    /// nothing else; it reads back as written, except the per-round values it leaves out.
+    #[test]
+    fn rows_keep_the_json_contract() {
+        let e = Estimate {
+            pct: 2.0,
+            lo: 1.0,
+            hi: 3.5,
+            n: 40,
+        };
+        let row = Row {
+            workload: "pipeline-l2".into(),
+            config: "memlens fp 64K".into(),
+            interval_bytes: Some(65536),
+            unwinder: Some("fp".into()),
+            paired: true,
+            overhead_pct: Some(e.pct),
+            ci_low_pct: Some(e.lo),
+            ci_high_pct: Some(e.hi),
+            direct_cost_pct: Some(0.5),
+            indirect_cost_pct: Some(0.1),
+            coverage_pct: Some(99.0),
+            total_error_pct: Some(-1.0),
+            top_error_pct: Some(2.0),
+            samples: Some(340),
+            truncated_pct: Some(0.0),
+            engine: Columns {
+                profiler: "memlens".into(),
+                rounds: e.n,
+                ci_target_pct: 4.0,
+                ci_met: true,
+                counts_per_tick: None,
+                p99_overhead_pct: Some(e),
+                direct_ci: Some(e),
+                indirect_ci: None,
+                sampled_ticks_pct: Some(0.1),
+                per_round: vec![1.0, 2.0],
+            },
+        };
+        let v = serde_json::to_value(&row).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let own = [
+            "profiler",
+            "rounds",
+            "ci_target_pct",
+            "ci_met",
+            "counts_per_tick",
+            "p99_overhead_pct",
+            "direct_ci",
+            "indirect_ci",
+            "sampled_ticks_pct",
+        ];
+        let mut want: Vec<&str> = crate::row::CONTRACT.iter().chain(&own).copied().collect();
+        want.sort_unstable();
+        assert_eq!(keys, want, "{v}");
+        assert_eq!(v["samples"], serde_json::Value::from(340u64));
+        let back: Row = serde_json::from_value(v).unwrap();
+        assert_eq!(back.overhead(), e);
+        assert!(back.engine.per_round.is_empty());
+        assert_eq!(back.engine.p99_overhead_pct, Some(e));
+    }
 
     #[test]
     fn extensions_fund_the_cheapest_needs_first_within_the_time() {

@@ -2,16 +2,17 @@
 //! (verdict, notes, tables, plots) for the terminal and HTML, with the rows as JSON and CSV.
 //! Published figures (docs/design.md, published studies) are shown beside ours, always labelled
 //! as published.
-use crate::configs::{Config, Setup};
+use super::configs::{Config, Setup};
+use super::runner::{ConfigRuns, WorkloadResults};
+use super::Plan;
 use crate::quality::TruthSummary;
-use crate::runner::{ConfigRuns, WorkloadResults};
-use crate::{Plan, StudyArgs};
+use crate::StudyArgs;
 use anyhow::Result;
 use memlens_measure::doc::{self, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED};
 use memlens_measure::stats::{overhead_pct, Summary};
 use memlens_measure::units::format_size;
 use memlens_measure::{output, plot};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where the published figures come from.
 pub const PUBLISHED_LABEL: &str =
@@ -35,37 +36,22 @@ pub const PUBLISHED_TRADING: [(u64, f64); 6] = [
     (2 << 20, 5.0),
 ];
 
-/// One configuration, summarised over its repeats. Carries the fields of the paired study's JSON
-/// contract (`workload`, `config`, `interval_bytes`, `unwinder`, `paired`, `overhead_pct`,
-/// `ci_low_pct`, `ci_high_pct`, `coverage_pct`) so scripts read both alike.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    /// Workload name.
-    pub workload: String,
-    /// Configuration name.
-    pub config: String,
+/// A row of the unpaired study: the contract's fields ([`crate::row::Row`], so scripts read both
+/// engines alike) and [`Columns`].
+pub type Row = crate::row::Row<Columns>;
+
+/// What only the unpaired study reports of a configuration, summarised over its repeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Columns {
     /// Group of the plots (`memlens fp`, `jemalloc`, `reference`…).
     pub family: String,
     /// Sampling interval, bytes (the same as `interval_bytes`).
     pub interval: Option<u64>,
-    /// Sampling interval, bytes (null for off and the baselines' references).
-    pub interval_bytes: Option<u64>,
-    /// memlens unwinder (null for the others).
-    pub unwinder: Option<String>,
-    /// Always false: separate processes, not blocks of one process.
-    pub paired: bool,
     /// The configuration it is compared with (null: a reference itself).
     pub reference: Option<String>,
     /// The workload's metric over the repeats.
     pub metric: Summary,
-    /// Median over repeats of (this run / the reference's run of the same repeat) − 1, percent
-    /// (null for a reference).
-    pub overhead_pct: Option<f64>,
-    /// Bootstrap 95% interval of that median, low end.
-    pub ci_low_pct: Option<f64>,
-    /// Bootstrap 95% interval of that median, high end.
-    pub ci_high_pct: Option<f64>,
-    /// The interval contains 0: the difference is within the noise.
+    /// The interval of the overhead contains 0: the difference is within the noise.
     pub tie: bool,
     /// synthetic: cycles per malloc/free pair (median over repeats).
     pub pair_cycles: Option<f64>,
@@ -73,16 +59,6 @@ pub struct Row {
     pub pair_delta_cycles: Option<f64>,
     /// pipeline: p99 latency (median over repeats), ns.
     pub p99_ns: Option<f64>,
-    /// Coverage of the profile against the exact run, percent (memlens; null when not measured).
-    pub coverage_pct: Option<f64>,
-    /// Error of the estimated total allocated bytes, percent.
-    pub total_error_pct: Option<f64>,
-    /// Largest absolute error among the exact run's top stacks, percent.
-    pub top_error_pct: Option<f64>,
-    /// Samples recorded (memlens, median over repeats).
-    pub samples: Option<f64>,
-    /// Truncated stacks among the samples, percent.
-    pub truncated_pct: Option<f64>,
     /// The published overhead at this interval, percent.
     pub published_pct: Option<f64>,
 }
@@ -182,7 +158,7 @@ fn rows(w: &WorkloadResults) -> Vec<Row> {
                     x.is_finite().then_some(x)
                 })
                 .collect();
-            crate::stats::estimate(&ratios)
+            crate::estimate::estimate(&ratios)
         });
         let pair = extra(cr, "cycles_per_pair");
         let ref_pair = reference.and_then(|r| extra(r, "cycles_per_pair"));
@@ -192,35 +168,42 @@ fn rows(w: &WorkloadResults) -> Vec<Row> {
         out.push(Row {
             workload: w.workload.clone(),
             config: cr.config.name.clone(),
-            family: cr.config.family.clone(),
-            interval: cr.config.interval,
             interval_bytes: cr.config.interval,
-            paired: false,
             unwinder: match &cr.config.setup {
                 Setup::Sampled { unwinder, .. } | Setup::Exact { unwinder } => {
                     Some(unwinder.clone())
                 }
                 _ => None,
             },
-            reference: cr.config.reference.clone(),
+            paired: false,
             overhead_pct: est.map(|e| e.pct),
             ci_low_pct: est.map(|e| e.lo),
             ci_high_pct: est.map(|e| e.hi),
-            tie: est.is_some_and(|e| e.lo <= 0.0 && 0.0 <= e.hi),
-            metric,
-            pair_cycles: pair,
-            pair_delta_cycles: pair.zip(ref_pair).map(|(a, b)| a - b),
-            p99_ns: extra(cr, "p99_ns"),
+            // measured by the paired study only (ticks tagged by the runtime's sample count)
+            direct_cost_pct: None,
+            indirect_cost_pct: None,
             coverage_pct: q(|q| q.coverage_pct),
             total_error_pct: q(|q| q.total_error_pct),
             top_error_pct: q(|q| q.top_max_abs_error_pct),
-            samples: median_of(cr.runs.iter().filter_map(|r| r.samples.map(|s| s as f64))),
+            // a count: the median of the repeats' counts, to the nearest whole sample
+            samples: median_of(cr.runs.iter().filter_map(|r| r.samples.map(|s| s as f64)))
+                .map(|m| m.round_ties_even() as u64),
             truncated_pct: median_of(
                 cr.runs
                     .iter()
                     .filter_map(|r| r.truncated_share.map(|s| s * 100.0)),
             ),
-            published_pct: published_for(&w.workload, &cr.config),
+            engine: Columns {
+                family: cr.config.family.clone(),
+                interval: cr.config.interval,
+                reference: cr.config.reference.clone(),
+                metric,
+                tie: est.is_some_and(|e| e.lo <= 0.0 && 0.0 <= e.hi),
+                pair_cycles: pair,
+                pair_delta_cycles: pair.zip(ref_pair).map(|(a, b)| a - b),
+                p99_ns: extra(cr, "p99_ns"),
+                published_pct: published_for(&w.workload, &cr.config),
+            },
         });
     }
     out
@@ -236,9 +219,9 @@ fn recommend(
     for u in unwinders {
         let mut sampled: Vec<&Row> = rows
             .iter()
-            .filter(|r| r.unwinder.as_deref() == Some(u.as_str()) && r.interval.is_some())
+            .filter(|r| r.unwinder.as_deref() == Some(u.as_str()) && r.engine.interval.is_some())
             .collect();
-        sampled.sort_by_key(|r| r.interval);
+        sampled.sort_by_key(|r| r.engine.interval);
         let best = sampled
             .iter()
             .rev()
@@ -251,7 +234,7 @@ fn recommend(
         let mut text = match best {
             Some(r) => format!(
                 "{u}: use {} — the largest interval whose coverage ({:.1}%) meets {min_cov}%; overhead {}",
-                format_size(r.interval.unwrap_or(0)),
+                format_size(r.engine.interval.unwrap_or(0)),
                 r.coverage_pct.unwrap_or(f64::NAN),
                 overhead_words(r)
             ),
@@ -264,7 +247,7 @@ fn recommend(
             match under {
                 Some(r) => text.push_str(&format!(
                     "; under {m}% overhead the finest interval is {} ({}, coverage {})",
-                    format_size(r.interval.unwrap_or(0)),
+                    format_size(r.engine.interval.unwrap_or(0)),
                     overhead_words(r),
                     cell(r.coverage_pct, true, |c| format!("{c:.1}%"))
                 )),
@@ -273,10 +256,10 @@ fn recommend(
         }
         out.push(Recommendation {
             unwinder: u.clone(),
-            interval: best.and_then(|r| r.interval),
+            interval: best.and_then(|r| r.engine.interval),
             overhead_pct: best.and_then(|r| r.overhead_pct),
             coverage_pct: best.and_then(|r| r.coverage_pct),
-            under_max_overhead: under.and_then(|r| r.interval),
+            under_max_overhead: under.and_then(|r| r.engine.interval),
             under_max_overhead_pct: under.and_then(|r| r.overhead_pct),
             under_max_overhead_coverage: under.and_then(|r| r.coverage_pct),
             text,
@@ -297,7 +280,11 @@ fn fmt_pct(p: Option<f64>, tie: bool) -> String {
 /// A row's overhead in a sentence: the tie said in words (a lone `~` would wrap onto a line of
 /// its own).
 fn overhead_words(r: &Row) -> String {
-    let tie = if r.tie { " (within the noise)" } else { "" };
+    let tie = if r.engine.tie {
+        " (within the noise)"
+    } else {
+        ""
+    };
     format!("{}{tie}", fmt_pct(r.overhead_pct, false))
 }
 
@@ -336,31 +323,39 @@ fn table(w: &WorkloadReport) -> Table {
     }
     for r in &w.rows {
         let memlens = r.unwinder.is_some();
-        let compared = r.reference.is_some();
+        let compared = r.engine.reference.is_some();
         let mut c = vec![
             r.config.clone(),
-            doc::num(r.metric.median),
-            format!("{}–{}", doc::num(r.metric.min), doc::num(r.metric.max)),
-            fmt_pct(r.overhead_pct, r.tie),
+            doc::num(r.engine.metric.median),
+            format!(
+                "{}–{}",
+                doc::num(r.engine.metric.min),
+                doc::num(r.engine.metric.max)
+            ),
+            fmt_pct(r.overhead_pct, r.engine.tie),
             match (r.ci_low_pct, r.ci_high_pct) {
                 (Some(l), Some(h)) => format!("[{l:+.1}, {h:+.1}]"),
                 _ => fmt_pct(r.overhead_pct, false),
             },
         ];
         if synth {
-            c.push(cell(r.pair_cycles, true, doc::num));
-            c.push(cell(r.pair_delta_cycles, compared, |d| format!("{d:+.1}")));
+            c.push(cell(r.engine.pair_cycles, true, doc::num));
+            c.push(cell(r.engine.pair_delta_cycles, compared, |d| {
+                format!("{d:+.1}")
+            }));
         }
         if pipe {
-            c.push(cell(r.p99_ns, true, doc::num));
+            c.push(cell(r.engine.p99_ns, true, doc::num));
         }
         c.push(cell(r.coverage_pct, memlens, |v| format!("{v:.1}%")));
         c.push(cell(r.total_error_pct, memlens, |v| format!("{v:+.1}%")));
         c.push(cell(r.top_error_pct, memlens, |v| format!("{v:.1}%")));
-        c.push(cell(r.samples, memlens, |v| format!("{v:.0}")));
+        c.push(cell(r.samples.map(|v| v as f64), memlens, |v| {
+            format!("{v:.0}")
+        }));
         c.push(cell(r.truncated_pct, memlens, |v| format!("{v:.1}%")));
         if synth || pipe {
-            c.push(cell(r.published_pct, false, |v| format!("+{v:.0}%")));
+            c.push(cell(r.engine.published_pct, false, |v| format!("+{v:.0}%")));
         }
         t.push(c);
     }
@@ -374,13 +369,16 @@ fn comparison(reports: &[WorkloadReport], unwinder: &str) -> Option<Table> {
     let get = |w: &WorkloadReport, r: u64| {
         w.rows
             .iter()
-            .find(|x| x.unwinder.as_deref() == Some(unwinder) && x.interval == Some(r))
-            .map_or_else(|| NOT_MEASURED.into(), |x| fmt_pct(x.overhead_pct, x.tie))
+            .find(|x| x.unwinder.as_deref() == Some(unwinder) && x.engine.interval == Some(r))
+            .map_or_else(
+                || NOT_MEASURED.into(),
+                |x| fmt_pct(x.overhead_pct, x.engine.tie),
+            )
     };
     let mut intervals: Vec<u64> = synth
         .rows
         .iter()
-        .filter_map(|r| r.interval.filter(|_| r.unwinder.is_some()))
+        .filter_map(|r| r.engine.interval.filter(|_| r.unwinder.is_some()))
         .collect();
     intervals.sort_unstable();
     intervals.dedup();
@@ -431,7 +429,7 @@ fn notes(plan: &Plan, w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
     }
     let ties = rows
         .iter()
-        .filter(|r| r.tie && r.reference.is_some())
+        .filter(|r| r.engine.tie && r.engine.reference.is_some())
         .count();
     n.push(format!(
         "top err = largest error of the estimate among the exact run's top stacks (≤ {}, each ≥ {:.0}% of the bytes); total err = error of the estimated total",
@@ -445,7 +443,9 @@ fn notes(plan: &Plan, w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
         // The exact-mode speed figure: memlens exact vs heaptrack on the same loop.
         let ht = rows.iter().find(|r| r.config == "heaptrack");
         for ex in rows.iter().filter(|r| r.config.ends_with(" exact")) {
-            if let (Some(h), Some(e)) = (ht.and_then(|h| h.pair_cycles), ex.pair_cycles) {
+            if let (Some(h), Some(e)) =
+                (ht.and_then(|h| h.engine.pair_cycles), ex.engine.pair_cycles)
+            {
                 let (ratio, word) = if h >= e {
                     (h / e, "faster")
                 } else {
@@ -474,7 +474,7 @@ fn notes(plan: &Plan, w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
             n.push("WARNING: the order checksums differ between runs: the pipeline was not deterministic".into());
         }
     }
-    if rows.iter().any(|r| r.published_pct.is_some()) {
+    if rows.iter().any(|r| r.engine.published_pct.is_some()) {
         n.push(format!("published column = {PUBLISHED_LABEL}"));
     }
     n
@@ -483,8 +483,8 @@ fn notes(plan: &Plan, w: &WorkloadResults, rows: &[Row]) -> Vec<String> {
 fn plots(w: &WorkloadReport) -> Result<Vec<(String, String)>> {
     let mut families: Vec<String> = Vec::new();
     for r in &w.rows {
-        if r.interval.is_some() && !families.contains(&r.family) {
-            families.push(r.family.clone());
+        if r.engine.interval.is_some() && !families.contains(&r.engine.family) {
+            families.push(r.engine.family.clone());
         }
     }
     let series_of = |f: &str, y: fn(&Row) -> Option<f64>| plot::Series {
@@ -492,8 +492,8 @@ fn plots(w: &WorkloadReport) -> Result<Vec<(String, String)>> {
         points: w
             .rows
             .iter()
-            .filter(|r| r.family == f)
-            .filter_map(|r| Some((r.interval? as f64 / 1024.0, y(r)?)))
+            .filter(|r| r.engine.family == f)
+            .filter_map(|r| Some((r.engine.interval? as f64 / 1024.0, y(r)?)))
             .collect(),
         dashed: false,
     };
@@ -670,7 +670,7 @@ struct CsvRow<'a> {
     coverage_pct: Option<f64>,
     total_error_pct: Option<f64>,
     top_error_pct: Option<f64>,
-    samples: Option<f64>,
+    samples: Option<u64>,
     truncated_pct: Option<f64>,
     published_pct: Option<f64>,
 }
@@ -683,26 +683,26 @@ fn csv_rows(reports: &[WorkloadReport]) -> Vec<CsvRow<'_>> {
         .map(|(w, r)| CsvRow {
             workload: &w.workload,
             configuration: &r.config,
-            family: &r.family,
-            interval: r.interval,
+            family: &r.engine.family,
+            interval: r.engine.interval,
             unwinder: r.unwinder.as_deref(),
             unit: &w.unit,
-            median: r.metric.median,
-            min: r.metric.min,
-            max: r.metric.max,
+            median: r.engine.metric.median,
+            min: r.engine.metric.min,
+            max: r.engine.metric.max,
             overhead_pct: finite(r.overhead_pct),
             ci_low_pct: finite(r.ci_low_pct),
             ci_high_pct: finite(r.ci_high_pct),
-            tie: r.tie,
-            pair_cycles: finite(r.pair_cycles),
-            pair_delta_cycles: finite(r.pair_delta_cycles),
-            p99_ns: finite(r.p99_ns),
+            tie: r.engine.tie,
+            pair_cycles: finite(r.engine.pair_cycles),
+            pair_delta_cycles: finite(r.engine.pair_delta_cycles),
+            p99_ns: finite(r.engine.p99_ns),
             coverage_pct: finite(r.coverage_pct),
             total_error_pct: finite(r.total_error_pct),
             top_error_pct: finite(r.top_error_pct),
-            samples: finite(r.samples),
+            samples: r.samples,
             truncated_pct: finite(r.truncated_pct),
-            published_pct: r.published_pct,
+            published_pct: r.engine.published_pct,
         })
         .collect()
 }
@@ -772,10 +772,10 @@ pub fn emit(plan: &Plan, results: &[WorkloadResults], args: &StudyArgs) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::configs::all;
     use crate::quality::{Quality, TopStack};
-    use crate::runner::Run;
-    use crate::workload::{Measure, Workload};
+    use crate::unpaired::configs::all;
+    use crate::unpaired::runner::Run;
+    use crate::unpaired::workload::{Measure, Workload};
 
     fn plan() -> Plan {
         Plan {
@@ -859,6 +859,39 @@ mod tests {
             }],
             quality_note: None,
         }
+    }
+
+    /// The unpaired rows' JSON: the contract's fields (null where the unpaired study does not
+    /// measure them) and this engine's columns, nothing else; samples a whole count.
+    #[test]
+    fn rows_keep_the_json_contract() {
+        let p = plan();
+        let r = reports(&p, &[results(&p)]);
+        let own = [
+            "family",
+            "interval",
+            "reference",
+            "metric",
+            "tie",
+            "pair_cycles",
+            "pair_delta_cycles",
+            "p99_ns",
+            "published_pct",
+        ];
+        for row in &r[0].rows {
+            let v = serde_json::to_value(row).unwrap();
+            let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            let mut want: Vec<&str> = crate::row::CONTRACT.iter().chain(&own).copied().collect();
+            want.sort_unstable();
+            assert_eq!(keys, want, "{v}");
+            assert!(v["direct_cost_pct"].is_null() && v["indirect_cost_pct"].is_null());
+            let back: Row = serde_json::from_value(v).unwrap();
+            assert_eq!(&back, row);
+        }
+        let sampled = r[0].rows.iter().find(|x| x.config == "memlens fp 64K");
+        let v = serde_json::to_value(sampled.unwrap()).unwrap();
+        assert_eq!(v["samples"], serde_json::Value::from(10u64), "{v}");
     }
 
     #[test]

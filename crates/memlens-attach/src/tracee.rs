@@ -1,7 +1,8 @@
-//! What we need to know about a process before touching it, and the refusals: a process we may not
-//! or cannot attach to is turned away here, before it is stopped even for a moment.
+//! The tracee: the process `memlens attach` is about to ptrace, what we need to know about it
+//! before touching it (maps, program, loader, symbols), and the refusals: a process we may not or
+//! cannot attach to is turned away here, before it is stopped even for a moment.
 use anyhow::{anyhow, bail, Context, Result};
-use memlens_run::ProcStatus;
+use memlens_target::{is_runtime_path, ProcStatus};
 use object::read::elf::ProgramHeader;
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ pub struct Mapping {
 
 /// A process that passed the checks.
 #[derive(Debug)]
-pub struct Process {
+pub struct Tracee {
     pub pid: i32,
     /// `/proc/PID`, or `/proc/PID/task/TID` of a live thread when main() has called pthread_exit
     /// (a zombie leader has no maps, exe or fd entries).
@@ -31,7 +32,7 @@ pub struct Process {
     pub interp: String,
 }
 
-impl Process {
+impl Tracee {
     /// `process 1234 (name)`, the prefix of every message about it.
     pub fn label(&self) -> String {
         format!("process {} ({})", self.pid, self.comm)
@@ -48,9 +49,7 @@ impl Process {
 
     /// The runtime is already in the process (an earlier attach, or `memlens run`).
     pub fn has_runtime(&self) -> bool {
-        self.maps
-            .iter()
-            .any(|m| memlens_run::is_runtime_path(&m.path))
+        self.maps.iter().any(|m| is_runtime_path(&m.path))
     }
 
     /// Executable spans of the modules whose path satisfies `f`.
@@ -197,7 +196,7 @@ pub fn read_maps(proc_dir: &str) -> Result<Vec<Mapping>> {
 
 /// The refusals, in the order a user can act on them. Each error is one line: the reason and what
 /// to do.
-pub fn check(pid: i32) -> Result<Process> {
+pub fn check(pid: i32) -> Result<Tracee> {
     let status = ProcStatus::of(pid)?;
     let comm = status.field("Name:").unwrap_or("?");
     let label = format!("process {pid} ({comm})");
@@ -265,7 +264,7 @@ pub fn check(pid: i32) -> Result<Process> {
         bail!("cannot attach to {label}: its allocator is linked statically into the program (it defines malloc itself, so there is no GOT entry to redirect); link the allocator as a shared library to profile it");
     }
     let maps = read_maps(&proc_dir)?;
-    Ok(Process {
+    Ok(Tracee {
         pid,
         proc_dir,
         comm: comm.to_string(),

@@ -1,7 +1,7 @@
 //! The answer first: the recommendation (a pure function of the rows), the verdict lines, then the
 //! detailed tables (cost and quality apart, each under 120 columns), JSON, CSV and HTML.
-use crate::paired::{Results, Row};
-use crate::stats::{self, Estimate};
+use super::engine::{Results, Row};
+use crate::estimate::{self, Estimate};
 use anyhow::Result;
 use memlens_measure::doc::{terminal_width, Document, Section, Table};
 use memlens_measure::output;
@@ -96,60 +96,12 @@ pub fn recommend(c: &[Candidate], min_coverage: f64, budget: f64) -> Option<Reco
     })
 }
 
-/// A function name for a table: template/generic arguments and parameter lists elided (as pprof
-/// shows them); the full name stays in the JSON.
-pub fn short_name(name: &str) -> String {
-    let mut out = String::new();
-    let (mut angle, mut paren) = (0usize, 0usize);
-    let b = name.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let ch = name[i..].chars().next().unwrap();
-        match ch {
-            // `operator<`, `operator<<` and `->` are not brackets
-            '<' if !name[..i].ends_with("operator") && !name[..i].ends_with("operator<") => {
-                if angle == 0 && paren == 0 {
-                    out.push_str("<…>");
-                }
-                angle += 1;
-            }
-            '>' if angle > 0 && !name[..i].ends_with('-') => angle -= 1,
-            '(' if angle == 0 => {
-                if paren == 0 && !name[i..].starts_with("(anonymous") {
-                    out.push_str("()");
-                }
-                paren += 1;
-            }
-            ')' if angle == 0 && paren > 0 => paren -= 1,
-            _ if angle == 0 && paren == 0 => out.push(ch),
-            _ => {}
-        }
-        i += ch.len_utf8();
-    }
-    // Rust's hash suffix (`::h0123456789abcdef`) says nothing to a reader.
-    if let Some(p) = out.rfind("::h") {
-        if out.len() - p == 19 && out[p + 3..].chars().all(|c| c.is_ascii_hexdigit()) {
-            out.truncate(p);
-        }
-    }
-    out
-}
-
-fn est(r: &Row) -> Estimate {
-    Estimate {
-        pct: r.overhead_pct,
-        lo: r.ci_low_pct,
-        hi: r.ci_high_pct,
-        n: r.rounds,
-    }
-}
-
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
 fn difference(a: &[f64], b: &[f64]) -> Option<Estimate> {
-    stats::difference(a, b)
+    estimate::difference(a, b)
 }
 
 /// "a tie (CI of the difference contains 0)" or "resolved".
@@ -190,7 +142,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 .filter(|x| &x.workload == w && x.unwinder.as_deref() == Some(u))
                 .map(|x| Candidate {
                     interval: x.interval_bytes.unwrap_or(0),
-                    overhead: est(x),
+                    overhead: x.overhead(),
                     coverage: x.coverage_pct,
                 })
                 .collect();
@@ -230,7 +182,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
     let find = |w: &str, p: &str, u: Option<&str>, i: u64| {
         r.rows.iter().find(|x| {
             x.workload == w
-                && x.profiler == p
+                && x.engine.profiler == p
                 && (u.is_none() || x.unwinder.as_deref() == u)
                 && x.interval_bytes == Some(i)
         })
@@ -244,24 +196,24 @@ pub fn verdict(r: &Results) -> Vec<String> {
             ) else {
                 continue;
             };
-            let d = difference(&a.per_round, &b.per_round);
+            let d = difference(&a.engine.per_round, &b.engine.per_round);
             v.push(format!(
                 "64K vs 2M ({u}) on {w}: {}% vs {}%; difference {} points — {}",
-                est(a).show(),
-                est(b).show(),
+                a.overhead().show(),
+                b.overhead().show(),
                 d.map_or("-".into(), |d| d.show_ci()),
                 tie_word(d)
             ));
         }
         for i in [64u64 << 10, 512 << 10] {
             if let (Some(m), Some(j)) = (find(w, "memlens", u0, i), find(w, "jemalloc", None, i)) {
-                let d = difference(&m.per_round, &j.per_round);
+                let d = difference(&m.engine.per_round, &j.engine.per_round);
                 v.push(format!(
                     "memlens {} vs jemalloc prof at {} on {w}: {}% vs {}%; difference {} points — {}",
                     u0.unwrap_or(""),
                     format_size(i),
-                    est(m).show(),
-                    est(j).show(),
+                    m.overhead().show(),
+                    j.overhead().show(),
                     d.map_or("-".into(), |d| d.show_ci()),
                     tie_word(d)
                 ));
@@ -273,29 +225,29 @@ pub fn verdict(r: &Results) -> Vec<String> {
             find(rw, "memlens", u0, 512 << 10),
             find(sw, "memlens", u0, 512 << 10),
         ) {
-            let d = difference(&a.per_round, &b.per_round);
+            let d = difference(&a.engine.per_round, &b.engine.per_round);
             v.push(format!(
                 "realistic vs synthetic at 512K ({}): {rw} {}% vs {sw} {}% — difference {} points; published: +{}% vs +{}%",
                 u0.unwrap_or(""),
-                est(a).show(),
-                est(b).show(),
+                a.overhead().show(),
+                b.overhead().show(),
                 d.map_or("-".into(), |d| d.show_ci()),
                 PUBLISHED_512K.1,
                 PUBLISHED_512K.0
             ));
-            if let (Some(di), Some(ii)) = (a.direct_ci, a.indirect_ci) {
+            if let (Some(di), Some(ii)) = (a.engine.direct_ci, a.engine.indirect_ci) {
                 v.push(format!(
                     "  split on {rw}: direct (the sampling ticks) {}%, indirect (the {} ticks after) {}%, rest {:+.1}%",
                     di.show(),
                     memlens_workloads::paired::AFTER,
                     ii.show(),
-                    a.overhead_pct - di.pct - ii.pct
+                    a.overhead().pct - di.pct - ii.pct
                 ));
             }
         }
     }
     v.push(format!("cache/TLB misses per tick: {}", r.counters));
-    let missed: Vec<&Row> = r.rows.iter().filter(|x| !x.ci_met).collect();
+    let missed: Vec<&Row> = r.rows.iter().filter(|x| !x.engine.ci_met).collect();
     v.push(if missed.is_empty() {
         format!(
             "every 95% CI reached its target (±{} points synthetic, ±{} pipeline) within {:.0} s",
@@ -335,23 +287,21 @@ fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
         .iter()
         .filter(|x| x.workload == w)
         .map(|x| {
+            let e = x.overhead();
             vec![
                 x.config.clone(),
-                x.rounds.to_string(),
-                format!(
-                    "{:+.1} [{:+.1}, {:+.1}]",
-                    x.overhead_pct, x.ci_low_pct, x.ci_high_pct
-                ),
+                e.n.to_string(),
+                format!("{:+.1} [{:+.1}, {:+.1}]", e.pct, e.lo, e.hi),
                 format!(
                     "{:.2} / {} {}",
-                    (x.ci_high_pct - x.ci_low_pct) / 2.0,
-                    x.ci_target_pct,
-                    if x.ci_met { "ok" } else { "✗" }
+                    (e.hi - e.lo) / 2.0,
+                    x.engine.ci_target_pct,
+                    if x.engine.ci_met { "ok" } else { "✗" }
                 ),
-                x.p99_overhead_pct.map_or("-".into(), |e| e.show()),
-                x.direct_ci.map_or("-".into(), |e| e.show()),
-                x.indirect_ci.map_or("-".into(), |e| e.show()),
-                opt(x.sampled_ticks_pct, 2),
+                x.engine.p99_overhead_pct.map_or("-".into(), |e| e.show()),
+                x.engine.direct_ci.map_or("-".into(), |e| e.show()),
+                x.engine.indirect_ci.map_or("-".into(), |e| e.show()),
+                opt(x.engine.sampled_ticks_pct, 2),
                 if x.paired { "yes" } else { "no" }.into(),
             ]
         })
@@ -367,7 +317,7 @@ fn count_table(r: &Results) -> Option<(Vec<String>, Vec<Vec<String>>)> {
         format!("{a}: sampled / after / far"),
         format!("{b}: sampled / after / far"),
     ];
-    let f = |c: &stats::CountSplit, k: usize| {
+    let f = |c: &super::stats::CountSplit, k: usize| {
         format!("{:.1} / {:.1} / {:.1}", c.sampled[k], c.after[k], c.far[k])
     };
     let mut rows = Vec::new();
@@ -378,7 +328,7 @@ fn count_table(r: &Results) -> Option<(Vec<String>, Vec<Vec<String>>)> {
             format!("- / - / {:.1}", off.far[1]),
         ]);
         for x in r.rows.iter().filter(|x| &x.workload == w) {
-            if let Some(c) = &x.counts_per_tick {
+            if let Some(c) = &x.engine.counts_per_tick {
                 rows.push(vec![format!("{w} {}", x.config), f(c, 0), f(c, 1)]);
             }
         }
@@ -550,15 +500,16 @@ struct CsvRow<'a> {
 impl<'a> CsvRow<'a> {
     fn of(x: &'a Row) -> CsvRow<'a> {
         let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
+        let e = x.overhead();
         CsvRow {
             workload: &x.workload,
             config: &x.config,
             interval_bytes: x.interval_bytes,
             unwinder: x.unwinder.as_deref(),
             paired: x.paired,
-            overhead_pct: r3(x.overhead_pct),
-            ci_low_pct: r3(x.ci_low_pct),
-            ci_high_pct: r3(x.ci_high_pct),
+            overhead_pct: r3(e.pct),
+            ci_low_pct: r3(e.lo),
+            ci_high_pct: r3(e.hi),
             coverage_pct: x.coverage_pct.map(r3),
             direct_cost_pct: x.direct_cost_pct.map(r3),
             indirect_cost_pct: x.indirect_cost_pct.map(r3),
@@ -679,28 +630,5 @@ mod tests {
             (rec.pick.interval, rec.basis),
             (512 * k, Basis::TiedWithCheapest)
         );
-    }
-
-    #[test]
-    fn short_names_elide_generics_and_parameters() {
-        let cases = [
-            (
-                "std::vector<int, std::allocator<int> >::push_back(int const&)",
-                "std::vector<…>::push_back()",
-            ),
-            (
-                "alloc::raw_vec::RawVec<T,A>::grow_one::h0123456789abcdef",
-                "alloc::raw_vec::RawVec<…>::grow_one",
-            ),
-            ("operator<<(std::ostream&, int)", "operator<<()"),
-            ("malloc", "malloc"),
-            (
-                "<alloc::string::String as core::clone::Clone>::clone",
-                "<…>::clone",
-            ),
-        ];
-        for (full, short) in cases {
-            assert_eq!(short_name(full), short, "{full}");
-        }
     }
 }

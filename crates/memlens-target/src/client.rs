@@ -1,0 +1,236 @@
+//! The client of a target's control socket: one request line, one reply line (`ok …` / `error …`).
+use crate::proc::{runtime_loaded, ProcStatus};
+use crate::socket::{ctl_dir_of, socket_path};
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A reply line `ok key=value …` split into its fields.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The whole line.
+    pub text: String,
+}
+
+impl Reply {
+    /// The value of `key=value`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.text
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    }
+    /// The value of `key=value` as a number.
+    pub fn num(&self, key: &str) -> Option<u64> {
+        self.get(key)?.parse().ok()
+    }
+}
+
+/// A process running the memlens runtime that we may control, and where its control socket is.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Process id.
+    pub pid: i32,
+    /// Its owner.
+    pub uid: u32,
+    /// Its command name.
+    pub comm: String,
+    /// Directory of its control socket.
+    pub dir: PathBuf,
+    /// The control socket.
+    pub sock: PathBuf,
+}
+
+impl Target {
+    /// Check the process exists and is ours (or we are root), and locate its socket.
+    pub fn find(pid: i32) -> Result<Target> {
+        let status = ProcStatus::of(pid)?;
+        let comm = status.field("Name:").unwrap_or("?").to_string();
+        let uid = status
+            .uid()
+            .ok_or_else(|| anyhow!("cannot read the owner of process {pid}"))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if me != 0 && me != uid {
+            bail!("permission denied: process {pid} belongs to uid {uid} (only its owner or root can control it)");
+        }
+        let dir = ctl_dir_of(pid, uid);
+        let sock = socket_path(&dir, pid, &status);
+        Ok(Target {
+            pid,
+            uid,
+            comm,
+            dir,
+            sock,
+        })
+    }
+
+    /// Send one request line and return the `ok` reply; an `error` reply becomes an error.
+    pub fn request(&self, line: &str) -> Result<Reply> {
+        let mut s = self.connect()?;
+        s.set_read_timeout(Some(Duration::from_secs(120))).ok();
+        s.set_write_timeout(Some(Duration::from_secs(10))).ok();
+        // The runtime may refuse us and close before reading (peer check): its reply is still
+        // there to read, and says more than the broken pipe would.
+        let sent = s.write_all(format!("{line}\n").as_bytes());
+        let mut text = String::new();
+        let got = s.read_to_string(&mut text);
+        if let (Err(e), true) = (sent, text.trim().is_empty()) {
+            return Err(anyhow!(e).context(format!(
+                "cannot send to the control socket {}",
+                self.sock.display()
+            )));
+        }
+        got.with_context(|| {
+            format!(
+                "no reply from process {} on {}",
+                self.pid,
+                self.sock.display()
+            )
+        })?;
+        let text = text.trim();
+        if let Some(rest) = text.strip_prefix("ok") {
+            return Ok(Reply {
+                text: rest.trim().to_string(),
+            });
+        }
+        match text.strip_prefix("error ") {
+            Some(e) => bail!("process {}: {e}", self.pid),
+            None if text.is_empty() => bail!(
+                "process {} closed its control socket without a reply",
+                self.pid
+            ),
+            None => bail!("process {}: unexpected reply '{text}'", self.pid),
+        }
+    }
+
+    fn connect(&self) -> Result<UnixStream> {
+        match UnixStream::connect(&self.sock) {
+            Ok(s) => Ok(s),
+            Err(e) if e.kind() == ErrorKind::NotFound && runtime_loaded(self.pid) => bail!(
+                "process {} ({}) runs the memlens runtime but has no control socket {}: a forked child \
+                 opens its own once it has lived 200 ms and allocates (or the program closed the runtime's \
+                 descriptor); try again when it is busy",
+                self.pid,
+                self.comm,
+                self.sock.display()
+            ),
+            Err(e) if e.kind() == ErrorKind::NotFound => bail!(
+                "process {} ({}) is not running under memlens (no control socket {}); start it with `memlens run`",
+                self.pid,
+                self.comm,
+                self.sock.display()
+            ),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => bail!(
+                "process {} ({}) is not running under memlens (stale control socket {}: nobody listens)",
+                self.pid,
+                self.comm,
+                self.sock.display()
+            ),
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => bail!(
+                "permission denied: cannot connect to {} (process {} belongs to uid {})",
+                self.sock.display(),
+                self.pid,
+                self.uid
+            ),
+            Err(e) => Err(anyhow!(e).context(format!("cannot connect to {}", self.sock.display()))),
+        }
+    }
+
+    /// Is the control socket there and answering?
+    pub fn ready(&self) -> bool {
+        UnixStream::connect(&self.sock).is_ok()
+    }
+
+    /// Ask for the status line.
+    pub fn status(&self) -> Result<Reply> {
+        self.request("status")
+    }
+
+    /// Start sampling, optionally at a new interval.
+    pub fn start(&self, interval: Option<u64>) -> Result<Reply> {
+        match interval {
+            Some(iv) => self.request(&format!("start {iv}")),
+            None => self.request("start"),
+        }
+    }
+
+    /// Stop sampling.
+    pub fn stop(&self) -> Result<Reply> {
+        self.request("stop")
+    }
+
+    /// Ask the process for a raw dump and copy it to `path`. The process writes dumps only into its
+    /// control directory (a peer must not make it write anywhere else); memlens copies the file out
+    /// with its own rights and removes it.
+    pub fn dump_raw(&self, path: &Path) -> Result<()> {
+        let raw = self.dump_in_dir()?;
+        let r = std::fs::copy(&raw, path)
+            .map(|_| ())
+            .with_context(|| format!("cannot write {}", path.display()));
+        std::fs::remove_file(&raw).ok();
+        r
+    }
+
+    /// Have the process write a raw dump into its control directory; returns its path there.
+    fn dump_in_dir(&self) -> Result<PathBuf> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "{}.dump-{}-{nanos}-{}.raw",
+            self.pid,
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        self.request(&format!("dump {name}"))?;
+        Ok(self.dir.join(name))
+    }
+
+    /// Dump to a raw file in the socket directory (the process may write there), convert it to pprof
+    /// at `out` (the profile crate's reader, symbolizer and writer), and remove the raw file.
+    pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
+        let raw = self.dump_in_dir()?;
+        let r = memlens_profile::convert_raw(&raw, out).with_context(|| {
+            format!(
+                "cannot convert the dump of process {} to {}",
+                self.pid,
+                out.display()
+            )
+        });
+        std::fs::remove_file(&raw).ok();
+        r
+    }
+
+    /// Wait until the socket answers (a freshly started program creates it during start-up).
+    pub fn wait_ready(&self, timeout: Duration, alive: impl Fn() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < timeout && alive() {
+            if self.ready() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.ready()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_fields() {
+        let r = Reply {
+            text: "pid=12 active=1 interval=65536 samples=7".into(),
+        };
+        assert_eq!(r.get("active"), Some("1"));
+        assert_eq!(r.num("interval"), Some(65536));
+        assert_eq!(r.num("pid"), Some(12));
+        assert_eq!(r.get("missing"), None);
+    }
+}

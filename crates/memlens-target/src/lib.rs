@@ -1,0 +1,20 @@
+//! A process running the memlens runtime — a *target* — seen from outside: where its control
+//! socket is, the client that talks to it, what `/proc` says of it, and the dumps it writes.
+//!
+//! Used by every command that works on such a process: `memlens ctl`, `memlens run` (its watcher
+//! and the dumps it converts), `memlens attach`/`detach`, `memlens serve` and `memlens study`.
+//!
+//! * `socket.rs`: the control directory and the socket's name in it (`<pid>.<pidns>.sock`).
+//! * `client.rs`: [`Target`], one request line and one reply line ([`Reply`]) over that socket.
+//! * `proc.rs`: `/proc/PID` facts: [`ProcStatus`], [`rss_bytes`], whether the runtime is mapped.
+//! * `dumps.rs`: the raw dumps the runtime writes (`<prefix>.<pid>.<seq>.raw`) and default names.
+#![warn(missing_docs)]
+mod client;
+mod dumps;
+mod proc;
+mod socket;
+
+pub use client::{Reply, Target};
+pub use dumps::{default_dump_name, raw_dumps, Dump};
+pub use proc::{is_runtime_path, parse_pid, rss_bytes, ProcStatus};
+pub use socket::{ctl_dir, socket_pids};
