@@ -173,32 +173,37 @@ impl Stack {
 /// Finds entries by a 64-bit hash of their name sequence, telling collisions apart with `same`.
 #[derive(Default)]
 struct SeqMap {
-    first: HashMap<u64, u32, Hashed>,
+    first: HashMap<u64, u32, U64Hash>,
     next: Vec<u32>,
 }
 
-/// The map's keys are hashes already (well mixed, [`hash_names`]): used as they are.
+/// Hashing for u64 keys (code addresses, hashes of name sequences): one multiply, folded, instead
+/// of SipHash. Not a defence against chosen collisions: the keys come from the profiled process's
+/// own memory, and a crafted file only slows its own reading.
 #[derive(Default, Clone, Copy)]
-struct Hashed;
+pub(crate) struct U64Hash;
 
-impl std::hash::BuildHasher for Hashed {
-    type Hasher = HashedKey;
-    fn build_hasher(&self) -> HashedKey {
-        HashedKey(0)
+impl std::hash::BuildHasher for U64Hash {
+    type Hasher = U64Hasher;
+    fn build_hasher(&self) -> U64Hasher {
+        U64Hasher(0)
     }
 }
 
-struct HashedKey(u64);
+pub(crate) struct U64Hasher(u64);
 
-impl std::hash::Hasher for HashedKey {
+impl std::hash::Hasher for U64Hasher {
     fn finish(&self) -> u64 {
         self.0
     }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u64 keys")
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = v;
+        let m = u128::from(v ^ self.0) * 0x9E3779B97F4A7C15_u128;
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
     }
 }
 
@@ -225,9 +230,7 @@ fn hash_names(fr: &Frames, frames: impl Iterator<Item = FrameId>) -> u64 {
         h = (h ^ u64::from(fr.name_id(f))).wrapping_mul(0x100000001b3);
         h ^= h >> 29;
     }
-    // Every bit of the result depends on every bit of h (the map uses the hash as it is).
-    let m = u128::from(h) * 0x9E3779B97F4A7C15_u128;
-    (m as u64) ^ ((m >> 64) as u64)
+    h
 }
 
 fn same_names(

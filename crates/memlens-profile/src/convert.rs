@@ -1,4 +1,5 @@
 //! Raw dump → symbolized profile model, and loading any supported input file.
+use crate::agg::U64Hash;
 use crate::model::{Function, Line, Location, Mapping, Profile, Sample};
 use crate::raw::{Module, RawDump};
 use crate::symbolize::{Frames, SymFrame, Symbolizer};
@@ -160,7 +161,7 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     };
     // Unique pcs per module, in a stable order.
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut module_of: HashMap<u64, Option<usize>, PcHash> = HashMap::default();
+    let mut module_of: HashMap<u64, Option<usize>, U64Hash> = HashMap::default();
     for s in &d.stacks {
         for &pc in &s.pcs {
             module_of.entry(pc).or_insert_with(|| {
@@ -172,7 +173,7 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
             });
         }
     }
-    let mut loc_of: HashMap<u64, u64, PcHash> = HashMap::default();
+    let mut loc_of: HashMap<u64, u64, U64Hash> = HashMap::default();
     for (&mi, pcs) in &by_module {
         let m = &d.modules[mi];
         let addrs: Vec<u64> = pcs
@@ -236,36 +237,6 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);
     b.p
-}
-
-/// Hashing for code addresses, looked up once per frame of every stack: one multiply instead of
-/// SipHash (addresses come from the profiled process's own memory, not from an adversary who could
-/// choose collisions; a crafted dump only makes its own conversion slower).
-#[derive(Default, Clone, Copy)]
-struct PcHash;
-
-impl std::hash::BuildHasher for PcHash {
-    type Hasher = PcHasher;
-    fn build_hasher(&self) -> PcHasher {
-        PcHasher(0)
-    }
-}
-
-struct PcHasher(u64);
-
-impl std::hash::Hasher for PcHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100000001b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let m = u128::from(v ^ self.0) * 0x9E3779B97F4A7C15_u128;
-        self.0 = (m as u64) ^ ((m >> 64) as u64);
-    }
 }
 
 fn find_module(mods: &[Module], pc: u64) -> Option<usize> {
