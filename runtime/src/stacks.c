@@ -50,8 +50,6 @@ static void read_max_stacks(void)
     if (!s || !n || s[n])
         return;
     max_stacks = v < MIN_MAX_STACKS ? MIN_MAX_STACKS : v > MAX_MAX_STACKS ? MAX_MAX_STACKS : (uint32_t)v;
-    for (nslots = MIN_MAX_STACKS; nslots < 2 * max_stacks; nslots *= 2)
-        ;
 }
 
 int ml_stacks_init(void)
@@ -64,6 +62,11 @@ int ml_stacks_init(void)
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 64 < arena_size)
         arena_size = rl.rlim_cur / 64 < (1u << 20) ? (1u << 20) : (rl.rlim_cur / 64) & ~4095ull;
+    /* No more slots than records the arena can hold (under ulimit -v the slots count too). */
+    if (arena_size / sizeof(struct ml_stack) < max_stacks)
+        max_stacks = (uint32_t)(arena_size / sizeof(struct ml_stack));
+    for (nslots = MIN_MAX_STACKS; nslots < 2 * max_stacks; nslots *= 2)
+        ;
     void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
