@@ -253,7 +253,7 @@ static void zero_alloc(struct ml_stack *r, void *arg)
     atomic_store_explicit(&r->samples, 0, memory_order_relaxed);
     atomic_store_explicit(&r->alloc_fx, 0, memory_order_relaxed);
     atomic_store_explicit(&r->alloc_bytes, 0, memory_order_relaxed);
-    for (int i = 0; i < 16; i++) /* lifetimes are cumulative too */
+    for (int i = 0; i < 10; i++) /* lifetimes are cumulative too (ML_LIFE_BUCKETS) */
         atomic_store_explicit(&r->life[i], 0, memory_order_relaxed);
 }
 

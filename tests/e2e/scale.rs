@@ -323,9 +323,9 @@ fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let prog = compile(
-        &root().join("runtime/tests/fork_children.c"),
+        &root().join("runtime/tests/many_children.c"),
         dir,
-        "fork_children",
+        "many_children",
         &[],
     );
     let bare = measured(Command::new(&prog).arg("300"));

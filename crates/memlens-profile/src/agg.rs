@@ -1,6 +1,7 @@
 //! Aggregations shared by `report`, `diff` and the views: stacks merged by their symbolized frames
-//! (function names, so that profiles of different processes of one program compare), per-function
-//! flat and cumulative values, and value formatting.
+//! (function names, so that profiles of different processes of one program compare; or function,
+//! file and line, so that two call sites of one function are two rows), per-function flat and
+//! cumulative values, and value formatting.
 //!
 //! Built to scale with the profile: frames are interned once per location into [`Frames`] (shared
 //! by both sides of a diff), a merged [`Stack`] is its first sample's index and the summed values,
@@ -159,7 +160,7 @@ pub struct Stack {
     pub values: [f64; 4],
     /// Samples merged into this stack.
     pub samples: u64,
-    /// Hash of its function names (what stacks are matched by, here and in a diff).
+    /// Hash of what it was merged by (its names, or its frames): what a diff matches stacks by.
     hash: u64,
 }
 
@@ -224,25 +225,45 @@ impl SeqMap {
     }
 }
 
-fn hash_names(fr: &Frames, frames: impl Iterator<Item = FrameId>) -> u64 {
+/// What stacks are merged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// Function names: profiles of different processes of one program compare.
+    Names,
+    /// Function, file and line of every frame (as `go tool pprof -lines` and heaptrack list them).
+    Lines,
+}
+
+impl Key {
+    fn of(self, fr: &Frames, f: FrameId) -> u32 {
+        match self {
+            Key::Names => fr.name_id(f),
+            Key::Lines => f,
+        }
+    }
+}
+
+fn hash_key(key: Key, fr: &Frames, frames: impl Iterator<Item = FrameId>) -> u64 {
     let mut h = 0xcbf29ce484222325u64;
     for f in frames {
-        h = (h ^ u64::from(fr.name_id(f))).wrapping_mul(0x100000001b3);
+        h = (h ^ u64::from(key.of(fr, f))).wrapping_mul(0x100000001b3);
         h ^= h >> 29;
     }
     h
 }
 
-fn same_names(
+fn same_key(
+    key: Key,
     fr: &Frames,
     a: impl Iterator<Item = FrameId>,
     b: impl Iterator<Item = FrameId>,
 ) -> bool {
-    a.map(|f| fr.name_id(f)).eq(b.map(|f| fr.name_id(f)))
+    a.map(|f| key.of(fr, f)).eq(b.map(|f| key.of(fr, f)))
 }
 
-/// The stacks of one profile merged by function names, from one pass over its samples: the four
-/// values, and the views' columns when the profile has them.
+/// The stacks of one profile merged by function names ([`Stacks::new`]) or by lines
+/// ([`Stacks::by_line`]), from one pass over its samples: the four values, and the views' columns
+/// when the profile has them.
 #[derive(Debug)]
 pub struct Stacks<'p> {
     /// The profile.
@@ -253,11 +274,22 @@ pub struct Stacks<'p> {
     /// The views' columns summed, and the sum of live age × live bytes, of the stacks (by
     /// [`Stack::id`]) that merged several samples; a stack of one sample reads its sample's.
     merged_life: HashMap<u32, (Life, f64)>,
+    key: Key,
 }
 
 impl<'p> Stacks<'p> {
-    /// Merge the samples of `p`, interning its frames into `fr`.
+    /// Merge the samples of `p` by function names, interning its frames into `fr`.
     pub fn new(p: &'p Profile, fr: &mut Frames) -> Stacks<'p> {
+        Stacks::merge(p, fr, Key::Names)
+    }
+
+    /// Merge the samples of `p` by their frames' function, file and line: two call sites in one
+    /// function stay two stacks, each with its own line.
+    pub fn by_line(p: &'p Profile, fr: &mut Frames) -> Stacks<'p> {
+        Stacks::merge(p, fr, Key::Lines)
+    }
+
+    fn merge(p: &'p Profile, fr: &mut Frames, key: Key) -> Stacks<'p> {
         let index = Index::new(p, fr);
         let mut list: Vec<Stack> = Vec::new();
         let mut merged_life: HashMap<u32, (Life, f64)> = HashMap::new();
@@ -268,11 +300,11 @@ impl<'p> Stacks<'p> {
                 .map(|l| (l.clone(), l.live_age_ns * s.inuse_bytes))
         };
         for (k, s) in p.samples.iter().enumerate() {
-            let h = hash_names(fr, index.sample(s));
+            let h = hash_key(key, fr, index.sample(s));
             let new = list.len() as u32;
             let found = map.find_or_add(h, new, |i| {
                 let first = &p.samples[list[i as usize].sample as usize];
-                same_names(fr, index.sample(first), index.sample(s))
+                same_key(key, fr, index.sample(first), index.sample(s))
             });
             let i = match found {
                 Some(i) => {
@@ -308,6 +340,7 @@ impl<'p> Stacks<'p> {
             index,
             list,
             merged_life,
+            key,
         }
     }
 
@@ -354,14 +387,16 @@ pub struct Merged {
 }
 
 impl Merged {
-    /// Add `st` of `all[side]` with value `v`.
+    /// Add `st` of `all[side]` with value `v` (both sides merged alike: by names, or by lines).
     pub fn add(&mut self, all: &[&Stacks; 2], fr: &Frames, side: usize, st: &Stack, v: f64) {
+        debug_assert_eq!(all[0].key, all[1].key, "both sides merged alike");
+        let key = all[side].key;
         let h = st.hash;
         let new = self.entries.len() as u32;
         let entries = &self.entries;
         let found = self.map.find_or_add(h, new, |i| {
             let (s, first, _) = &entries[i as usize];
-            same_names(fr, all[*s].frames(first), all[side].frames(st))
+            same_key(key, fr, all[*s].frames(first), all[side].frames(st))
         });
         let i = match found {
             Some(i) => i as usize,
@@ -562,10 +597,30 @@ mod tests {
         let mut m = SeqMap::default();
         let s = &st.list;
         assert_eq!(m.find_or_add(7, 0, |_| false), None);
-        let same = |i: u32, j: usize| same_names(&fr, st.frames(&s[i as usize]), st.frames(&s[j]));
+        let same = |i: u32, j: usize| {
+            same_key(Key::Names, &fr, st.frames(&s[i as usize]), st.frames(&s[j]))
+        };
         assert_eq!(m.find_or_add(7, 1, |i| same(i, 1)), None);
         assert_eq!(m.find_or_add(7, 2, |i| same(i, 1)), Some(1));
         assert_eq!(m.find_or_add(7, 2, |i| same(i, 0)), Some(0));
+    }
+
+    #[test]
+    fn by_line_keeps_two_call_sites_of_one_function_apart() {
+        let mut p = profile();
+        p.locations[1].lines[0].line = 2; // leaf's second call site: another line
+        let mut fr = Frames::default();
+        assert_eq!(Stacks::new(&p, &mut fr).list.len(), 2);
+        let st = Stacks::by_line(&p, &mut fr);
+        assert_eq!(st.list.len(), 3);
+        let leaf_lines: Vec<(i64, f64)> = st
+            .list
+            .iter()
+            .map(|s| (fr.frame(st.frames(s).next().unwrap()), s))
+            .filter(|(f, _)| f.function == "leaf")
+            .map(|(f, s)| (f.line, s.get(SampleIndex::AllocSpace)))
+            .collect();
+        assert_eq!(leaf_lines, vec![(1, 100.0), (2, 50.0)]);
     }
 
     #[test]

@@ -228,11 +228,10 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
             inuse_bytes: s.inuse_bytes as f64,
             samples: s.samples,
             diff_base: false,
-            life: s.life.as_ref().map(|l| {
-                let v = d.views.as_ref();
-                let (hz, lg0) = (v.map_or(0, |v| v.tsc_hz), v.map_or(12, |v| v.life_lg0));
-                Box::new(crate::life::life_of(l, hz, lg0))
-            }),
+            life: s
+                .life
+                .as_ref()
+                .map(|l| Box::new(crate::life::life_of(l, d.views.as_ref()))),
         });
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);

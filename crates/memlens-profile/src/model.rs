@@ -224,8 +224,10 @@ impl Life {
         self.freed[..=k].iter().sum()
     }
 
-    /// Median lifetime of the freed bytes in ns (log-interpolated within its decade), or None.
-    pub fn median_ns(&self) -> Option<f64> {
+    /// The decade holding the median lifetime of the freed bytes, `[lo, hi)` in ns (`lo` 0 for
+    /// the first decade, `hi` infinite for the open last one), or None. Bytes are only known per
+    /// decade: a point inside it would be the shape assumed, not measured.
+    pub fn median_range_ns(&self) -> Option<(f64, f64)> {
         let total = self.freed_total();
         if total <= 0.0 {
             return None;
@@ -233,17 +235,21 @@ impl Life {
         let mut below = 0.0;
         for (k, &v) in self.freed.iter().enumerate() {
             if v > 0.0 && below + v >= total / 2.0 {
-                let hi = if k < LIFE_BOUNDS_NS.len() {
-                    LIFE_BOUNDS_NS[k]
-                } else {
-                    LIFE_BOUNDS_NS[k - 1] * 10.0
-                };
-                let f = (total / 2.0 - below) / v;
-                return Some(hi / 10.0 * 10f64.powf(f));
+                let lo = if k == 0 { 0.0 } else { LIFE_BOUNDS_NS[k - 1] };
+                let hi = LIFE_BOUNDS_NS.get(k).copied().unwrap_or(f64::INFINITY);
+                return Some((lo, hi));
             }
             below += v;
         }
         None
+    }
+
+    /// The upper bound of the decade holding the median lifetime (of the open last decade, its
+    /// lower bound), or None: `lifetime_median=:1ms` in `go tool pprof` then selects exactly the
+    /// stacks whose median lifetime is under 1 ms.
+    pub fn median_ns(&self) -> Option<f64> {
+        self.median_range_ns()
+            .map(|(lo, hi)| if hi.is_finite() { hi } else { lo })
     }
 
     /// Add another stack's values (merging stacks; the live age is merged by the caller).

@@ -81,7 +81,8 @@ pub struct RawLife {
     pub age_ticks: u64,
     /// Live bytes at the previous dump of the process (0 before the first).
     pub prev_inuse_bytes: i64,
-    /// Bytes freed by lifetime bucket: bucket 0 is < 2^lg0 ticks, bucket k ≥ 1 is
+    /// Bytes freed by lifetime bucket: with `view life_decades 1` the decades of
+    /// `model::LIFE_BOUNDS_NS`; from an older runtime, bucket 0 is < 2^lg0 ticks, bucket k ≥ 1 is
     /// [2^(lg0-2+2k), 2^(lg0+2k)), the last is open.
     pub freed: Vec<u64>,
 }
@@ -93,8 +94,10 @@ pub struct RawViews {
     pub enabled: bool,
     /// TSC ticks per second (0 when nothing was sampled).
     pub tsc_hz: u64,
-    /// log2 of the first lifetime bucket's bound, in ticks.
+    /// log2 of the first lifetime bucket's bound, in ticks (older runtimes).
     pub life_lg0: u32,
+    /// The lifetime buckets are decades of ns (`view life_decades 1`), not powers of 4 of ticks.
+    pub life_decades: bool,
     /// Estimated live heap at the dump.
     pub heap: i64,
     /// Highest estimate seen.
@@ -105,7 +108,8 @@ pub struct RawViews {
     pub peak: u64,
     /// When the peak set was taken (CLOCK_REALTIME ns).
     pub peak_ns: u64,
-    /// Source of the allocator figures: jemalloc, tcmalloc, glibc, none or unknown.
+    /// The allocator the program ran on: glibc, jemalloc, tcmalloc, mimalloc or unknown (older
+    /// runtimes: the source of the figures, or none).
     pub allocator: String,
     /// `tl` points: ns, estimated heap, RSS, allocator in use, allocator footprint (-1 unknown).
     pub timeline: Vec<[i64; 5]>,
@@ -475,6 +479,7 @@ fn parse_view(v: &mut RawViews, key: &str, rest: &str) -> Result<()> {
         "enabled" => v.enabled = num::<u8>(arg(1), "enabled")? != 0,
         "tsc_hz" => v.tsc_hz = num(arg(1), "tsc_hz")?,
         "life_lg0" => v.life_lg0 = num(arg(1), "life_lg0")?,
+        "life_decades" => v.life_decades = num::<u8>(arg(1), "life_decades")? != 0,
         "heap" => v.heap = num(arg(1), "heap")?,
         "heap_max" => (v.heap_max, v.heap_max_ns) = (num(arg(1), key)?, num(arg(2), key)?),
         "peak" => (v.peak, v.peak_ns) = (num(arg(1), key)?, num(arg(2), key)?),

@@ -158,7 +158,7 @@ pub fn render_to(p: &Profile, a: &ReportArgs, w: &mut dyn Write) -> Result<()> {
         }
     };
     let mut fr = Frames::default();
-    let mut stacks = Stacks::new(p, &mut fr);
+    let mut stacks = Stacks::by_line(p, &mut fr); // two call sites of a function: two rows
     stacks.sort_by(idx);
     let mut funcs = agg::functions(
         &fr,

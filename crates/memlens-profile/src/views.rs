@@ -10,7 +10,8 @@
 //! "stacks": [ { "value", "share", "samples", "values": {…}, "frames": […],
 //!               "peak_objects", "peak_space",                        // peak
 //!               "live_age_ns", "age_share", "growth_bytes", "suspect", // leaks
-//!               "freed_space", "freed_1ms_share", "freed_1s_share", "median_lifetime_ns" } ] // temporaries
+//!               "freed_space", "freed_1ms_share", "freed_1s_share",
+//!               "median_lifetime_range_ns": [lo, hi] } ] // temporaries (hi null: ≥ 100 s)
 //! ```
 //! The timeline's JSON is `{ "file", "view": "timeline", "meta", "heap_max_bytes", "heap_max_time_s",
 //! "peak_bytes", "peak_time_s", "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
@@ -82,8 +83,9 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
     )
 }
 
-/// The merged stacks with the view's value (from the one pass of [`Stacks::new`]), largest first,
-/// those without any left out.
+/// The stacks merged by their frames' functions and lines (two call sites of one function are two
+/// rows, as in `go tool pprof -lines` and heaptrack; [`Stacks::by_line`], one pass for every view)
+/// with the view's value, largest first, those without any left out.
 fn vstacks(stacks: &Stacks, view: View) -> Vec<VStack> {
     let mut out: Vec<VStack> = stacks
         .list
@@ -141,6 +143,30 @@ fn bytes(v: f64) -> String {
     fmt_value(v, SampleIndex::AllocSpace, false)
 }
 
+/// A lifetime decade `[lo, hi)` in ns as `100 ms–1 s`, `< 1 µs`, `≥ 100 s`: the bucket the
+/// median fell in, which is all the runtime measured of it.
+pub fn fmt_ns_range((lo, hi): (f64, f64)) -> String {
+    let short = |ns: f64| {
+        let (v, unit) = if ns < 1e3 {
+            (ns, "ns")
+        } else if ns < 1e6 {
+            (ns / 1e3, "µs")
+        } else if ns < 1e9 {
+            (ns / 1e6, "ms")
+        } else {
+            (ns / 1e9, "s")
+        };
+        format!("{v} {unit}")
+    };
+    if lo <= 0.0 {
+        format!("< {}", short(hi))
+    } else if !hi.is_finite() {
+        format!("≥ {}", short(lo))
+    } else {
+        format!("{}–{}", short(lo), short(hi))
+    }
+}
+
 /// A duration in ns as `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
 pub fn fmt_ns(ns: f64) -> String {
     if ns < 1e3 {
@@ -177,7 +203,7 @@ pub fn render(
         };
     }
     let mut fr = Frames::default();
-    let stacks = Stacks::new(p, &mut fr);
+    let stacks = Stacks::by_line(p, &mut fr);
     let c = Ctx {
         p,
         fr: &fr,
@@ -296,7 +322,7 @@ fn extra_cells(p: &Profile, view: View, v: &VStack) -> Vec<String> {
             bytes(l.freed_total()),
             pct(share(l.freed_within(1e6), l.freed_total())),
             pct(share(l.freed_within(1e9), l.freed_total())),
-            l.median_ns().map_or("-".into(), fmt_ns),
+            l.median_range_ns().map_or("-".into(), fmt_ns_range),
         ],
         _ => vec![],
     }
@@ -306,7 +332,7 @@ fn extra_header(view: View) -> &'static [&'static str] {
     match view {
         View::Peak => &["objects"],
         View::Leaks => &["mean age", "age/run", "growth", "suspect"],
-        View::Temporaries => &["freed", "<1ms", "<1s", "median life"],
+        View::Temporaries => &["freed", "<1ms", "<1s", "median life in"],
         _ => &[],
     }
 }
@@ -406,8 +432,9 @@ struct JsonStack {
     freed_1ms_share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     freed_1s_share: Option<f64>,
+    /// The decade holding the median lifetime: `[lo, hi]` ns, hi null for the open last decade.
     #[serde(skip_serializing_if = "Option::is_none")]
-    median_lifetime_ns: Option<f64>,
+    median_lifetime_range_ns: Option<(f64, Option<f64>)>,
 }
 
 #[derive(Serialize)]
@@ -470,7 +497,9 @@ fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
                         j.freed_space = Some(l.freed_total());
                         j.freed_1ms_share = Some(share(l.freed_within(1e6), l.freed_total()));
                         j.freed_1s_share = Some(share(l.freed_within(1e9), l.freed_total()));
-                        j.median_lifetime_ns = l.median_ns();
+                        j.median_lifetime_range_ns = l
+                            .median_range_ns()
+                            .map(|(lo, hi)| (lo, hi.is_finite().then_some(hi)));
                     }
                     _ => {}
                 }
@@ -550,6 +579,18 @@ fn thin(points: &[TimePoint], n: usize) -> Vec<&TimePoint> {
         .collect()
 }
 
+/// The allocator the program ran on and which of its figures the timeline has.
+fn allocator_note(name: &str) -> String {
+    match name {
+        "glibc" => "glibc (mallinfo2: in use and footprint)".into(),
+        "jemalloc" => "jemalloc (stats.allocated and stats.resident)".into(),
+        "tcmalloc" => "tcmalloc (current_allocated_bytes and heap_size)".into(),
+        "mimalloc" => "mimalloc (committed bytes as footprint; in use not exposed)".into(),
+        "" | "none" | "unknown" => "not recognised (no allocator figures)".into(),
+        other => format!("{other} (no figures)"),
+    }
+}
+
 fn opt_bytes(v: Option<f64>) -> String {
     v.map_or("n/a".into(), bytes)
 }
@@ -562,12 +603,12 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
         .filter_map(|t| t.rss_bytes)
         .fold(0.0, f64::max);
     let summary = format!(
-        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator figures: {}",
+        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator: {}",
         v.timeline.len(),
         bytes(v.heap_max_bytes),
         secs(p, v.heap_max_ns),
         bytes(max_rss),
-        if v.allocator.is_empty() { "none" } else { &v.allocator },
+        allocator_note(&v.allocator),
     );
     let mut s = heading(p, file, &summary);
     if v.timeline.is_empty() {
@@ -664,7 +705,7 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
     sections.push(head);
     let has_life = p.samples.iter().any(|s| s.life.is_some());
     let mut fr = Frames::default();
-    let stacks = Stacks::new(p, &mut fr);
+    let stacks = Stacks::by_line(p, &mut fr);
     let c = Ctx {
         p,
         fr: &fr,
