@@ -10,6 +10,7 @@ mod cli;
 mod ctl;
 mod profiler;
 mod reliability;
+mod scale;
 mod serve;
 mod study;
 mod views;
