@@ -158,6 +158,8 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
     line_u(o, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    line_u(o, "max_stacks", ml_stacks_max());
+    line_u(o, "table_full", ml_stacks_full_drops());
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;

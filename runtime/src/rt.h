@@ -227,6 +227,9 @@ int ml_stacks_init(void);
 uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int truncated);
 struct ml_stack *ml_stack_get(uint32_t id);
 uint32_t ml_stack_count(void);
+/* The table's limit (MEMLENS_MAX_STACKS) and the samples of new stacks dropped at it. */
+uint32_t ml_stacks_max(void);
+uint64_t ml_stacks_full_drops(void);
 void ml_stacks_zero_alloc(void);
 /* Sums over the table, for status: samples and estimated bytes allocated. */
 void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);

@@ -11,6 +11,7 @@ mod ctl;
 mod parca;
 mod profiler;
 mod reliability;
+mod scale;
 mod serve;
 mod serve_go;
 mod serve_limits;

@@ -86,6 +86,12 @@ pub struct Meta {
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
+    /// The runtime's stack table limit (distinct stacks; 0 = not said).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub max_stacks: u64,
+    /// Dropped samples of new stacks the full stack table could not take (part of `dropped`).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub table_full: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -177,8 +183,9 @@ pub struct Sample {
     /// A negated sample of the base profile in a difference profile (pprof label
     /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
     pub diff_base: bool,
-    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them.
-    pub life: Option<Life>,
+    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them (boxed: a
+    /// profile without them pays one word per sample, not the whole record).
+    pub life: Option<Box<Life>>,
 }
 
 /// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at
@@ -381,6 +388,10 @@ pub struct Frame {
     pub line: i64,
     /// Inlined into the next frame.
     pub inlined: bool,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_zero(v: &i64) -> bool {

@@ -18,7 +18,8 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  memlens run -- ./server --port 8080\n  \
 memlens run --interval 64K -o heap.pb.gz -- python3 script.py\n  \
-memlens run --exact --unwinder libgcc -- ./a.out")]
+memlens run --exact --unwinder libgcc -- ./a.out\n  \
+memlens run --max-stacks 2M -- ./compiler big.c")]
 pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]
@@ -30,6 +31,10 @@ pub struct RunArgs {
     /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub unwinder: Option<String>,
+    /// Distinct stacks the runtime's table holds (1K … 32M; about 230 bytes + 8 per frame each,
+    /// used as stacks appear); samples of new stacks beyond it are dropped and counted
+    #[arg(long, value_name = "N", default_value = "256K")]
+    pub max_stacks: String,
     /// Profile of the main process [default: memlens.CMD.PID.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -72,6 +77,19 @@ pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
         .map_err(|e| usage(format!("bad --interval '{}': {e:#}", args.interval)))
 }
 
+/// The stack table's size from the command line (the runtime's MEMLENS_MAX_STACKS).
+pub fn max_stacks(args: &RunArgs) -> Result<u64> {
+    let n = memlens_measure::units::parse_size(&args.max_stacks)
+        .map_err(|e| usage(format!("bad --max-stacks '{}': {e:#}", args.max_stacks)))?;
+    if !(1024..=1 << 25).contains(&n) {
+        return Err(usage(format!(
+            "--max-stacks {} is out of range (1K … 32M stacks)",
+            args.max_stacks
+        )));
+    }
+    Ok(n)
+}
+
 /// What went wrong starting the program, as the one-line message and exit code a shell would use.
 fn spawn_failure(cmd: &OsString, e: &std::io::Error) -> (String, i32) {
     let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -105,6 +123,7 @@ impl std::error::Error for SpawnError {}
 /// Start `args.command` with the runtime preloaded. `env` adds MEMLENS_* settings (e.g. MEMLENS_ACTIVE=0).
 pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     let interval = interval_bytes(args)?;
+    let max_stacks = max_stacks(args)?;
     let runtime = memlens_native::runtime().context("cannot extract the memlens runtime")?;
     let dumps = tempfile::Builder::new()
         .prefix("memlens-run-")
@@ -124,6 +143,7 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env("MEMLENS_INTERVAL", interval.to_string())
+        .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
         .env("MEMLENS_OUT", dumps.path().join(DUMP_STEM))
         .env("MEMLENS_ACTIVE", "1");
     match &args.unwinder {
@@ -246,9 +266,19 @@ pub fn plan(dumps: &[Dump], main_pid: u32, main_out: &Path) -> Vec<(Dump, PathBu
 /// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
 fn convert(raw: &Path, out: &Path) -> Result<String> {
     use memlens_measure::units::format_size;
+    let t0 = std::time::Instant::now();
     let s = memlens_profile::convert_raw(raw, out)?;
+    let took = t0.elapsed().as_secs_f64();
+    let full = if s.table_full > 0 {
+        format!(
+            "; {} samples dropped: the stack table was full at {} stacks (raise --max-stacks)",
+            s.table_full, s.max_stacks
+        )
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use",
+        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use{full}; converted in {took:.2} s",
         s.samples,
         s.stacks,
         s.truncated_share * 100.0,
