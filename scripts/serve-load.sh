@@ -13,8 +13,8 @@
 #       with 200k keys loaded while redis-benchmark keeps it busy; CLIENTS concurrent clients
 #       (default 20) make SCRAPES heap scrapes in all (default 500) through `memlens serve`.
 #       Prints p50/p99/max of the scrape latency and the load average. Uses target/release/memlens
-#       (run `cargo build --release` first). Ports: MEMLENS_LOAD_PORT (default 24100) for redis,
-#       +1 for the server.
+#       (run `cargo build --release` first), or the binary in MEMLENS (another build, to compare).
+#       Ports: MEMLENS_LOAD_PORT (default 24100) for redis, +1 for the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,7 @@ scrapes=${2:-500}
 clients=${3:-20}
 port=${MEMLENS_LOAD_PORT:-24100}
 sport=$((port + 1))
-memlens=$PWD/target/release/memlens
+memlens=${MEMLENS:-$PWD/target/release/memlens}
 [ -x "$memlens" ] || { echo "serve-load.sh: build first: cargo build --release" >&2; exit 2; }
 for t in redis-server redis-benchmark redis-cli curl; do
   command -v $t >/dev/null || { echo "serve-load.sh: $t is needed (scripts/install-deps.sh)" >&2; exit 2; }

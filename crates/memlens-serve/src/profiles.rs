@@ -13,6 +13,7 @@ use crate::stop::Stop;
 use anyhow::{anyhow, Result};
 use memlens_profile::model::Profile;
 use memlens_profile::raw::RawDump;
+use memlens_profile::symbolize::Symbolizer;
 use memlens_target::Target;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -101,17 +102,18 @@ impl Profiler {
         share(Some(landing.result.clone()))
     }
 
-    /// Symbolize `d` (the profile crate's symbolizer); modules that cannot be symbolized are said
-    /// once per server, and their frames named `module+0xOFFSET` when served.
+    /// Symbolize `d` with the process's shared symbolizer, whose cache (per build ID) lives across
+    /// scrapes: a process scraped again costs only its new addresses. Modules that cannot be
+    /// symbolized are said once per server, and their frames named `module+0xOFFSET` when served.
     fn symbolize(&self, d: &RawDump) -> Profile {
-        let (mut ps, warnings) = memlens_profile::convert::symbolize_dumps(std::slice::from_ref(d));
+        let (p, warnings) = memlens_profile::convert::symbolize_dump_with(d, Symbolizer::global());
         let mut warned = lock(&self.warned);
         for w in warnings {
             if warned.insert(w.clone()) {
                 eprintln!("memlens: warning: {w}");
             }
         }
-        ps.pop().unwrap_or_default()
+        p
     }
 
     /// What the process allocated (and freed) in the next `secs` seconds: a dump now and one at

@@ -151,7 +151,7 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlens_profile::model::{Life, Location, Mapping, Sample};
+    use memlens_profile::model::{Location, Mapping, Sample};
     use std::io::Read;
 
     /// Two locations in a mapping of `libx.so` (file offset 0x1000): the first symbolized as `f`,
@@ -188,7 +188,7 @@ mod tests {
         let mut s = Sample {
             locations: vec![1, 2],
             samples: 1,
-            life: Some(Life::default()),
+            life: Some(Box::default()),
             ..Sample::default()
         };
         s.set_values([1.0, 100.0, 1.0, 100.0]);
