@@ -38,6 +38,8 @@ int ml_cfi_init(void)
     return 0;
 }
 
+int ml_cfi_ready(void) { return rule_keys != NULL; }
+
 void ml_cfi_forget(void)
 {
     if (!rule_keys)

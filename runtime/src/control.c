@@ -157,6 +157,7 @@ void ml_reset(void)
 {
     ml_init();
     ml_stacks_zero_alloc();
+    ml_blocks_reset();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
     atomic_store(&ml_cfg.dropped_bytes, 0);

@@ -12,7 +12,7 @@
  *                                                      socket directory; the CLI moves it out)
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
- *                           inuse_bytes=N dropped_bytes=N
+ *                           inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
  *     anything else      -> error …
  *
  * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
@@ -340,6 +340,8 @@ static void do_status(struct buf *r)
     put_kv(r, "dropped", s.dropped);
     put_kv(r, "inuse_bytes", s.inuse_bytes);
     put_kv(r, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    put_kv(r, "max_stacks", ml_stacks_max());
+    put_kv(r, "table_full", ml_stacks_full_drops());
 }
 
 static void do_start(const char *arg, struct buf *r)

@@ -104,17 +104,21 @@ static void write_stack(struct ml_stack *r, void *arg)
     struct ml_out *o = arg;
     int stale = ml_stack_stale(r); /* fork child: the parent's cumulative counts */
     uint64_t samples = stale ? 0 : atomic_load_explicit(&r->samples, memory_order_relaxed);
-    int64_t inuse_fx = atomic_load_explicit(&r->inuse_fx, memory_order_relaxed);
-    int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
-    if (!samples && !inuse_fx && !inuse_b)
+    int64_t d[4]; /* with what live blocks had not flushed yet (block.c, ml_blocks_dump_begin) */
+    ml_blocks_unflushed(r, d);
+    uint64_t alloc_fx = (stale ? 0 : atomic_load_explicit(&r->alloc_fx, memory_order_relaxed)) + (uint64_t)d[0];
+    uint64_t alloc_b = (stale ? 0 : atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed)) + (uint64_t)d[1];
+    int64_t inuse_fx = atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) + d[2];
+    int64_t inuse_b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + d[3];
+    if (!samples && !alloc_fx && !inuse_fx && !inuse_b)
         return; /* nothing since the last reset */
     dump_samples += samples;
     ml_out_str(o, "stack ");
     ml_out_u64(o, samples);
     ml_out_str(o, " ");
-    ml_out_u64(o, stale ? 0 : atomic_load_explicit(&r->alloc_fx, memory_order_relaxed));
+    ml_out_u64(o, alloc_fx);
     ml_out_str(o, " ");
-    ml_out_u64(o, stale ? 0 : atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed));
+    ml_out_u64(o, alloc_b);
     ml_out_str(o, " ");
     ml_out_i64(o, inuse_fx < 0 ? 0 : inuse_fx);
     ml_out_str(o, " ");
@@ -154,9 +158,12 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
     line_u(o, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    line_u(o, "max_stacks", ml_stacks_max());
+    line_u(o, "table_full", ml_stacks_full_drops());
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;
+    ml_blocks_dump_begin();
     ml_stacks_each(write_stack, o);
     ml_out_flush(o); /* patch before `end`: a file with `end` is complete */
     char digits[ML_FMT_MAX];

@@ -109,6 +109,17 @@ unreadable: /* a foreign stack ended (or its frames are garbage): keep what was 
     return n;
 }
 
+int ml_dwarf_continue(uintptr_t ra, uintptr_t sp0, uintptr_t rbp0, uintptr_t hi, int foreign,
+                      uintptr_t *pcs, int max, int *trunc)
+{
+    if (!ml_cfi_ready())
+        return -1;
+    struct reads rd;
+    rd.n = -1; /* nothing to cache */
+    rd.foreign = foreign;
+    return walk(ra, sp0, rbp0, hi, pcs, max, trunc, &rd);
+}
+
 static void cache_release(void *p)
 {
     cache = NULL; /* a later destructor may still allocate: it maps a fresh cache */

@@ -1,6 +1,8 @@
 /* fork: the child gets its own profile. Our locks are taken around fork() so the child never inherits
  * one held by a thread that does not exist there; the child then zeroes the cumulative counters (they
- * belong to the parent's profile), keeps the live blocks it inherited, and dumps under its own pid. */
+ * belong to the parent's profile), keeps the live blocks it inherited (block.c: its peak and timeline
+ * start from them), draws a sampling process of its own (with the parent's random state every child
+ * would sample the same allocations) and dumps under its own pid. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <unistd.h>
@@ -30,6 +32,8 @@ static void child(void)
     ml_cfg.is_fork_child = 1;
     atomic_store(&ml_cfg.exit_dumped, 0);
     ml_stacks_fork_child();
+    ml_blocks_fork_child();
+    ml_sample_fork_child();
     atomic_store(&ml_cfg.truncated, 0);
     atomic_store(&ml_cfg.dropped, 0);
     atomic_store(&ml_cfg.dropped_bytes, 0);

@@ -1,11 +1,13 @@
-/* Lifetimes and live ages of sampled blocks.
+/* Lifetimes and live ages of sampled blocks: the clock they are measured with and the dump lines.
  *
- * A sampled block's header keeps its allocation tick (TSC). On free its lifetime goes into a per-stack
- * histogram of a few log buckets (factor 4 in ticks), weighted by the block's unbiased bytes, so the
- * CLI can tell sites whose blocks die young (temporaries) from those whose blocks live long. While a
- * block lives, its tick is part of a per-stack sum weighted the same way: a dump turns that sum into
- * the mean age of the stack's live bytes (old live bytes are suspected leaks). Ticks are converted to
- * time by the CLI with the tick rate this file measures between the first sample and the dump. */
+ * A sampled block's header keeps its allocation tick (TSC). block.c puts its lifetime, when it is
+ * freed, into a per-stack histogram of decades (1 us ... 100 s, edges in ticks), weighted by the block's
+ * unbiased bytes, so the CLI can tell sites whose blocks die young (temporaries) from those whose
+ * blocks live long. While a block lives, its birth is part of a per-stack sum weighted the same way:
+ * a dump turns that sum into the mean age of the stack's live bytes (old live bytes are suspected
+ * leaks). A reallocation keeps the block's birth: a buffer that grows is one object to the program.
+ * Ages are converted to time by the CLI with the tick rate this file measures between the first
+ * timed block and the dump. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <time.h>
@@ -15,7 +17,10 @@
 
 _Atomic int ml_views_on = 1;
 static _Atomic uint64_t anchor_tsc;
-static uint64_t anchor_ns; /* CLOCK_MONOTONIC at anchor_tsc */
+static uint64_t anchor_ns;  /* CLOCK_MONOTONIC at anchor_tsc */
+static uint64_t hz_start;   /* ticks per second measured over 50 us when the anchor was set */
+_Atomic uint64_t ml_life_edges[ML_LIFE_BUCKETS - 1];
+static int dumped;         /* this process has written a dump (growth is measured from it) */
 
 static uint64_t mono_ns(void)
 {
@@ -34,25 +39,49 @@ __attribute__((constructor(102))) static void views_config(void)
 /* Switch the views on or off at run time (the fast-path benchmark pairs the two in one process). */
 ML_EXPORT void memlens_views(int on) { atomic_store(&ml_views_on, !!on); }
 
+void ml_life_set_rate(uint64_t hz)
+{
+    double per_ns = (double)hz * 1e-9, ns = 1000.0;
+    for (int i = 0; i < ML_LIFE_BUCKETS - 1; i++, ns *= 10.0)
+        atomic_store_explicit(&ml_life_edges[i], (uint64_t)(ns * per_ns + 0.5), memory_order_relaxed);
+}
+
+/* The tick rate before there is a span to measure it on: 50 us of both clocks (both count while
+ * this thread is preempted, so a preemption costs time, not accuracy: within ~0.2 % here). */
+static uint64_t calibrate(void)
+{
+    uint64_t n0 = mono_ns(), t0 = __rdtsc(), n1, t1;
+    do {
+        n1 = mono_ns();
+        t1 = __rdtsc();
+    } while (n1 - n0 < 50000u);
+    return (uint64_t)((double)(t1 - t0) * 1e9 / (double)(n1 - n0));
+}
+
 uint64_t ml_views_anchor(void)
 {
     uint64_t a = atomic_load_explicit(&anchor_tsc, memory_order_acquire);
     if (likely(a))
         return a;
+    uint64_t hz = calibrate();
     uint64_t ns = mono_ns(), t = __rdtsc();
     uint64_t zero = 0;
-    anchor_ns = ns; /* racing initialisers write nearly the same value */
+    hz_start = hz; /* racing initialisers write nearly the same values */
+    ml_life_set_rate(hz);
+    anchor_ns = ns;
     if (atomic_compare_exchange_strong(&anchor_tsc, &zero, t ? t : 1))
         return t ? t : 1;
     return zero;
 }
 
-/* Ticks per second, measured since the anchor (at least 20 ms of it: a shorter span is extended). */
+/* Ticks per second, measured since the anchor (at least 1 ms of it: a shorter span is extended; the
+ * clock's error is tens of ns, so 1e-4 at worst). Every short-lived process that sampled pays the
+ * wait in its exit dump: 20 ms cost a program forking 300 such children 6 s. */
 uint64_t ml_views_tsc_hz(void)
 {
     uint64_t a = ml_views_anchor();
     uint64_t ns = mono_ns(), t = __rdtsc();
-    while (ns - anchor_ns < 20000000u) {
+    while (ns - anchor_ns < 1000000u) {
         __builtin_ia32_pause();
         ns = mono_ns();
         t = __rdtsc();
@@ -64,72 +93,45 @@ uint64_t ml_views_tsc_hz_rough(void)
 {
     uint64_t a = ml_views_anchor();
     uint64_t ns = mono_ns(), t = __rdtsc();
-    if (ns - anchor_ns < 1000000u)
-        return 1000000000u;
+    if (ns - anchor_ns < 20000000u)
+        return hz_start;
     return (uint64_t)((double)(t - a) * 1e9 / (double)(ns - anchor_ns));
 }
 
-static inline uint64_t age_units(uint64_t tick, uint64_t anchor)
+
+uint64_t ml_tick_ns(uint64_t tick)
 {
-    return tick > anchor ? (tick - anchor) >> ML_AGE_SHIFT : 0;
+    uint64_t hz = ml_views_tsc_hz(), now = __rdtsc(), ns = ml_now_ns();
+    uint64_t ago = now > tick ? (uint64_t)((double)(now - tick) * 1e9 / (double)hz) : 0;
+    return ns > ago ? ns - ago : 0;
 }
 
-static inline unsigned life_bucket(uint64_t ticks)
-{
-    if (ticks < (1u << ML_LIFE_LG0))
-        return 0;
-    unsigned k = (unsigned)(63 - __builtin_clzll(ticks) - (ML_LIFE_LG0 - 2)) >> 1;
-    return k < ML_LIFE_BUCKETS ? k : ML_LIFE_BUCKETS - 1;
-}
+void ml_views_fork_child(void) { dumped = 0; }
 
-void ml_views_alloc(struct ml_block *b, struct ml_stack *st)
-{
-    if (!atomic_load_explicit(&ml_views_on, memory_order_relaxed)) {
-        b->pad = 0;
-        return;
-    }
-    uint64_t anchor = ml_views_anchor(), now = __rdtsc();
-    b->pad = now ? now : 1;
-    if (st)
-        atomic_fetch_add_explicit(&st->age_sum, b->w_bytes * age_units(b->pad, anchor),
-                                  memory_order_relaxed);
-    ml_heap_add((int64_t)b->w_bytes, (int64_t)b->size, now);
-}
-
-void ml_views_free(struct ml_block *b, struct ml_stack *st)
-{
-    if (!b->pad)
-        return; /* allocated while the views were off */
-    uint64_t anchor = ml_views_anchor(), now = __rdtsc();
-    if (st) {
-        uint64_t life = now > b->pad ? now - b->pad : 0;
-        ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
-        atomic_fetch_add_explicit(&st->life[life_bucket(life)], b->w_bytes, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&st->age_sum, b->w_bytes * age_units(b->pad, anchor),
-                                  memory_order_relaxed);
-    }
-    ml_heap_add(-(int64_t)b->w_bytes, -(int64_t)b->size, now);
-}
-
-/* life <peak_fx> <peak_bytes> <live age ticks> <inuse bytes at the previous dump> <freed bytes by bucket>… */
+/* life <peak_fx> <peak_bytes> <live age ticks> <inuse bytes at the previous dump> <freed bytes by bucket>…
+ * (block.c has added what live blocks had not flushed yet to the d_ columns) */
 void ml_views_write_stack(struct ml_out *o, struct ml_stack *r)
 {
-    int64_t inuse = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
+    int64_t d[4];
+    ml_blocks_unflushed(r, d);
+    int64_t inuse = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) + d[3];
     uint64_t sum = atomic_load_explicit(&r->age_sum, memory_order_relaxed);
+    int64_t w = atomic_load_explicit(&r->age_w, memory_order_relaxed);
     uint64_t age = 0;
-    if (inuse > 0 && sum) {
-        uint64_t now = age_units(__rdtsc(), ml_views_anchor());
-        uint64_t born = sum / (uint64_t)inuse;
+    if (w > 0) {
+        uint64_t now = ml_age_units(__rdtsc(), ml_views_anchor());
+        uint64_t born = sum / (uint64_t)w;
         age = now > born ? (now - born) << ML_AGE_SHIFT : 0;
     }
+    int peak = ml_peak_valid();
     ml_out_str(o, "life ");
-    ml_out_i64(o, atomic_load_explicit(&r->peak_fx, memory_order_relaxed));
+    ml_out_i64(o, peak ? atomic_load_explicit(&r->peak_fx, memory_order_relaxed) : 0);
     ml_out_str(o, " ");
-    ml_out_i64(o, atomic_load_explicit(&r->peak_bytes, memory_order_relaxed));
+    ml_out_i64(o, peak ? atomic_load_explicit(&r->peak_bytes, memory_order_relaxed) : 0);
     ml_out_str(o, " ");
     ml_out_u64(o, age);
     ml_out_str(o, " ");
-    ml_out_i64(o, r->dumped_inuse);
+    ml_out_i64(o, dumped ? r->dumped_inuse : 0);
     r->dumped_inuse = inuse < 0 ? 0 : inuse;
     int stale = ml_stack_stale(r); /* fork child: the parent's lifetimes */
     for (int i = 0; i < ML_LIFE_BUCKETS; i++) {
@@ -152,9 +154,11 @@ void ml_views_write(struct ml_out *o)
 {
     line(o, "enabled", (uint64_t)atomic_load(&ml_views_on));
     /* Without a sample there is no tick to convert (and no reason to wait for a measurement). */
-    line(o, "tsc_hz", atomic_load(&anchor_tsc) ? ml_views_tsc_hz() : 0);
-    line(o, "life_lg0", ML_LIFE_LG0);
-    ml_peak_write(o);
+    int timed = atomic_load(&anchor_tsc) != 0;
+    line(o, "tsc_hz", timed ? ml_views_tsc_hz() : 0);
+    line(o, "life_decades", 1); /* the life lines' buckets are decades of ns (views.h) */
+    ml_peak_write(o, ml_blocks_dump_heap());
     ml_timeline_tick(__rdtsc(), ML_TL_DUMP);
     ml_timeline_write(o);
+    dumped = 1;
 }

@@ -1,21 +1,23 @@
 /* The estimated live heap and the sampled live set at its high-water mark.
  *
- * Every sampled block adds its unbiased bytes to one counter while it lives, so the counter is an
- * unbiased estimate of the whole live heap. When it passes the last snapshot by a margin (1/32 of it,
- * at least 4 intervals), each stack's live counters are copied into its peak columns: the dump then
- * carries the set that was live at the (estimated) peak. The margin bounds the number of snapshots
- * to a few per doubling of the heap, and the copy walks the dense stack list, not the hash table. */
+ * Every sampled block adds its unbiased bytes to one counter while it lives (block.c, with the range
+ * lock held), so the counter is an unbiased estimate of the whole live heap. When it passes the last
+ * snapshot by a margin (1/32 of it, at least R/4), each stack's live counters are copied into
+ * its peak columns: the dump then carries the set that was live at the (estimated) peak. The margin
+ * bounds the number of snapshots to a few per doubling of the heap, and the copy walks the dense
+ * stack list, not the hash table. Under the lock nothing else changes the live counters, so the set
+ * copied is the one of a single moment. */
 #define _GNU_SOURCE
 #include "views.h"
 
-static _Alignas(64) _Atomic int64_t heap;
-static _Atomic int64_t sampled; /* real bytes of live sampled blocks (the allocator does not see them) */
-static _Atomic int64_t heap_max, next_snap;
-static _Atomic uint64_t heap_max_ns, snap_heap, snap_ns;
-static _Atomic int snap_lock;
+static _Atomic int64_t heap; /* written with the range lock held, read anywhere */
+static int64_t heap_max, next_snap;
+static uint64_t heap_max_tick; /* a tick, not a time: taking the time at every new maximum costs */
+static _Atomic uint64_t snap_heap, snap_ns;
+static _Atomic int snapped = 1; /* the peak columns are this process's (a fork child starts without) */
 
 int64_t ml_heap_now(void) { return atomic_load_explicit(&heap, memory_order_relaxed); }
-int64_t ml_sampled_live_bytes(void) { return atomic_load_explicit(&sampled, memory_order_relaxed); }
+int ml_peak_valid(void) { return atomic_load_explicit(&snapped, memory_order_relaxed); }
 
 static void copy_peak(struct ml_stack *r, void *arg)
 {
@@ -26,52 +28,56 @@ static void copy_peak(struct ml_stack *r, void *arg)
                           memory_order_relaxed);
 }
 
-static ML_NOINLINE void snapshot(uint64_t now)
+static ML_NOINLINE void snapshot(int64_t h)
 {
-    if (atomic_exchange_explicit(&snap_lock, 1, memory_order_acquire))
-        return; /* another thread is taking it */
-    int64_t h = ml_heap_now();
-    if (h > atomic_load_explicit(&next_snap, memory_order_relaxed)) {
-        ml_stacks_each_listed(copy_peak, NULL);
-        uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
-        int64_t margin = h >> 5;
-        if (margin < (int64_t)(4 * R))
-            margin = (int64_t)(4 * R);
-        atomic_store_explicit(&next_snap, h + margin, memory_order_relaxed);
-        atomic_store_explicit(&snap_heap, (uint64_t)h, memory_order_relaxed);
-        atomic_store_explicit(&snap_ns, ml_now_ns(), memory_order_relaxed);
-        ml_timeline_tick(now, ML_TL_PEAK);
-    }
-    ml_spin_unlock(&snap_lock);
+    ml_stacks_each_listed(copy_peak, NULL);
+    uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
+    /* A heap of a few intervals has its peak set within R/4 of its maximum, a big one within 3%. */
+    int64_t margin = h >> 5;
+    if (margin < (int64_t)(R / 4))
+        margin = (int64_t)(R / 4);
+    next_snap = h + margin;
+    atomic_store_explicit(&snap_heap, (uint64_t)h, memory_order_relaxed);
+    atomic_store_explicit(&snap_ns, ml_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&snapped, 1, memory_order_relaxed);
 }
 
-void ml_heap_add(int64_t delta, int64_t size, uint64_t now)
+int ml_heap_change_locked(int64_t delta, uint64_t now)
 {
-    atomic_fetch_add_explicit(&sampled, size, memory_order_relaxed);
-    int64_t h = atomic_fetch_add_explicit(&heap, delta, memory_order_relaxed) + delta;
-    if (delta > 0) {
-        if (h > atomic_load_explicit(&heap_max, memory_order_relaxed)) {
-            atomic_store_explicit(&heap_max, h, memory_order_relaxed); /* racy max: good enough */
-            atomic_store_explicit(&heap_max_ns, ml_now_ns(), memory_order_relaxed);
-            if (h > atomic_load_explicit(&next_snap, memory_order_relaxed)) {
-                snapshot(now);
-                return;
-            }
-        }
-    }
-    if (unlikely(now >= atomic_load_explicit(&ml_timeline_next, memory_order_relaxed)))
-        ml_timeline_tick(now, ML_TL_PERIODIC);
+    int64_t h = atomic_load_explicit(&heap, memory_order_relaxed) + delta;
+    atomic_store_explicit(&heap, h, memory_order_relaxed);
+    if (delta <= 0 || h <= heap_max)
+        return 0;
+    heap_max = h;
+    heap_max_tick = now;
+    if (h <= next_snap)
+        return 0;
+    snapshot(h);
+    return 1;
+}
+
+/* The child's peak is its own: the heap it inherited is its maximum so far, and the first growth
+ * above it takes a snapshot (until then its peak columns are the parent's, and are not written). */
+void ml_peak_fork_child(uint64_t now)
+{
+    heap_max = next_snap = ml_heap_now();
+    heap_max_tick = now;
+    atomic_store(&snap_heap, 0);
+    atomic_store(&snap_ns, 0);
+    atomic_store(&snapped, 0);
 }
 
 /* view heap <now> / heap_max <bytes> <ns> / peak <bytes at the snapshot> <ns> */
-void ml_peak_write(struct ml_out *o)
+void ml_peak_write(struct ml_out *o, int64_t unflushed)
 {
+    int64_t now = ml_heap_now() + unflushed, max = heap_max; /* racy: a dump reads while others count */
+    uint64_t max_tick = heap_max_tick;
     ml_out_str(o, "view heap ");
-    ml_out_i64(o, ml_heap_now());
+    ml_out_i64(o, now);
     ml_out_str(o, "\nview heap_max ");
-    ml_out_i64(o, atomic_load(&heap_max));
+    ml_out_i64(o, max >= now ? max : now); /* growth not flushed yet may be the highest */
     ml_out_str(o, " ");
-    ml_out_u64(o, atomic_load(&heap_max_ns));
+    ml_out_u64(o, max < now ? ml_now_ns() : max_tick ? ml_tick_ns(max_tick) : 0);
     ml_out_str(o, "\nview peak ");
     ml_out_u64(o, atomic_load(&snap_heap));
     ml_out_str(o, " ");

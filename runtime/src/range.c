@@ -17,13 +17,15 @@
  * is reserved ahead, the range is mapped step by step at a fixed place (MAP_FIXED_NOREPLACE) and
  * ml_range_span covers only what is mapped. A failed mapping stops profiling (said once on stderr);
  * a full range drops the sample, counted in `dropped` and `dropped_bytes`. Sampling is rare (one
- * block per interval R), so one spin lock is enough here. */
+ * block per interval R), so one spin lock is enough here. block.c takes it: a sampled block's memory
+ * and its accounting change together, under one lock, so the functions below expect it held. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "check.h"
 #include "rt.h"
@@ -54,6 +56,8 @@ static uintptr_t lowfree;     /* no free page below this index */
 static void *free_list[NSMALL];
 static uintptr_t carve[NSMALL], carve_end[NSMALL];
 static _Atomic int lock;
+static struct ml_thread *_Atomic owner; /* the thread holding `lock` (a dump must not wait for itself) */
+static _Atomic int64_t live_bytes;      /* bytes of the chunks handed out (not the boot arena) */
 static char fallback_boot[BOOT_SIZE] __attribute__((aligned(64)));
 
 _Static_assert(sizeof(struct ml_block) % 16 == 0, "header keeps 16-byte alignment");
@@ -62,10 +66,43 @@ void ml_range_lock(void)
 {
     while (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
         sched_yield();
+    atomic_store_explicit(&owner, &ml_tls, memory_order_relaxed);
 }
 
-void ml_range_unlock(void) { ml_spin_unlock(&lock); }
-void ml_range_reset_lock(void) { atomic_store(&lock, 0); }
+void ml_range_unlock(void)
+{
+    atomic_store_explicit(&owner, NULL, memory_order_relaxed);
+    ml_spin_unlock(&lock);
+}
+
+void ml_range_reset_lock(void)
+{
+    atomic_store(&owner, NULL);
+    atomic_store(&lock, 0);
+}
+
+int ml_range_lock_bounded(void)
+{
+    if (atomic_load_explicit(&owner, memory_order_relaxed) == &ml_tls)
+        return 0;
+    struct timespec nap = {0, 100000};
+    for (int i = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); i++) {
+        if (i == 10000)
+            return 0;
+        nanosleep(&nap, NULL); /* async-signal-safe: a dump may run in a signal handler */
+    }
+    atomic_store_explicit(&owner, &ml_tls, memory_order_relaxed);
+    return 1;
+}
+
+int64_t ml_range_live_bytes(void) { return atomic_load_explicit(&live_bytes, memory_order_relaxed); }
+
+/* Lock held: a plain add (no bus lock) that readers elsewhere may load at any time. */
+static inline void live_add(int64_t d)
+{
+    atomic_store_explicit(&live_bytes, atomic_load_explicit(&live_bytes, memory_order_relaxed) + d,
+                          memory_order_relaxed);
+}
 
 /* The bits of word from/64 that the run [from, from+n) covers; *k says how many. */
 static inline uint64_t run_mask(uintptr_t from, uintptr_t n, uintptr_t *k)
@@ -379,7 +416,7 @@ static uintptr_t small_get(unsigned c, size_t size, int *dirty)
     return chunk;
 }
 
-void *ml_range_alloc(size_t size, size_t align, int zero)
+struct ml_block *ml_range_alloc_locked(size_t size, size_t align, int zero, int *dirty)
 {
     if (align < 16)
         align = 16;
@@ -388,39 +425,47 @@ void *ml_range_alloc(size_t size, size_t align, int zero)
     size_t need = HDR + size + (align - 16), cap;
     uintptr_t chunk;
     unsigned c = LARGE;
-    int dirty = 0;
+    *dirty = 0;
     ML_ASSERT((align & (align - 1)) == 0); /* the callers round odd alignments up */
-    ml_range_lock();
+    ML_ASSERT(atomic_load(&lock));
     if (need <= SMALL_MAX) {
         c = small_class(need, &cap);
-        chunk = small_get(c, cap, &dirty);
+        chunk = small_get(c, cap, dirty);
     } else {
-        uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n, zero);
+        uintptr_t n = (need + PAGE - 1) / PAGE, pg = pages_get(n, zero); /* cleared when zero */
         chunk = pg ? ml_range_base + pg * PAGE : 0;
         cap = n * PAGE;
     }
     ML_ASSERT(!chunk || (cap >= need && chunk_ok(chunk, cap)));
-    ml_range_unlock();
     if (!chunk)
         return NULL;
     uintptr_t user = (chunk + HDR + align - 1) & ~(uintptr_t)(align - 1);
     struct ml_block *b = (struct ml_block *)user - 1;
-    if (zero && dirty)
-        memset((void *)user, 0, size); /* fresh and large chunks are zero already */
+    memset(b, 0, sizeof *b);
     b->kind = ML_KIND_SAMPLED;
     b->cls = (uint16_t)c;
     b->size = size;
     b->off = user - chunk;
     b->cap = cap;
+    live_add((int64_t)cap);
     ML_ASSERT(user % align == 0 && b->off >= HDR && b->off + size <= cap && ml_in_range((void *)user));
-    return (void *)user;
+    return b;
 }
 
-/* Room for `size` bytes at p without moving it: within the chunk, or by taking (or giving back) the
- * pages that follow a large chunk. Returns 1 and sets the block's size, or 0. */
-int ml_range_resize(void *p, size_t size)
+int ml_range_fits(const struct ml_block *b, size_t size)
 {
-    struct ml_block *b = ml_block_of(p);
+    ML_ASSERT(b->kind == ML_KIND_SAMPLED);
+    size_t need = b->off + size;
+    if (size > (RANGE_SIZE >> 1) || need > b->cap)
+        return 0;
+    /* a large block that shrank to less than half its pages gives the rest back (under the lock) */
+    return b->cls != LARGE || (need + PAGE - 1) / PAGE >= b->cap / PAGE / 2;
+}
+
+/* Room for `size` bytes at b without moving it, by taking (or giving back) the pages that follow a
+ * large chunk. Returns 1 and sets the block's size, or 0. */
+int ml_range_resize_locked(struct ml_block *b, size_t size)
+{
     if (b->kind != ML_KIND_SAMPLED || size > (RANGE_SIZE >> 1))
         return 0;
     size_t need = b->off + size;
@@ -431,10 +476,10 @@ int ml_range_resize(void *p, size_t size)
         b->size = size;
         return 1;
     }
-    uintptr_t chunk = (uintptr_t)p - b->off, first = (chunk - ml_range_base) / PAGE;
+    uintptr_t chunk = (uintptr_t)(b + 1) - b->off, first = (chunk - ml_range_base) / PAGE;
     uintptr_t have = b->cap / PAGE, want = (need + PAGE - 1) / PAGE;
     int ok = 1;
-    ml_range_lock();
+    ML_ASSERT(atomic_load(&lock));
     ML_ASSERT(chunk % PAGE == 0 && b->cap % PAGE == 0 && chunk_ok(chunk, b->cap));
     if (want > have) {
         uintptr_t end = first + want;
@@ -455,22 +500,22 @@ int ml_range_resize(void *p, size_t size)
         want = have;
     }
     if (ok) {
+        live_add((int64_t)(want * PAGE) - (int64_t)b->cap);
         b->cap = want * PAGE;
         b->size = size;
     }
     ML_ASSERT(b->off + b->size <= b->cap && chunk_ok(chunk, b->cap) && pages_ok());
-    ml_range_unlock();
     return ok;
 }
 
-void ml_range_free(void *p)
+void ml_range_free_locked(struct ml_block *b)
 {
-    struct ml_block *b = ml_block_of(p);
     unsigned c = b->cls;
-    uintptr_t chunk = (uintptr_t)p - b->off;
+    uintptr_t chunk = (uintptr_t)(b + 1) - b->off;
+    ML_ASSERT(atomic_load(&lock));
     ML_ASSERT(b->kind == ML_KIND_SAMPLED && b->off >= HDR && b->off + b->size <= b->cap);
     b->kind = 0; /* a second free of the same pointer is then ignored rather than corrupting the list */
-    ml_range_lock();
+    live_add(-(int64_t)b->cap);
     ML_ASSERT(c == LARGE ? chunk % PAGE == 0 && b->cap % PAGE == 0 : c < NSMALL && b->cap == class_size(c));
     ML_ASSERT(chunk_ok(chunk, b->cap) && (c == LARGE || chunk != (uintptr_t)free_list[c]));
     if (c == LARGE) {
@@ -479,5 +524,4 @@ void ml_range_free(void *p)
         ((void **)chunk)[1] = free_list[c]; /* [1]: keep the header's kind word intact */
         free_list[c] = (void *)chunk;
     }
-    ml_range_unlock();
 }

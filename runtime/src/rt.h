@@ -13,6 +13,7 @@
 #pragma GCC visibility push(hidden)
 
 struct ml_out;
+struct ml_stack;
 
 #define ML_EXPORT __attribute__((visibility("default")))
 #define ML_NOINLINE __attribute__((noinline))
@@ -108,32 +109,82 @@ extern uintptr_t ml_range_base, ml_range_span;
 static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
 int ml_range_init(void);
 void *ml_boot_alloc(size_t size);
-/* Header right before every block in the range (64 bytes, keeps 16-byte alignment). */
+/* Header right before every block in the range (128 bytes, keeps 16-byte alignment). The memory
+ * fields belong to range.c; the accounting fields to block.c, which changes them with the range
+ * lock held, except `size` and the pending counts, which only the thread resizing the block writes. */
 struct ml_block {
-    uint32_t stack;        /* stack record id, or ML_NO_STACK */
+    uint32_t stack;        /* stack record its weights are counted on, or ML_NO_STACK */
     uint16_t kind, cls;    /* ML_KIND_*, size class of the chunk */
     uint64_t size;         /* requested size */
-    uint64_t w_fx, w_bytes; /* weights added to the stack's inuse counters, subtracted on free */
     uint64_t off;          /* user pointer - chunk start */
-    uint64_t pad;          /* allocation tick (views.h); 0 = not tracked */
     uint64_t cap;          /* bytes of the chunk (range.c) */
+    /* block.c: what the block adds to its stack's live counts and to the heap estimate (0, 0 when
+     * the block is in the range but not sampled at its current size), for `counted` bytes */
+    uint64_t w_fx, w_bytes, counted;
+    uint64_t born;         /* allocation tick (views.h); 0 = not timed, not in the heap estimate */
+    uintptr_t ra;          /* call site of the event that chose `stack` */
+    uint64_t point, point_R; /* this block's own Exp(R) draw for later resizes (0 = not drawn) */
+    uint64_t pend_bytes;   /* reallocations since the last flush, counted exactly (block.c) */
+    uint32_t pend_objs, gen; /* and their number; the profile generation they belong to */
+    struct ml_block *prev, *next; /* the list of live sampled blocks */
     uint64_t spare_;       /* keeps the header a multiple of 16 bytes */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
-/* A chunk for a sampled block; with `zero`, its bytes are zero (written only when reused). */
-void *ml_range_alloc(size_t size, size_t align, int zero);
-/* Grow or shrink a sampled block in place: 1 (and the block's size is `size`) or 0. */
-int ml_range_resize(void *p, size_t size);
-void ml_range_free(void *p);
+/* range.c hands out and takes back chunks; block.c does that and the accounting under one lock. */
+void ml_range_lock(void);
+void ml_range_unlock(void);
+void ml_range_reset_lock(void);
+/* For a dump: the lock, unless this thread holds it (a signal handler interrupted it) or another
+ * holds it for longer than a second. 1 if taken. */
+int ml_range_lock_bounded(void);
+/* With the lock held: a block of `size` bytes (header filled in, accounting fields zero). A large
+ * one is cleared here when `zero`; a small one's *dirty says whether its bytes held data before
+ * (the caller clears it then, after the lock). NULL if the range is exhausted. */
+struct ml_block *ml_range_alloc_locked(size_t size, size_t align, int zero, int *dirty);
+/* Without the lock: can a block be resized to `size` within its chunk (a small block's class)? */
+int ml_range_fits(const struct ml_block *b, size_t size);
+/* With the lock held: grow or shrink a large block in place by taking or giving back the pages
+ * after it; 1 (and the block's size and cap are set) or 0. */
+int ml_range_resize_locked(struct ml_block *b, size_t size);
+void ml_range_free_locked(struct ml_block *b);
+/* Real bytes of the chunks of live sampled blocks (the allocator does not see them). */
+int64_t ml_range_live_bytes(void);
 static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
 void ml_range_lock(void);
 void ml_range_unlock(void);
 void ml_range_reset_lock(void);
 
-/* sample.c */
-
+/* block.c: every event of a sampled block, and every figure it feeds (block.c explains) */
+/* A sampled block of `size` bytes on stack `id` with weights (w_fx, w_bytes), from call site ra. */
+void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_fx, uint64_t w_bytes,
+                   uintptr_t ra);
 void ml_sampled_free(void *p);
+/* realloc of a sampled block to n > 0 bytes: in place, or moved (within the range when it can);
+ * NULL if no memory (p is left as it was). */
+void *ml_block_realloc(void *p, size_t n, uintptr_t ra);
+/* fork child: inherited blocks, a fresh peak and timeline */
+void ml_blocks_fork_child(void);
+/* ml_reset: reallocations pending before it are not counted */
+void ml_blocks_reset(void);
+/* Before a dump's stack lines (dump lock held): what live blocks have not flushed yet, per stack
+ * (ml_blocks_unflushed: alloc_fx, alloc_bytes, inuse_fx, inuse_bytes to add), and the heap
+ * estimate's share of it. */
+void ml_blocks_dump_begin(void);
+void ml_blocks_unflushed(const struct ml_stack *r, int64_t d[4]);
+int64_t ml_blocks_dump_heap(void);
+
+/* sample.c */
+/* The stack of the current allocation (ra: the return address into malloc's caller) in the table;
+ * ML_NO_STACK if it is full. Counts truncated stacks and fallbacks when `sample`. */
+uint32_t ml_sample_stack(uintptr_t ra, int sample);
+/* The weights of a sample of `size` bytes at interval R (0: exact): 1/p in 16.16 fixed point
+ * (objects) and size/p, p = 1 - exp(-size/R). */
+void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes);
+/* Exp(R) bytes for this thread (for a block's own draw); at least 1. */
+uint64_t ml_draw(uint64_t R);
+/* Fork child: a fresh random state and countdown for the thread that forked. */
+void ml_sample_fork_child(void);
 
 
 /* unwind.c */
@@ -162,15 +213,23 @@ struct ml_stack {
     _Atomic int64_t inuse_fx, inuse_bytes;
     /* views.h: peak set, lifetimes, live age (zero in a fresh record) */
     _Atomic int64_t peak_fx, peak_bytes;       /* inuse at the last peak snapshot */
-    _Atomic uint64_t age_sum;                  /* sum of w_bytes * (alloc tick >> ML_AGE_SHIFT) of live blocks */
+    _Atomic uint64_t age_sum;                  /* sum of w_bytes * age units (views.h) of timed live blocks */
+    _Atomic int64_t age_w;                     /* sum of their w_bytes */
     int64_t dumped_inuse;                      /* inuse_bytes at the previous dump (growth) */
-    _Atomic uint64_t life[16];                 /* w_bytes freed, by lifetime bucket (ML_LIFE_BUCKETS) */
+    _Atomic uint64_t life[10];                 /* w_bytes freed, by lifetime decade (ML_LIFE_BUCKETS) */
+    /* a dump's scratch (dump lock held): what live blocks have not flushed yet (block.c), valid
+     * when d_gen is the dump's: only the records a dump adds to are written */
+    int64_t d_alloc_fx, d_alloc_bytes, d_inuse_fx, d_inuse_bytes;
+    uint32_t d_gen;
     uintptr_t pcs[];
 };
 int ml_stacks_init(void);
 uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int truncated);
 struct ml_stack *ml_stack_get(uint32_t id);
 uint32_t ml_stack_count(void);
+/* The table's limit (MEMLENS_MAX_STACKS) and the samples of new stacks dropped at it. */
+uint32_t ml_stacks_max(void);
+uint64_t ml_stacks_full_drops(void);
 void ml_stacks_zero_alloc(void);
 /* Sums over the table, for status: samples and estimated bytes allocated. */
 void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);

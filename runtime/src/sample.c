@@ -10,7 +10,6 @@
 #include <x86intrin.h>
 
 #include "sample.h"
-#include "views.h"
 
 extern void ml_ctl_child_poll(void) __attribute__((weak));
 
@@ -119,33 +118,50 @@ int ml_slow_decide(size_t size)
     return size ? ML_SAMPLE : ML_FORWARD;
 }
 
-/* Weights of a sample of `size` bytes at interval R: 1/p in 16.16 fixed point (objects) and size/p. */
+void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes)
+{
+    double w = R ? 1.0 / -expm1(-(double)size / (double)R) : 1.0;
+    *fx = (uint64_t)(w * 65536.0 + 0.5);
+    *bytes = (uint64_t)(w * (double)size + 0.5);
+}
+
+/* The weights of this thread's last sample, for (w_size, w_R): programs allocate few distinct
+ * sizes, and this saves an expm1 on most samples. */
 static void weights(struct ml_thread *t, size_t size, uint64_t R)
 {
     if (t->w_size == size && t->w_R == R)
         return;
     t->w_size = size;
     t->w_R = R;
-    if (!R) {
-        t->w_fx = 65536;
-        t->w_bytes = size;
-        return;
-    }
-    double w = 1.0 / -expm1(-(double)size / (double)R);
-    t->w_fx = (uint64_t)(w * 65536.0 + 0.5);
-    t->w_bytes = (uint64_t)(w * (double)size + 0.5);
+    ml_weights(size, R, &t->w_fx, &t->w_bytes);
 }
 
-static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
+uint64_t ml_draw(uint64_t R)
+{
+    struct ml_thread *t = &ml_tls;
+    if (unlikely(!t->rng))
+        thread_setup(t);
+    return (uint64_t)draw(t, R);
+}
+
+/* A fork child starts a sampling process of its own: with the parent's random state and countdown
+ * every child would take the same decisions (all sampled, or none). The next allocation re-arms. */
+void ml_sample_fork_child(void)
+{
+    struct ml_thread *t = &ml_tls;
+    thread_setup(t);
+    t->armed = 0;
+    t->countdown = 0;
+}
+
+uint32_t ml_sample_stack(uintptr_t ra, int sample)
 {
     struct ml_thread *t = &ml_tls;
     t->busy++;
-    weights(t, size, R);
-    uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     int trunc = 0;
     uint32_t id;
     if (ml_cfg.unwinder != ML_UNW_DWARF || !ml_dwarf_stack(ra, ml_cfg.max_depth, &id, &trunc)) {
-        if (ml_cfg.unwinder == ML_UNW_DWARF)
+        if (ml_cfg.unwinder == ML_UNW_DWARF && sample)
             atomic_fetch_add_explicit(&ml_cfg.unwind_fallbacks, 1, memory_order_relaxed);
         uintptr_t buf[ML_UNWIND_BUF];
         const uintptr_t *pcs;
@@ -153,75 +169,50 @@ static void record(struct ml_block *b, size_t size, uint64_t R, uintptr_t ra)
         int depth = ml_unwind(buf, ml_cfg.max_depth, &trunc, ra, &pcs);
         id = ml_stack_intern(pcs, depth, trunc);
     }
-    if (b) {
-        b->stack = id;
-        b->w_fx = w_fx;
-        b->w_bytes = w_bytes;
-    }
+    if (trunc && sample && id != ML_NO_STACK)
+        atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
+    t->busy--;
+    return id;
+}
+
+/* A sample of `size` bytes with weights (w_fx, w_bytes) on stack `id`: the cumulative counts. */
+static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
+{
     if (id == ML_NO_STACK) {
         atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, w_bytes, memory_order_relaxed);
-    } else {
-        struct ml_stack *st = ml_stack_get(id);
-        ml_stack_touch(st);
-        atomic_fetch_add_explicit(&st->samples, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&st->alloc_fx, w_fx, memory_order_relaxed);
-        atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
-        if (b) {
-            atomic_fetch_add_explicit(&st->inuse_fx, (int64_t)w_fx, memory_order_relaxed);
-            atomic_fetch_add_explicit(&st->inuse_bytes, (int64_t)w_bytes, memory_order_relaxed);
-        }
-        if (trunc)
-            atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
+        return;
     }
-    if (b)
-        ml_views_alloc(b, id == ML_NO_STACK ? NULL : ml_stack_get(id));
-    t->busy--;
+    struct ml_stack *st = ml_stack_get(id);
+    ml_stack_touch(st);
+    atomic_fetch_add_explicit(&st->samples, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->alloc_fx, w_fx, memory_order_relaxed);
+    atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
 }
 
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
 {
-    void *p = ml_range_alloc(size, align, zero);
-    if (!p) {
-        struct ml_thread *t = &ml_tls;
-        weights(t, size, t->armed);
+    struct ml_thread *t = &ml_tls;
+    t->busy++;
+    weights(t, size, t->armed);
+    uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
+    uint32_t id = ml_sample_stack(ra, 1);
+    void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
+    if (p) {
+        count_alloc(id, w_fx, w_bytes);
+    } else { /* the range is full: the caller serves it unsampled */
         atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, t->w_bytes, memory_order_relaxed);
-        return NULL; /* the caller serves it unsampled */
+        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, w_bytes, memory_order_relaxed);
     }
-    record(ml_block_of(p), size, ml_tls.armed, ra);
+    t->busy--;
     return p;
 }
 
-void ml_exact_record(size_t size, uintptr_t ra) { record(NULL, size, 0, ra); }
-
-void ml_sampled_free(void *p)
+void ml_exact_record(size_t size, uintptr_t ra)
 {
-    struct ml_block *b = ml_block_of(p);
-    if (b->kind != ML_KIND_SAMPLED)
-        return; /* boot arena blocks are never freed */
-    struct ml_stack *st = NULL;
-    if (b->stack != ML_NO_STACK) {
-        st = ml_stack_get(b->stack);
-        atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
-    }
-    ml_views_free(b, st);
-    ml_range_free(p);
-}
-
-/* realloc resized sampled block p in place to `size` bytes. The old sample is gone (as if the
- * block moved); the new size is recorded for this call when the countdown sampled it, else the block
- * stays in the range unrecorded (moving it out would cost a copy for nothing). */
-void ml_sample_resized(void *p, size_t size, int sampled, uintptr_t ra)
-{
-    struct ml_block *b = ml_block_of(p);
-    if (b->stack != ML_NO_STACK) {
-        struct ml_stack *st = ml_stack_get(b->stack);
-        atomic_fetch_sub_explicit(&st->inuse_fx, (int64_t)b->w_fx, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&st->inuse_bytes, (int64_t)b->w_bytes, memory_order_relaxed);
-    }
-    b->stack = ML_NO_STACK;
-    if (sampled)
-        record(b, size, ml_tls.armed, ra);
+    struct ml_thread *t = &ml_tls;
+    t->busy++;
+    weights(t, size, 0);
+    count_alloc(ml_sample_stack(ra, 1), t->w_fx, t->w_bytes);
+    t->busy--;
 }

@@ -10,8 +10,6 @@ enum { ML_FORWARD, ML_SAMPLE, ML_EXACT, ML_BOOT };
 int ml_slow_decide(size_t size);
 /* Serve a sampled block from the private range and record it; NULL if the range is exhausted. */
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra);
-/* realloc resized sampled block p in place: drop its old sample, record the new size if sampled. */
-void ml_sample_resized(void *p, size_t size, int sampled, uintptr_t ra);
 /* Exact mode: record an allocation served by the real allocator (cumulative counts only). */
 void ml_exact_record(size_t size, uintptr_t ra);
 

@@ -68,6 +68,10 @@ int ml_readable(uintptr_t addr)
     return 1;
 }
 
+/* Where the rbp chain breaks, the frame above was built without a frame pointer (typically libc's
+ * start-up code after main: its rbp holds anything). The walk goes on from there with the DWARF
+ * rules, which know where such a frame keeps its return address, so a stack is truncated only when
+ * neither can go further before the outermost frame. */
 static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
 {
     uintptr_t *fp = __builtin_frame_address(0);
@@ -90,9 +94,16 @@ static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
         if (ret < 4096)
             return n;
         pcs[n++] = ret;
-        if ((uintptr_t)next <= f && next) {
-            *trunc = 1; /* a chain that does not grow towards the stack top is broken */
-            return n;
+        uintptr_t nx = (uintptr_t)next;
+        if (nx && (nx <= f || (nx & 7))) {
+            /* a chain that does not grow towards the stack top is broken here */
+            int t = 0, k = ml_dwarf_continue(ret, f + 8, nx, hi, foreign, pcs + n - 1, max - (n - 1), &t);
+            if (k < 0) {
+                *trunc = 1;
+                return n;
+            }
+            *trunc = t;
+            return n - 1 + k;
         }
         fp = next;
     }
@@ -223,7 +234,9 @@ void ml_unwind_setup(void)
         unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
     if (ml_cfg.unwinder < 0)
         ml_cfg.unwinder = ML_UNW_DWARF;
-    if (ml_cfg.unwinder == ML_UNW_DWARF && ml_cfi_init() != 0) {
+    /* The rules serve the dwarf unwinder, and fp where a chain of frame pointers breaks. */
+    if ((ml_cfg.unwinder == ML_UNW_DWARF || ml_cfg.unwinder == ML_UNW_FP) && ml_cfi_init() != 0 &&
+        ml_cfg.unwinder == ML_UNW_DWARF) {
         ml_log("cannot map the unwind rule table; using libunwind");
         ml_cfg.unwinder = ML_UNW_LIBUNWIND;
     }

@@ -944,3 +944,83 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
         }
     }
 }
+
+// ---------- sampling that holds across fork, stacks that are whole (issue 23) ----------
+
+/// 100 children forked one after another each allocate 200 KB once at a 1 MiB interval: each is
+/// sampled with probability 1 - exp(-200000/2^20) ≈ 0.17, independently, so about 17 children have
+/// a sample (Binomial(100, 0.17): 5..35 holds with probability above 0.9999). Children that kept
+/// the parent's random state and countdown all took the same decision: 0 or 100.
+#[test]
+fn fork_children_sample_independently() {
+    let (dir, exe) = torture("fork_children", &[]);
+    let (out, raws) = profile(dir.path(), &["--interval", "1M"], &[exe.to_str().unwrap()]);
+    assert_ok(&"fork_children", &out);
+    let children: Vec<&Raw> = raws
+        .iter()
+        .filter(|r| r.meta.reason == "fork-child-exit")
+        .collect();
+    assert_eq!(children.len(), 100, "one dump per child");
+    let sampled = children.iter().filter(|r| r.meta.samples > 0).count();
+    assert!(
+        (5..=35).contains(&sampled),
+        "{sampled} of 100 children sampled their 200 KB block (expected about 17)"
+    );
+}
+
+/// A frame-pointer build under `--unwinder fp`: every stack reaches main and the outermost frame,
+/// none is counted truncated (glibc's start-up code, built without frame pointers, leaves anything
+/// in rbp above main: the walk goes on there with the DWARF rules).
+#[test]
+fn frame_pointer_build_has_no_truncated_stacks() {
+    let (dir, exe) = torture("views_sites", &["-fno-omit-frame-pointer", "-O1"]);
+    let (out, raws) = profile(
+        dir.path(),
+        &["--unwinder", "fp"],
+        &[exe.to_str().unwrap(), "3"],
+    );
+    assert_ok(&"views_sites", &out);
+    let r = raws
+        .iter()
+        .find(|r| r.meta.reason == "exit")
+        .expect("an exit dump");
+    assert!(r.meta.samples > 100, "{} samples", r.meta.samples);
+    assert_eq!(
+        r.meta.truncated, 0,
+        "{} of {} stacks truncated",
+        r.meta.truncated, r.meta.samples
+    );
+    assert!(r.stacks.iter().all(|s| s.flags & 1 == 0));
+    let j = report_json(
+        &dir.path().join("main.pb.gz"),
+        &["--sample-index", "alloc_space"],
+    );
+    let outermost = j["stacks"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>();
+    assert!(
+        outermost.iter().any(|f| f == "main") && outermost.last().unwrap() == "_start",
+        "{outermost:?}"
+    );
+}
+
+#[test]
+fn realloc_growth_benchmark_runs() {
+    // The realloc-growth benchmark (runtime/bench/realloc_growth.sh) on a small loop: it prints the
+    // ratio of CPU times with its interval. The figure itself is measured by the command, not here.
+    let lib = runtime_lib();
+    let out = Command::new("sh")
+        .arg(root().join("runtime/bench/realloc_growth.sh"))
+        .args([lib.to_str().unwrap(), "3", "inplace", "64", "20", "64"])
+        .ok_stdout();
+    let ratio = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ratio (runtime / bare, per pair): median "))
+        .unwrap_or_else(|| panic!("no ratio in:\n{out}"));
+    let median: f64 = ratio.split(',').next().unwrap().parse().unwrap();
+    assert!(median > 0.0, "{out}");
+    assert!(out.contains("95% interval ["), "{out}");
+}

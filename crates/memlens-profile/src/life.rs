@@ -4,7 +4,8 @@ use crate::model::{Life, Profile, Sample, TimePoint, Views, LIFE_BOUNDS_NS, LIFE
 use crate::raw::{RawLife, RawViews};
 use std::path::{Path, PathBuf};
 
-/// Tick range `[lo, hi)` of the runtime's lifetime bucket `k` (factor 4 per bucket above 2^lg0).
+/// Tick range `[lo, hi)` of an older runtime's lifetime bucket `k` (factor 4 per bucket above
+/// 2^lg0).
 fn tick_range(k: usize, lg0: u32, last: bool) -> (f64, f64) {
     let hi = 2f64.powi((lg0 + 2 * k as u32) as i32);
     let lo = hi / 4.0;
@@ -15,7 +16,8 @@ fn tick_range(k: usize, lg0: u32, last: bool) -> (f64, f64) {
     }
 }
 
-/// Spread `bytes` freed between `lo` and `hi` ns over the decades, uniformly in log time.
+/// Spread `bytes` freed between `lo` and `hi` ns over the decades, uniformly in log time (older
+/// runtimes only: their buckets straddle the decades, so this guesses how bytes split).
 fn spread(out: &mut [f64; LIFE_BUCKETS], lo: f64, hi: f64, bytes: f64) {
     let (a, b) = (lo.max(1.0).ln(), hi.max(lo.max(1.0) * 1.0001).ln());
     let mut edges = vec![f64::NEG_INFINITY];
@@ -29,15 +31,25 @@ fn spread(out: &mut [f64; LIFE_BUCKETS], lo: f64, hi: f64, bytes: f64) {
     }
 }
 
-/// One stack's `life` line in model units (ns instead of ticks, decades instead of tick buckets).
-pub fn life_of(r: &RawLife, tsc_hz: u64, lg0: u32) -> Life {
+/// One stack's `life` line in model units (ns instead of ticks). The runtime buckets lifetimes by
+/// the model's decades, which are taken as they are; an older runtime's tick buckets are spread
+/// over them.
+pub fn life_of(r: &RawLife, views: Option<&RawViews>) -> Life {
+    let tsc_hz = views.map_or(0, |v| v.tsc_hz);
     let ns_per_tick = if tsc_hz > 0 { 1e9 / tsc_hz as f64 } else { 1.0 };
     let mut freed = [0.0; LIFE_BUCKETS];
     let n = r.freed.len();
-    for (k, &b) in r.freed.iter().enumerate() {
-        if b > 0 {
-            let (lo, hi) = tick_range(k, lg0, k + 1 == n);
-            spread(&mut freed, lo * ns_per_tick, hi * ns_per_tick, b as f64);
+    if views.is_some_and(|v| v.life_decades) {
+        for (k, &b) in r.freed.iter().enumerate() {
+            freed[k.min(LIFE_BUCKETS - 1)] += b as f64;
+        }
+    } else {
+        let lg0 = views.map_or(12, |v| v.life_lg0);
+        for (k, &b) in r.freed.iter().enumerate() {
+            if b > 0 {
+                let (lo, hi) = tick_range(k, lg0, k + 1 == n);
+                spread(&mut freed, lo * ns_per_tick, hi * ns_per_tick, b as f64);
+            }
         }
     }
     Life {
@@ -75,7 +87,15 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
     if v.peak_bytes <= 0.0 {
         return None;
     }
-    let mut q = p.clone();
+    // Everything but the samples (cloning those only to replace them cost a copy of the profile).
+    let mut q = Profile {
+        meta: p.meta.clone(),
+        mappings: p.mappings.clone(),
+        functions: p.functions.clone(),
+        locations: p.locations.clone(),
+        samples: Vec::new(),
+        views: None,
+    };
     q.meta.view = "peak".into();
     q.meta.time_ns = v.peak_ns;
     q.samples = p
@@ -91,7 +111,6 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
             })
         })
         .collect();
-    q.views = None;
     Some(q)
 }
 
@@ -106,19 +125,54 @@ pub fn peak_path(out: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
+    fn raw_views(decades: bool) -> RawViews {
+        RawViews {
+            tsc_hz: 1_000_000_000,
+            life_lg0: 12,
+            life_decades: decades,
+            ..RawViews::default()
+        }
+    }
+
     #[test]
-    fn ticks_become_decades() {
+    fn decades_are_taken_as_they_are() {
+        // Blocks that lived 1.4 s are in the runtime's [1 s, 10 s) bucket, and nowhere else: the
+        // median is that decade, and nothing is labelled as freed before 1 s.
+        let mut r = RawLife {
+            freed: vec![0; 10],
+            ..RawLife::default()
+        };
+        r.freed[7] = 1000;
+        r.freed[3] = 10;
+        let l = life_of(&r, Some(&raw_views(true)));
+        assert_eq!(l.freed[7], 1000.0);
+        assert_eq!(l.freed[3], 10.0);
+        assert_eq!(l.freed_within(1e9), 10.0);
+        assert_eq!(l.median_range_ns(), Some((1e9, 1e10)));
+        assert_eq!(l.median_ns(), Some(1e10));
+        r.freed[9] = 5000; // the open last decade: at least 100 s
+        let l = life_of(&r, Some(&raw_views(true)));
+        assert_eq!(l.median_range_ns(), Some((1e11, f64::INFINITY)));
+        assert_eq!(l.median_ns(), Some(1e11));
+        r.freed = vec![7, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            life_of(&r, Some(&raw_views(true))).median_range_ns(),
+            Some((0.0, 1e3))
+        );
+    }
+
+    #[test]
+    fn old_tick_buckets_are_spread_over_decades() {
         // 1 GHz: bucket k spans [2^(10+2k), 2^(12+2k)) ns; bucket 5 = [1 Mi, 4 Mi) ns ⊂ [1 ms, 10 ms).
         let mut r = RawLife {
             freed: vec![0; 16],
             ..RawLife::default()
         };
         r.freed[5] = 1000;
-        let l = life_of(&r, 1_000_000_000, 12);
+        let l = life_of(&r, Some(&raw_views(false)));
         assert!((l.freed[4] - 997.0).abs() < 10.0, "{:?}", l.freed);
         assert!((l.freed_total() - 1000.0).abs() < 1e-6);
-        let m = l.median_ns().unwrap();
-        assert!((1e6..1e7).contains(&m), "{m}");
+        assert_eq!(l.median_range_ns(), Some((1e6, 1e7)));
         assert_eq!(l.freed_within(1e6), l.freed[..=3].iter().sum::<f64>());
     }
 

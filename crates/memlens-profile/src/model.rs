@@ -86,6 +86,12 @@ pub struct Meta {
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
+    /// The runtime's stack table limit (distinct stacks; 0 = not said).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub max_stacks: u64,
+    /// Dropped samples of new stacks the full stack table could not take (part of `dropped`).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub table_full: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -177,8 +183,9 @@ pub struct Sample {
     /// A negated sample of the base profile in a difference profile (pprof label
     /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
     pub diff_base: bool,
-    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them.
-    pub life: Option<Life>,
+    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them (boxed: a
+    /// profile without them pays one word per sample, not the whole record).
+    pub life: Option<Box<Life>>,
 }
 
 /// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at
@@ -217,8 +224,10 @@ impl Life {
         self.freed[..=k].iter().sum()
     }
 
-    /// Median lifetime of the freed bytes in ns (log-interpolated within its decade), or None.
-    pub fn median_ns(&self) -> Option<f64> {
+    /// The decade holding the median lifetime of the freed bytes, `[lo, hi)` in ns (`lo` 0 for
+    /// the first decade, `hi` infinite for the open last one), or None. Bytes are only known per
+    /// decade: a point inside it would be the shape assumed, not measured.
+    pub fn median_range_ns(&self) -> Option<(f64, f64)> {
         let total = self.freed_total();
         if total <= 0.0 {
             return None;
@@ -226,17 +235,21 @@ impl Life {
         let mut below = 0.0;
         for (k, &v) in self.freed.iter().enumerate() {
             if v > 0.0 && below + v >= total / 2.0 {
-                let hi = if k < LIFE_BOUNDS_NS.len() {
-                    LIFE_BOUNDS_NS[k]
-                } else {
-                    LIFE_BOUNDS_NS[k - 1] * 10.0
-                };
-                let f = (total / 2.0 - below) / v;
-                return Some(hi / 10.0 * 10f64.powf(f));
+                let lo = if k == 0 { 0.0 } else { LIFE_BOUNDS_NS[k - 1] };
+                let hi = LIFE_BOUNDS_NS.get(k).copied().unwrap_or(f64::INFINITY);
+                return Some((lo, hi));
             }
             below += v;
         }
         None
+    }
+
+    /// The upper bound of the decade holding the median lifetime (of the open last decade, its
+    /// lower bound), or None: `lifetime_median=:1ms` in `go tool pprof` then selects exactly the
+    /// stacks whose median lifetime is under 1 ms.
+    pub fn median_ns(&self) -> Option<f64> {
+        self.median_range_ns()
+            .map(|(lo, hi)| if hi.is_finite() { hi } else { lo })
     }
 
     /// Add another stack's values (merging stacks; the live age is merged by the caller).
@@ -375,6 +388,10 @@ pub struct Frame {
     pub line: i64,
     /// Inlined into the next frame.
     pub inlined: bool,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_zero(v: &i64) -> bool {

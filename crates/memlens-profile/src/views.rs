@@ -10,21 +10,21 @@
 //! "stacks": [ { "value", "share", "samples", "values": {…}, "frames": […],
 //!               "peak_objects", "peak_space",                        // peak
 //!               "live_age_ns", "age_share", "growth_bytes", "suspect", // leaks
-//!               "freed_space", "freed_1ms_share", "freed_1s_share", "median_lifetime_ns" } ] // temporaries
+//!               "freed_space", "freed_1ms_share", "freed_1s_share",
+//!               "median_lifetime_range_ns": [lo, hi] } ] // temporaries (hi null: ≥ 100 s)
 //! ```
 //! The timeline's JSON is `{ "file", "view": "timeline", "meta", "heap_max_bytes", "heap_max_time_s",
 //! "peak_bytes", "peak_time_s", "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
 //! "allocator_in_use", "allocator_footprint" } … ] }` (time from the start of profiling; a figure the
 //! process did not expose is null).
-use crate::agg::{self, fmt_value, pct, share, Stack};
+use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
 use crate::report::{stack_cell, Format, JsonFunc, Values};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use memlens_measure::doc::{terminal_width, wrap, Table};
 use memlens_measure::names::short_name;
 use memlens_measure::output::fit_table;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// What `memlens report` shows.
@@ -50,19 +50,11 @@ const YOUNG_NS: f64 = 1e6;
 /// Live bytes older than this share of the run are suspected leaks.
 const OLD_SHARE: f64 = 0.25;
 
-/// One stack of a view: the report's stack plus the merged views' columns.
+/// One stack of a view: the report's merged stack, its views' columns and the view's value.
 struct VStack {
     st: Stack,
     life: Life,
-    /// Sum of live age × live bytes (for the bytes-weighted mean age of merged stacks).
-    age_weight: f64,
     value: f64,
-}
-
-impl VStack {
-    fn live_age_ns(&self) -> f64 {
-        share(self.age_weight, self.st.get(SampleIndex::InuseSpace))
-    }
 }
 
 fn need_views(p: &Profile, view: View) -> Result<()> {
@@ -91,54 +83,37 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
     )
 }
 
-/// Stacks merged by function names with the view's value.
-fn vstacks(p: &Profile, view: View) -> Vec<VStack> {
-    let mut out: Vec<VStack> = Vec::new();
-    let mut index: HashMap<Vec<String>, usize> = HashMap::new();
-    for s in &p.samples {
-        let frames = p.frames(s);
-        let key: Vec<String> = frames.iter().map(|f| f.function.clone()).collect();
-        let life = s.life.clone().unwrap_or_default();
-        let aw = life.live_age_ns * s.inuse_bytes;
-        let i = *index.entry(key).or_insert_with(|| {
-            out.push(VStack {
-                st: Stack {
-                    frames,
-                    values: [0.0; 4],
-                    samples: 0,
-                },
-                life: Life::default(),
-                age_weight: 0.0,
-                value: 0.0,
-            });
-            out.len() - 1
-        });
-        let v = &mut out[i];
-        for (a, b) in v.st.values.iter_mut().zip(s.values()) {
-            *a += b;
-        }
-        v.st.samples += s.samples;
-        v.life.add(&life);
-        v.age_weight += aw;
-    }
-    for v in &mut out {
-        v.life.live_age_ns = v.live_age_ns();
-        v.value = match view {
-            View::Alloc => v.st.get(SampleIndex::AllocSpace),
-            View::Inuse | View::Leaks => v.st.get(SampleIndex::InuseSpace),
-            View::Peak => v.life.peak_bytes,
-            View::Temporaries => {
-                let young = v.life.freed_within(YOUNG_NS);
-                if young > 0.0 && young >= 0.5 * v.life.freed_total() {
-                    young
-                } else {
-                    0.0
+/// The stacks merged by their frames' functions and lines (two call sites of one function are two
+/// rows, as in `go tool pprof -lines` and heaptrack; [`Stacks::by_line`], one pass for every view)
+/// with the view's value, largest first, those without any left out.
+fn vstacks(stacks: &Stacks, view: View) -> Vec<VStack> {
+    let mut out: Vec<VStack> = stacks
+        .list
+        .iter()
+        .map(|st| {
+            let life = stacks.life_of(st);
+            let value = match view {
+                View::Alloc => st.get(SampleIndex::AllocSpace),
+                View::Inuse | View::Leaks => st.get(SampleIndex::InuseSpace),
+                View::Peak => life.peak_bytes,
+                View::Temporaries => {
+                    let young = life.freed_within(YOUNG_NS);
+                    if young > 0.0 && young >= 0.5 * life.freed_total() {
+                        young
+                    } else {
+                        0.0
+                    }
                 }
+                View::Timeline => 0.0,
+            };
+            VStack {
+                st: *st,
+                life,
+                value,
             }
-            View::Timeline => 0.0,
-        };
-    }
-    out.retain(|v| v.value > 0.0);
+        })
+        .filter(|v| v.value > 0.0)
+        .collect();
     out.sort_by(|a, b| b.value.total_cmp(&a.value));
     out
 }
@@ -154,19 +129,42 @@ fn value_name(view: View) -> &'static str {
     }
 }
 
-/// Agg stacks carrying the view's value in the alloc_space slot (for functions and folded stacks).
-fn as_stacks(vs: &[VStack]) -> Vec<Stack> {
+/// The view's stacks as (frames, values) with the view's value in the alloc_space slot (for
+/// functions and folded stacks).
+fn view_values<'a>(
+    stacks: &'a Stacks,
+    vs: &'a [VStack],
+) -> impl Iterator<Item = (impl Iterator<Item = FrameId> + 'a, [f64; 4])> + 'a {
     vs.iter()
-        .map(|v| Stack {
-            frames: v.st.frames.clone(),
-            values: [0.0, v.value, 0.0, 0.0],
-            samples: v.st.samples,
-        })
-        .collect()
+        .map(|v| (stacks.frames(&v.st), [0.0, v.value, 0.0, 0.0]))
 }
 
 fn bytes(v: f64) -> String {
     fmt_value(v, SampleIndex::AllocSpace, false)
+}
+
+/// A lifetime decade `[lo, hi)` in ns as `100 ms–1 s`, `< 1 µs`, `≥ 100 s`: the bucket the
+/// median fell in, which is all the runtime measured of it.
+pub fn fmt_ns_range((lo, hi): (f64, f64)) -> String {
+    let short = |ns: f64| {
+        let (v, unit) = if ns < 1e3 {
+            (ns, "ns")
+        } else if ns < 1e6 {
+            (ns / 1e3, "µs")
+        } else if ns < 1e9 {
+            (ns / 1e6, "ms")
+        } else {
+            (ns / 1e9, "s")
+        };
+        format!("{v} {unit}")
+    };
+    if lo <= 0.0 {
+        format!("< {}", short(hi))
+    } else if !hi.is_finite() {
+        format!("≥ {}", short(lo))
+    } else {
+        format!("{}–{}", short(lo), short(hi))
+    }
 }
 
 /// A duration in ns as `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
@@ -204,34 +202,52 @@ pub fn render(
             Format::Table => Ok(timeline_table(p, file, top)),
         };
     }
-    let vs = vstacks(p, view);
+    let mut fr = Frames::default();
+    let stacks = Stacks::by_line(p, &mut fr);
+    let c = Ctx {
+        p,
+        fr: &fr,
+        stacks: &stacks,
+    };
+    let vs = vstacks(&stacks, view);
     if let Some(out) = flamegraph {
-        write_flamegraph(p, &vs, view, out)?;
+        write_flamegraph(&c, &vs, view, out)?;
     }
     Ok(match format {
-        Format::Folded => crate::report::folded(&as_stacks(&vs), SampleIndex::AllocSpace),
-        Format::Json => json(p, file, view, &vs)? + "\n",
-        Format::Table => table(p, file, view, &vs, top),
+        Format::Folded => {
+            let mut text = Vec::new();
+            let folded = vs.iter().map(|v| (stacks.frames(&v.st), v.value));
+            crate::report::folded(&fr, folded, &mut text)?;
+            String::from_utf8_lossy(&text).into_owned()
+        }
+        Format::Json => json(&c, file, view, &vs)? + "\n",
+        Format::Table => table(&c, file, view, &vs, top),
     })
 }
 
-fn write_flamegraph(p: &Profile, vs: &[VStack], view: View, out: &Path) -> Result<()> {
-    let text = crate::report::folded(&as_stacks(vs), SampleIndex::AllocSpace);
+/// A profile and its merged stacks, what a view is made from.
+struct Ctx<'a, 'p> {
+    p: &'p Profile,
+    fr: &'a Frames,
+    stacks: &'a Stacks<'p>,
+}
+
+impl Ctx<'_, '_> {
+    fn frames(&self, v: &VStack) -> Vec<Frame> {
+        self.fr.resolve(self.stacks.frames(&v.st))
+    }
+}
+
+fn write_flamegraph(c: &Ctx, vs: &[VStack], view: View, out: &Path) -> Result<()> {
+    let mut text = Vec::new();
+    let folded = vs.iter().map(|v| (c.stacks.frames(&v.st), v.value));
+    crate::report::folded(c.fr, folded, &mut text)?;
     if text.is_empty() {
         bail!("cannot draw a flamegraph: the {view:?} view is empty for this profile");
     }
-    let mut opt = inferno::flamegraph::Options::default();
-    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
-    opt.title = format!("memlens: {} {exe}", value_name(view))
-        .trim_end()
-        .to_string();
-    opt.count_name = "bytes".into();
-    let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
-        .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
-    std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
-    eprintln!("memlens: flamegraph written to {}", out.display());
-    Ok(())
+    let exe = c.p.meta.exe.rsplit('/').next().unwrap_or("");
+    let title = format!("memlens: {} {exe}", value_name(view));
+    crate::report::write_flamegraph(&text, title.trim_end(), "bytes", out)
 }
 
 fn run_ns(m: &Meta) -> f64 {
@@ -306,7 +322,7 @@ fn extra_cells(p: &Profile, view: View, v: &VStack) -> Vec<String> {
             bytes(l.freed_total()),
             pct(share(l.freed_within(1e6), l.freed_total())),
             pct(share(l.freed_within(1e9), l.freed_total())),
-            l.median_ns().map_or("-".into(), fmt_ns),
+            l.median_range_ns().map_or("-".into(), fmt_ns_range),
         ],
         _ => vec![],
     }
@@ -316,7 +332,7 @@ fn extra_header(view: View) -> &'static [&'static str] {
     match view {
         View::Peak => &["objects"],
         View::Leaks => &["mean age", "age/run", "growth", "suspect"],
-        View::Temporaries => &["freed", "<1ms", "<1s", "median life"],
+        View::Temporaries => &["freed", "<1ms", "<1s", "median life in"],
         _ => &[],
     }
 }
@@ -333,8 +349,8 @@ fn heading(p: &Profile, file: &Path, summary: &str) -> String {
 }
 
 /// The functions of the view's stacks, most of the view's value (in column 1) first.
-fn functions(vs: &[VStack]) -> Vec<agg::Func> {
-    let mut funcs = agg::functions(&as_stacks(vs));
+fn functions(c: &Ctx, vs: &[VStack]) -> Vec<agg::Func> {
+    let mut funcs = agg::functions(c.fr, view_values(c.stacks, vs));
     funcs.sort_by(|x, y| {
         y.flat[1]
             .total_cmp(&x.flat[1])
@@ -343,7 +359,8 @@ fn functions(vs: &[VStack]) -> Vec<agg::Func> {
     funcs
 }
 
-fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+    let p = c.p;
     let name = value_name(view);
     let mut s = heading(p, file, &summary(p, view));
     let total: f64 = vs.iter().map(|v| v.value).sum();
@@ -351,7 +368,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
         s += &format!("no stacks with {name} in this profile\n");
         return s;
     }
-    let funcs = functions(vs);
+    let funcs = functions(c, vs);
     s += &format!("\ntop functions by {name} (flat: allocated here; cum: here or in callees)\n");
     let rows: Vec<Vec<String>> = funcs
         .iter()
@@ -363,7 +380,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
                 pct(share(f.flat[1], total)),
                 bytes(f.cum[1]),
                 pct(share(f.cum[1], total)),
-                short_name(&f.name),
+                short_name(c.fr.str(f.name)),
             ]
         })
         .collect();
@@ -382,7 +399,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
             pct(share(v.value, total)),
         ];
         r.extend(extra_cells(p, view, v));
-        r.push(stack_cell(&v.st.frames, 8));
+        r.push(stack_cell(&c.frames(v), 8));
         t.push(r);
     }
     s += &t.to_text(terminal_width());
@@ -391,12 +408,12 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
 }
 
 #[derive(Serialize, Default)]
-struct JsonStack<'a> {
+struct JsonStack {
     value: f64,
     share: f64,
     samples: u64,
     values: Option<Values>,
-    frames: &'a [Frame],
+    frames: Vec<Frame>,
     #[serde(skip_serializing_if = "Option::is_none")]
     peak_objects: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -415,8 +432,9 @@ struct JsonStack<'a> {
     freed_1ms_share: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     freed_1s_share: Option<f64>,
+    /// The decade holding the median lifetime: `[lo, hi]` ns, hi null for the open last decade.
     #[serde(skip_serializing_if = "Option::is_none")]
-    median_lifetime_ns: Option<f64>,
+    median_lifetime_range_ns: Option<(f64, Option<f64>)>,
 }
 
 #[derive(Serialize)]
@@ -428,16 +446,17 @@ struct JsonView<'a> {
     meta: &'a Meta,
     totals: Values,
     functions: Vec<JsonFunc<'a>>,
-    stacks: Vec<JsonStack<'a>>,
+    stacks: Vec<JsonStack>,
 }
 
 fn values(v: [f64; 4]) -> Values {
     Values::from(v)
 }
 
-fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+    let p = c.p;
     let total: f64 = vs.iter().map(|v| v.value).sum();
-    let funcs = functions(vs);
+    let funcs = functions(c, vs);
     let run = run_ns(&p.meta);
     let r = JsonView {
         file: file.display().to_string(),
@@ -448,14 +467,7 @@ fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
         totals: values(SampleIndex::ALL.map(|i| p.total(i))),
         functions: funcs
             .iter()
-            .map(|f| JsonFunc {
-                function: &f.name,
-                file: &f.file,
-                flat: f.flat[1],
-                flat_share: share(f.flat[1], total),
-                cum: f.cum[1],
-                cum_share: share(f.cum[1], total),
-            })
+            .map(|f| crate::report::json_func(c.fr, f, 1, total))
             .collect(),
         stacks: vs
             .iter()
@@ -466,7 +478,7 @@ fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
                     share: share(v.value, total),
                     samples: v.st.samples,
                     values: Some(values(v.st.values)),
-                    frames: &v.st.frames,
+                    frames: c.frames(v),
                     ..JsonStack::default()
                 };
                 match view {
@@ -485,7 +497,9 @@ fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
                         j.freed_space = Some(l.freed_total());
                         j.freed_1ms_share = Some(share(l.freed_within(1e6), l.freed_total()));
                         j.freed_1s_share = Some(share(l.freed_within(1e9), l.freed_total()));
-                        j.median_lifetime_ns = l.median_ns();
+                        j.median_lifetime_range_ns = l
+                            .median_range_ns()
+                            .map(|(lo, hi)| (lo, hi.is_finite().then_some(hi)));
                     }
                     _ => {}
                 }
@@ -565,6 +579,18 @@ fn thin(points: &[TimePoint], n: usize) -> Vec<&TimePoint> {
         .collect()
 }
 
+/// The allocator the program ran on and which of its figures the timeline has.
+fn allocator_note(name: &str) -> String {
+    match name {
+        "glibc" => "glibc (mallinfo2: in use and footprint)".into(),
+        "jemalloc" => "jemalloc (stats.allocated and stats.resident)".into(),
+        "tcmalloc" => "tcmalloc (current_allocated_bytes and heap_size)".into(),
+        "mimalloc" => "mimalloc (committed bytes as footprint; in use not exposed)".into(),
+        "" | "none" | "unknown" => "not recognised (no allocator figures)".into(),
+        other => format!("{other} (no figures)"),
+    }
+}
+
 fn opt_bytes(v: Option<f64>) -> String {
     v.map_or("n/a".into(), bytes)
 }
@@ -577,12 +603,12 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
         .filter_map(|t| t.rss_bytes)
         .fold(0.0, f64::max);
     let summary = format!(
-        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator figures: {}",
+        "timeline: {} points; estimated heap at most {} (+{:.2} s), RSS at most {}; allocator: {}",
         v.timeline.len(),
         bytes(v.heap_max_bytes),
         secs(p, v.heap_max_ns),
         bytes(max_rss),
-        if v.allocator.is_empty() { "none" } else { &v.allocator },
+        allocator_note(&v.allocator),
     );
     let mut s = heading(p, file, &summary);
     if v.timeline.is_empty() {
@@ -678,6 +704,13 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
     }
     sections.push(head);
     let has_life = p.samples.iter().any(|s| s.life.is_some());
+    let mut fr = Frames::default();
+    let stacks = Stacks::by_line(p, &mut fr);
+    let c = Ctx {
+        p,
+        fr: &fr,
+        stacks: &stacks,
+    };
     for view in [
         View::Peak,
         View::Leaks,
@@ -688,7 +721,7 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
         if !has_life && matches!(view, View::Peak | View::Leaks | View::Temporaries) {
             continue;
         }
-        let vs = vstacks(p, view);
+        let vs = vstacks(&stacks, view);
         let total: f64 = vs.iter().map(|v| v.value).sum();
         let mut header: Vec<String> = vec![value_name(view).into(), "share".into()];
         header.extend(extra_header(view).iter().map(|s| s.to_string()));
@@ -699,7 +732,7 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
             .map(|v| {
                 let mut r = vec![bytes(v.value), pct(share(v.value, total))];
                 r.extend(extra_cells(p, view, v));
-                r.push(stack_cell(&v.st.frames, 6).replace('\n', " ← "));
+                r.push(stack_cell(&c.frames(v), 6).replace('\n', " ← "));
                 r
             })
             .collect();

@@ -23,9 +23,19 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
 /// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
 fn convert(raw: &Path, out: &Path) -> Result<String> {
     use memlens_measure::units::format_size;
+    let t0 = std::time::Instant::now();
     let s = memlens_profile::convert_raw(raw, out)?;
+    let took = t0.elapsed().as_secs_f64();
+    let full = if s.table_full > 0 {
+        format!(
+            "; {} samples dropped: the stack table was full at {} stacks (raise --max-stacks)",
+            s.table_full, s.max_stacks
+        )
+    } else {
+        String::new()
+    };
     Ok(format!(
-        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use",
+        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use{full}; converted in {took:.2} s",
         s.samples,
         s.stacks,
         s.truncated_share * 100.0,

@@ -158,13 +158,20 @@ fn print_status(t: &Target, r: &Reply) {
         .map(format_size)
         .unwrap_or_else(|| "n/a".into());
     println!("  allocated      {bytes} (estimated from the samples)");
-    println!("  stacks         {}", n("stacks"));
+    let limit = r
+        .num("max_stacks")
+        .map_or(String::new(), |m| format!(" (table holds {m})"));
+    println!("  stacks         {}{limit}", n("stacks"));
     println!("  truncated      {} ({share})", n("truncated"));
     let dropped_bytes = match r.num("dropped_bytes") {
         Some(b) if b > 0 => format!(" ({} not in the profile)", format_size(b)),
         _ => String::new(),
     };
-    println!("  dropped        {}{dropped_bytes}", n("dropped"));
+    let full = match r.num("table_full") {
+        Some(f) if f > 0 => format!("; {f} because the stack table was full (raise --max-stacks)"),
+        _ => String::new(),
+    };
+    println!("  dropped        {}{dropped_bytes}{full}", n("dropped"));
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

@@ -6,6 +6,7 @@
 use crate::collect::collect;
 use crate::rundir::{Plan, RunDir};
 use anyhow::Result;
+use memlens_measure::error::usage;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  memlens run -- ./server --port 8080\n  \
 memlens run --interval 64K -o heap.pb.gz -- python3 script.py\n  \
-memlens run --exact --unwinder libgcc -- ./a.out")]
+memlens run --exact --unwinder libgcc -- ./a.out\n  \
+memlens run --max-stacks 2M -- ./compiler big.c")]
 pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]
@@ -28,6 +30,10 @@ pub struct RunArgs {
     /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub unwinder: Option<String>,
+    /// Distinct stacks the runtime's table holds (1K … 32M; about 230 bytes + 8 per frame each,
+    /// used as stacks appear); samples of new stacks beyond it are dropped and counted
+    #[arg(long, value_name = "N", default_value = "256K")]
+    pub max_stacks: String,
     /// Profile of the main process [default: memlens.CMD.PID.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -68,6 +74,19 @@ pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
     memlens_target::parse_interval(&args.interval, "--interval")
 }
 
+/// The stack table's size from the command line (the runtime's MEMLENS_MAX_STACKS).
+pub fn max_stacks(args: &RunArgs) -> Result<u64> {
+    let n = memlens_measure::units::parse_size(&args.max_stacks)
+        .map_err(|e| usage(format!("bad --max-stacks '{}': {e:#}", args.max_stacks)))?;
+    if !(1024..=1 << 25).contains(&n) {
+        return Err(usage(format!(
+            "--max-stacks {} is out of range (1K … 32M stacks)",
+            args.max_stacks
+        )));
+    }
+    Ok(n)
+}
+
 /// What went wrong starting the program, as the one-line message and exit code a shell would use.
 fn spawn_failure(cmd: &OsString, e: &std::io::Error) -> (String, i32) {
     let code = if e.kind() == std::io::ErrorKind::NotFound {
@@ -103,6 +122,7 @@ impl std::error::Error for SpawnError {}
 /// its parent is still ours to wait for and to name.
 pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     let interval = interval_bytes(args)?;
+    let max_stacks = max_stacks(args)?;
     let runtime = crate::rundir::runtime_for_run()?;
     let prog = &args.command[0];
     let name = Path::new(prog)
@@ -119,6 +139,7 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env("MEMLENS_INTERVAL", interval.to_string())
+        .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
         .env("MEMLENS_OUT", dir.dump_prefix())
         .env("MEMLENS_ACTIVE", "1");
     match &args.unwinder {
