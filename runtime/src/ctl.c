@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "rt.h"
+#include "state.h"
 
 #define CTL_LINE_MAX 512     /* a command word and a file name */
 #define CTL_REQUEST_MS 2000  /* the whole request line must arrive within this */
@@ -339,7 +339,7 @@ static void do_status(struct buf *r)
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);
     put_kv(r, "inuse_bytes", s.inuse_bytes);
-    put_kv(r, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    put_kv(r, "dropped_bytes", atomic_load(&ml_st->dropped_bytes));
     put_kv(r, "max_stacks", ml_stacks_max());
     put_kv(r, "table_full", ml_stacks_full_drops());
 }
@@ -811,3 +811,6 @@ __attribute__((destructor)) static void ctl_fini(void)
 {
     ctl_unlink();
 }
+
+/* _exit (exit.c) skips destructors: the socket goes all the same (`sh -c true` left one). */
+void ml_ctl_exit(void) { ctl_unlink(); }

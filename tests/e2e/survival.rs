@@ -395,7 +395,16 @@ fn children_that_drop_privileges_keep_their_profiles() {
         let out = dir.join(format!("{mode}.pb.gz"));
         let o = run_survive(&dir, &out, &[], &[p.to_str().unwrap(), mode]).exits(0);
         let err = stderr(&o);
-        assert!(!err.contains("cannot"), "{mode}: {err}");
+        // (A root-owned /tmp/memlens-65534, which older runtimes left after `unshare -U`, costs
+        // the exec'd child its control socket and says so; that is not what is checked here.)
+        let profile_lines: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.contains("control socket"))
+            .collect();
+        assert!(
+            !profile_lines.iter().any(|l| l.contains("cannot")),
+            "{mode}: {err}"
+        );
         assert!(
             !err.contains("ld.so"),
             "{mode}: the exec'd child lost the runtime: {err}"
@@ -502,7 +511,18 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         let f = beside(&out, pid);
         assert!(f.exists(), "no profile of nginx pid {pid}: {e}");
         let r = report_json(&f, &[]);
-        assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "pid {pid}: {r}");
+        // The master (a fork child of the launcher) holds what it inherited; the workers served the
+        // requests: they sampled allocations of their own.
+        let t = &r["totals"];
+        let own = r["meta"]["samples"].as_u64().unwrap();
+        if pid == master {
+            assert!(
+                t["inuse_space"].as_f64().unwrap() > 0.0,
+                "master {pid}: {t}"
+            );
+        } else {
+            assert!(own > 0, "worker {pid} sampled nothing: {t}");
+        }
     }
     let log = std::fs::read_to_string(prefix.join("logs/error.log")).unwrap_or_default();
     assert!(
@@ -594,8 +614,10 @@ fn address_space_limit_degrades_sampling_instead_of_stopping() {
         under << 20,
         0.25,
     );
-    // docs/survival.md: what the runtime may take of the program's address space under a limit
-    let reserve_mib = 16;
+    // docs/survival.md: what the runtime may take of the program's address space under a limit L:
+    // its stack table (L/64) and 8 MiB (its code, tables, the control thread's stack, the range's
+    // boot arena and growth step)
+    let reserve_mib = (limit_kib >> 10) / 64 + 8;
     assert!(
         under + reserve_mib >= alone,
         "the program got {under} MiB under memlens, {alone} MiB alone (reserve {reserve_mib} MiB)"

@@ -357,6 +357,12 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
                 m.table_full, m.max_stacks
             );
         }
+        if m.untracked > 0 {
+            s += &format!(
+                "; {} not tracked live (an address-space limit: in use leaves them out)",
+                m.untracked
+            );
+        }
     }
     s += "\n";
     let t = totals(p);

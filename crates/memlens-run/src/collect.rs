@@ -3,6 +3,7 @@
 //! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
 use crate::rundir::{Plan, RunDir, DUMP_STEM};
 use anyhow::{Context, Result};
+use memlens_profile::state::Status;
 use memlens_target::{raw_dumps, Dump};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,15 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
         )
     } else {
         String::new()
+    };
+    let full = if s.untracked > 0 {
+        format!(
+            "{full}; {} samples not tracked live (the address-space limit stopped the sampled-blocks \
+             range: in-use figures leave them out)",
+            s.untracked
+        )
+    } else {
+        full
     };
     Ok(format!(
         "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use{full}; converted in {took:.2} s",
@@ -136,10 +146,117 @@ pub struct Collected {
     pub running: Vec<u32>,
 }
 
+/// `/proc/PID/stat`'s starttime of a running (not zombie) process.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit(')').next()?;
+    let mut f = rest.split_whitespace();
+    let state = f.next()?;
+    if state.starts_with('Z') || state.starts_with('X') {
+        return None;
+    }
+    // starttime is field 22; `state` was field 3
+    f.nth(18)?.parse().ok()
+}
+
+/// The state files of the run (`<pid>.<n>.state`), by pid then image.
+fn state_files(dir: &Path) -> Vec<(u32, u64, PathBuf)> {
+    let mut v: Vec<(u32, u64, PathBuf)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let (pid, n) = name.strip_suffix(".state")?.split_once('.')?;
+                    Some((pid.parse().ok()?, n.parse().ok()?, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// What the state files say, before the dumps are converted.
+#[derive(Default)]
+struct FromStates {
+    /// Pids whose current image is running.
+    running: Vec<u32>,
+    /// Dumps that are their image's last word (its state file is removed with them).
+    done: BTreeMap<PathBuf, PathBuf>,
+    /// Dumps rendered from a state file, and how the process ended.
+    recovered: BTreeMap<PathBuf, String>,
+}
+
+/// Dumps rendered from state files get sequence numbers past any the runtime writes.
+const RECOVERED_SEQ: u64 = 1_000_000;
+
+/// Read every state file: an image whose final dump was written is paired with it; an image that
+/// was replaced by exec with nothing of its own is dropped; the running one is named; any other
+/// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
+/// dump from its state file.
+fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
+    let mut r = FromStates::default();
+    let files = state_files(&dir.path);
+    for (i, (pid, n, path)) in files.iter().enumerate() {
+        let last = files.get(i + 1).is_none_or(|next| next.0 != *pid);
+        let info = match memlens_profile::state::read_info(path) {
+            Ok(info) => info,
+            Err(e) => {
+                eprintln!("memlens: warning: {e:#}");
+                continue;
+            }
+        };
+        let dump = |seq: u64| {
+            dir.dump_prefix()
+                .with_file_name(format!("{DUMP_STEM}.{pid}.{seq}.raw"))
+        };
+        let alive = last && start_ticks(*pid) == Some(info.start_ticks);
+        match info.status {
+            Status::Dumped(seq) if dump(seq).exists() => {
+                r.done.insert(dump(seq), path.clone());
+                continue;
+            }
+            _ if alive => {
+                r.running.push(*pid);
+                continue;
+            }
+            Status::Nothing => {
+                std::fs::remove_file(path).ok();
+                continue;
+            }
+            _ => {}
+        }
+        let how = match plan.ended.get(pid) {
+            Some(&st) if last && libc::WIFSIGNALED(st) => format!("it ended by {}", ending(st)),
+            Some(&st) if last => format!("it ended ({}) without its exit dump", ending(st)),
+            _ => "it ended without its exit dump".to_string(),
+        };
+        let reason = match plan.ended.get(pid) {
+            Some(&st) if last && libc::WIFSIGNALED(st) => "killed",
+            _ => "ended",
+        };
+        let out = dump(RECOVERED_SEQ + n);
+        match memlens_profile::state::render(path, reason, None)
+            .and_then(|t| std::fs::write(&out, t).map_err(Into::into))
+        {
+            Ok(()) => {
+                r.done.insert(out.clone(), path.clone());
+                r.recovered.insert(out, how);
+            }
+            Err(e) => eprintln!(
+                "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
+                path.display()
+            ),
+        }
+    }
+    r
+}
+
 /// Collect the run in `dir`: write the profile of every process that has ended, name those still
 /// running (`live`: pids known to belong to the run and alive), and say why a process has none.
 /// A dump that cannot be converted is a warning. Converted files are removed from the directory.
 pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
+    let states = read_states(dir, plan);
     let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
     if let Some(k) = &plan.keep_raw {
         std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
@@ -156,7 +273,7 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
     for (&pid, &st) in &plan.ended {
         procs.entry(pid).or_default().ended = Some(st);
     }
-    for &pid in live {
+    for &pid in live.iter().chain(&states.running) {
         procs.entry(pid).or_default().alive = true;
     }
     procs.entry(plan.main_pid).or_default();
@@ -170,27 +287,35 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
         let main = pid == plan.main_pid;
         let mut empty_image = false;
         let written_before = c.written;
-        // The images that ended: each exec dump, and the last one's exit dump.
         for (i, d) in p.dumps.iter().enumerate() {
-            let last = i + 1 == p.dumps.len();
-            let image_done = !last || !p.alive;
+            // The last dump names the process's profile once it has ended; a dump paired with its
+            // image's state file is that image's last word even while the process runs on (exec).
+            let last = i + 1 == p.dumps.len() && !p.alive;
+            let image_done = !p.alive || i + 1 < p.dumps.len() || states.done.contains_key(&d.path);
             if !image_done {
                 continue;
             }
             let out = profile_path(&plan.output, plan.main_pid, pid, (!last).then_some(d.seq));
+            let forget = |d: &Dump| {
+                std::fs::remove_file(&d.path).ok();
+                if let Some(state) = states.done.get(&d.path) {
+                    std::fs::remove_file(state).ok();
+                }
+            };
             // An image that allocated nothing worth a sample (typically a forked child that exec'd
             // at once) leaves an empty dump; only the main program's profile is written even when
             // empty.
             let keep_empty = main && last;
             if !keep_empty && !worth_a_profile(&d.path) {
                 empty_image = true;
-                std::fs::remove_file(&d.path).ok();
+                forget(d);
                 continue;
             }
             match convert(&d.path, &out) {
                 Ok(summary) => {
-                    let how = match p.ended {
-                        Some(st) if last && libc::WIFSIGNALED(st) => {
+                    let how = match (states.recovered.get(&d.path), p.ended) {
+                        (Some(how), _) => format!("; {how}: read from its state file"),
+                        (None, Some(st)) if last && libc::WIFSIGNALED(st) => {
                             format!("; it ended by {}", ending(st))
                         }
                         _ => String::new(),
@@ -200,7 +325,7 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
                         out.display()
                     );
                     c.written += 1;
-                    std::fs::remove_file(&d.path).ok();
+                    forget(d);
                 }
                 Err(e) => {
                     eprintln!("memlens: warning: cannot convert the dump of pid {pid}: {e:#}")
@@ -224,10 +349,14 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
         } else if p.dumps.is_empty() {
             let why = match p.ended {
                 Some(st) if libc::WIFSIGNALED(st) => {
-                    format!("it ended by {} before its exit dump", ending(st))
+                    format!(
+                        "it ended by {} and the runtime was not in it (statically linked, \
+                             a setuid program, or LD_PRELOAD cleared)",
+                        ending(st)
+                    )
                 }
-                _ => "the runtime was not in it, or it ended without its exit dump (a signal, \
-                      exit_group, statically linked, or it cleared LD_PRELOAD)"
+                _ => "the runtime was not in it (statically linked, a setuid program, or it \
+                      cleared LD_PRELOAD)"
                     .to_string(),
             };
             if main || p.ended.is_some() {

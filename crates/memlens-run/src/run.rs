@@ -141,6 +141,7 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
         .env("MEMLENS_INTERVAL", interval.to_string())
         .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
         .env("MEMLENS_OUT", dir.dump_prefix())
+        .env("MEMLENS_RUN_DIR", &dir.path)
         .env("MEMLENS_ACTIVE", "1");
     match &args.unwinder {
         Some(u) => cmd.env("MEMLENS_UNWINDER", u),
