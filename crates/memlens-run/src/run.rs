@@ -229,6 +229,8 @@ pub struct Ended {
     pub main: i32,
     /// Every process memlens reaped (the program and orphans of the run): raw wait status.
     pub all: BTreeMap<u32, i32>,
+    /// Some child of memlens (a descendant of the program) was still running.
+    pub children_left: bool,
 }
 
 /// Reap every child that has ended; false when there is none left at all.
@@ -264,7 +266,7 @@ pub fn wait(launch: &mut Launch, all: bool) -> Result<Ended> {
         }
         if let Some(st) = main {
             if !all || !any_left {
-                break Ok::<i32, anyhow::Error>(st);
+                break Ok::<(i32, bool), anyhow::Error>((st, any_left));
             }
         }
         let mut p = libc::pollfd {
@@ -275,7 +277,7 @@ pub fn wait(launch: &mut Launch, all: bool) -> Result<Ended> {
         // SAFETY: one pollfd (a negative fd is ignored).
         unsafe { libc::poll(&mut p, 1, 100) };
     }
-    .map(|st| {
+    .map(|(st, children_left)| {
         if pidfd >= 0 {
             // SAFETY: our own descriptor.
             unsafe { libc::close(pidfd) };
@@ -283,6 +285,7 @@ pub fn wait(launch: &mut Launch, all: bool) -> Result<Ended> {
         Ended {
             main: st,
             all: ended,
+            children_left,
         }
     })
 }
@@ -382,7 +385,13 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
     watcher.finish();
     let ended = ended?;
     plan.ended = ended.all;
-    let running = descendants_with_runtime(std::process::id());
+    // Every live descendant is a child of ours (we are their subreaper) or below one: with none
+    // left, there is nothing to look for.
+    let running = if ended.children_left {
+        descendants_with_runtime(std::process::id())
+    } else {
+        Vec::new()
+    };
     let c = collect(&launch.dir, &plan, &running)?;
     if c.running.is_empty() {
         launch.dir.remove();

@@ -210,16 +210,19 @@ fn random() -> u32 {
 /// can traverse but not write), so that a child which dropped its privileges and exec'd a program
 /// can still load it; everyone else's is the cached one (`memlens_native::runtime`).
 pub fn runtime_for_run() -> Result<PathBuf> {
-    let cached = memlens_native::runtime().context("cannot extract the memlens runtime")?;
     if euid() != 0 {
-        return Ok(cached);
+        return memlens_native::runtime().context("cannot extract the memlens runtime");
     }
-    let hash = cached
-        .parent()
-        .and_then(|d| d.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "x".into());
-    let dir = root()?.join(format!("lib-{hash}"));
+    let bytes = memlens_native::bytes(memlens_native::RUNTIME)
+        .ok_or_else(|| anyhow::anyhow!("memlens was built without its runtime"))?;
+    // named by a hash of its bytes, as the cache is: two builds never share a copy
+    let hash = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut h);
+        h.finish()
+    };
+    let dir = root()?.join(format!("lib-{hash:016x}"));
     match fs::DirBuilder::new().mode(0o755).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -230,7 +233,6 @@ pub fn runtime_for_run() -> Result<PathBuf> {
         bail!("{} is not root's own directory", dir.display());
     }
     let dest = dir.join(memlens_native::RUNTIME);
-    let bytes = fs::read(&cached).with_context(|| format!("cannot read {}", cached.display()))?;
     if fs::read(&dest).is_ok_and(|b| b == bytes) {
         return Ok(dest);
     }
@@ -239,7 +241,7 @@ pub fn runtime_for_run() -> Result<PathBuf> {
         memlens_native::RUNTIME,
         std::process::id()
     ));
-    fs::write(&tmp, &bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
     fs::rename(&tmp, &dest).with_context(|| format!("cannot write {}", dest.display()))?;
     Ok(dest)
