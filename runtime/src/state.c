@@ -193,16 +193,16 @@ static uint64_t start_ticks(void)
     uint64_t v = 0;
     for (; *p; p++) {
         if (*p == ' ') {
+            if (field == 22)
+                break;
             field++;
             v = 0;
             continue;
         }
         if (field == 22 && *p >= '0' && *p <= '9')
             v = v * 10 + (uint64_t)(*p - '0');
-        if (field == 23)
-            break;
     }
-    return v;
+    return field == 22 ? v : 0;
 }
 
 /* Who this process is, in the header. */

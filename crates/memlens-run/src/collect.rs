@@ -255,7 +255,9 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
 /// Collect the run in `dir`: write the profile of every process that has ended, name those still
 /// running (`live`: pids known to belong to the run and alive), and say why a process has none.
 /// A dump that cannot be converted is a warning. Converted files are removed from the directory.
-pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
+/// `first`: memlens run's own collection (the program itself is said to have no profile if it
+/// has none); a later one (`memlens report RUNDIR`) speaks only of what is left.
+pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
     let states = read_states(dir, plan);
     let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
     if let Some(k) = &plan.keep_raw {
@@ -276,7 +278,9 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32]) -> Result<Collected> {
     for &pid in live.iter().chain(&states.running) {
         procs.entry(pid).or_default().alive = true;
     }
-    procs.entry(plan.main_pid).or_default();
+    if first {
+        procs.entry(plan.main_pid).or_default();
+    }
 
     let mut c = Collected {
         written: 0,

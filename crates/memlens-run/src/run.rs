@@ -392,11 +392,14 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
     } else {
         Vec::new()
     };
-    let c = collect(&launch.dir, &plan, &running)?;
+    let c = collect(&launch.dir, &plan, &running, true)?;
     if c.running.is_empty() {
         launch.dir.remove();
     } else {
+        // what is left to collect later: the processes still running (how the others ended is
+        // said already)
         plan.running = c.running;
+        plan.ended.clear();
         launch.dir.write_plan(&plan)?;
     }
     Ok(exit_code_of(ended.main))
@@ -412,7 +415,7 @@ pub fn run_collect(path: &Path) -> Result<i32> {
         .copied()
         .filter(|&p| crate::collect::alive(p) && memlens_target::runtime_loaded(p as i32))
         .collect();
-    let c = collect(&dir, &plan, &running)?;
+    let c = collect(&dir, &plan, &running, false)?;
     if c.running.is_empty() {
         dir.remove();
     } else {
