@@ -491,6 +491,23 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
             "worker {w} does not run as nobody"
         );
     }
+    // Collected while they run: each is named as running (their state files say they live).
+    let o = memlens()
+        .current_dir(&*dir)
+        .arg("report")
+        .arg(&run_dir)
+        .ok();
+    let e = stderr(&o);
+    for pid in std::iter::once(master).chain(workers.iter().copied()) {
+        assert!(
+            e.contains(&format!("pid {pid} (nginx) is still running")),
+            "{pid}: {e}"
+        );
+    }
+    assert!(
+        !e.contains("written to"),
+        "a running process was collected: {e}"
+    );
     Command::new("nginx")
         .arg("-p")
         .arg(&prefix)
@@ -622,4 +639,189 @@ fn address_space_limit_degrades_sampling_instead_of_stopping() {
         under + reserve_mib >= alone,
         "the program got {under} MiB under memlens, {alone} MiB alone (reserve {reserve_mib} MiB)"
     );
+}
+
+// ---------- postgres ----------
+
+/// postgres's binaries (initdb, postgres, pg_ctl) from `pg_config --bindir`.
+fn pg_bin(name: &str) -> PathBuf {
+    let dir = Command::new("pg_config")
+        .arg("--bindir")
+        .ok_stdout()
+        .trim()
+        .to_string();
+    PathBuf::from(dir).join(name)
+}
+
+/// `runuser -u postgres -- CMD…` (postgres refuses to run as root).
+fn as_postgres(cmd: &Path) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", "postgres", "--"]).arg(cmd);
+    c
+}
+
+fn pg_ready(sock: &Path, port: u16) -> bool {
+    Command::new("pg_isready")
+        .arg("-h")
+        .arg(sock)
+        .args(["-p", &port.to_string(), "-q"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn psql(sock: &Path, port: u16, sql: &str) -> String {
+    Command::new("psql")
+        .arg("-h")
+        .arg(sock)
+        .args(["-p", &port.to_string(), "-U", "postgres", "-At", "-c", sql])
+        .ok_stdout()
+}
+
+fn pgbench(sock: &Path, port: u16, args: &[&str]) -> Command {
+    let mut c = Command::new("pgbench");
+    c.arg("-h")
+        .arg(sock)
+        .args(["-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .arg("postgres");
+    c
+}
+
+/// postgres under `memlens run`, as its users run it: the postmaster in the foreground, started as
+/// the postgres user by root (`runuser`: a privilege drop and an exec), `pgbench -i` and a short
+/// `pgbench -c 4`, then `pg_ctl stop`: the postmaster and its children (checkpointer, writers,
+/// launchers, one backend per connection, all forked) each have a profile. Then `memlens attach` to
+/// a postgres started without memlens, to its idle postmaster (in select()/epoll), its background
+/// writer and a backend serving pgbench: each attach goes through (they were all refused: a loader
+/// address on their stacks) and writes a profile.
+#[test]
+fn postgres_under_run_and_attach() {
+    if !root_or_skip("postgres runs as its own user") {
+        return;
+    }
+    let dir = test_dir();
+    Command::new("chmod").arg("755").arg(&*dir).ok();
+    let data = dir.join("data");
+    let sock = dir.join("sock");
+    std::fs::create_dir_all(&sock).unwrap();
+    Command::new("chown")
+        .arg("postgres:postgres")
+        .arg(&sock)
+        .arg(&*dir)
+        .ok();
+    as_postgres(&pg_bin("initdb"))
+        .arg("-D")
+        .arg(&data)
+        .args(["-A", "trust", "-U", "postgres", "--no-sync"])
+        .stdout(Stdio::null())
+        .ok();
+    let postgres = |port: u16| -> Vec<String> {
+        vec![
+            "-D".into(),
+            data.display().to_string(),
+            "-p".into(),
+            port.to_string(),
+            "-k".into(),
+            sock.display().to_string(),
+            "-c".into(),
+            "fsync=off".into(),
+        ]
+    };
+    let stop = || {
+        as_postgres(&pg_bin("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["stop", "-m", "fast", "-w"])
+            .stdout(Stdio::null())
+            .ok();
+    };
+
+    // 1. under memlens run
+    let port = free_port();
+    let out = dir.join("pg.pb.gz");
+    let run = memlens()
+        .current_dir(&*dir)
+        .args(["run", "--interval", "64K", "-o"])
+        .arg(&out)
+        .args(["--", "runuser", "-u", "postgres", "--"])
+        .arg(pg_bin("postgres"))
+        .args(postgres(port))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("postgres under memlens to accept connections", 30, || {
+        pg_ready(&sock, port)
+    });
+    pgbench(&sock, port, &["-i", "-s", "1", "-q"])
+        .stderr(Stdio::null())
+        .ok();
+    pgbench(&sock, port, &["-c", "4", "-T", "3"])
+        .stdout(Stdio::null())
+        .ok();
+    stop();
+    let o = wait_deadline(run, 60, "memlens run of postgres");
+    let err = stderr(&o);
+    assert!(o.status.success(), "{}", printed(&o));
+    let profiles = err.matches("memlens: profile of pid").count();
+    // postmaster, checkpointer, background writer, walwriter, autovacuum launcher, the logical
+    // replication launcher, and the backends of pgbench's connections
+    assert!(profiles >= 6, "{profiles} profiles: {err}");
+    let r = report_json(&out, &[]);
+    assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "{}", r["meta"]);
+    assert!(!err.contains("cannot"), "{err}");
+
+    // 2. memlens attach to a postgres started without it
+    let port = free_port();
+    let mut plain = as_postgres(&pg_bin("postgres"))
+        .args(postgres(port))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("postgres to accept connections", 30, || {
+        pg_ready(&sock, port)
+    });
+    let mut load = pgbench(&sock, port, &["-c", "2", "-T", "20"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut backend = String::new();
+    wait_for("pgbench's backends", 20, || {
+        backend = psql(
+            &sock,
+            port,
+            "select pid from pg_stat_activity where backend_type = 'client backend' \
+             and pid <> pg_backend_pid() limit 1",
+        )
+        .trim()
+        .to_string();
+        !backend.is_empty()
+    });
+    let bgwriter = psql(
+        &sock,
+        port,
+        "select pid from pg_stat_activity where backend_type = 'background writer'",
+    )
+    .trim()
+    .to_string();
+    let postmaster = plain.id().to_string();
+    for (what, pid) in [
+        ("postmaster", postmaster.as_str()),
+        ("background writer", bgwriter.as_str()),
+        ("backend", backend.as_str()),
+    ] {
+        let f = dir.join(format!("attach-{pid}.pb.gz"));
+        let o = memlens()
+            .args(["attach", pid, "--interval", "4K", "--for", "1s", "-o"])
+            .arg(&f)
+            .out();
+        assert!(o.status.success(), "attach to the {what}: {}", printed(&o));
+        assert!(f.exists(), "{what}: {}", printed(&o));
+    }
+    load.kill().ok();
+    load.wait().ok();
+    stop();
+    plain.wait().ok();
 }
