@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[command(after_help = "Example:\n  memlens run -- ./server --port 8080\n  \
 memlens run --interval 64K -o heap.pb.gz -- python3 script.py\n  \
 memlens run --exact --unwinder libgcc -- ./a.out\n  \
-memlens run --max-stacks 2M -- ./compiler big.c")]
+memlens run --max-stacks 2M -- ./compiler big.c\n  \
+memlens run --wait-all -o pg.pb.gz -- pg_ctl -D data start   (waits for the postmaster pg_ctl leaves running)")]
 pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]

@@ -210,8 +210,10 @@ fn random() -> u32 {
 /// can traverse but not write), so that a child which dropped its privileges and exec'd a program
 /// can still load it; everyone else's is the cached one (`memlens_native::runtime`).
 pub fn runtime_for_run() -> Result<PathBuf> {
+    // the cache is made and checked for root too: the same rules, the same errors, for everyone
+    let cached = memlens_native::runtime().context("cannot extract the memlens runtime")?;
     if euid() != 0 {
-        return memlens_native::runtime().context("cannot extract the memlens runtime");
+        return Ok(cached);
     }
     let bytes = memlens_native::bytes(memlens_native::RUNTIME)
         .ok_or_else(|| anyhow::anyhow!("memlens was built without its runtime"))?;
