@@ -49,7 +49,7 @@ pub struct DiffArgs {
     #[arg(long, value_enum)]
     pub sample_index: Option<SampleIndex>,
     /// Number of functions and stacks shown
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Also write NEW − BASE as a gzipped pprof profile (negative values where memory shrank)
     #[arg(short = 'o', long = "output", value_name = "DIFF.pb.gz")]

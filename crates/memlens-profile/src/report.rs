@@ -52,7 +52,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "alloc_space")]
     pub sample_index: SampleIndex,
     /// Number of functions and stacks shown in the table
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Output: a table, JSON (every function and stack; shape in the docs), or folded stacks
     #[arg(long, value_enum, default_value = "table")]
