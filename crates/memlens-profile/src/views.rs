@@ -73,8 +73,8 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: exact mode, \
-         MEMLENS_VIEWS=0, or an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, in \
+         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",
