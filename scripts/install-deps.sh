@@ -11,6 +11,8 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # zstd unpacks the Parca server the e2e tests run (../shared/tools/parca/parca.sh)
+  zstd
   # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
   redis-server redis-tools curl
   # `go tool pprof`: the tests check that pprof itself reads our profiles
