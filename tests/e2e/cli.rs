@@ -42,6 +42,11 @@ fn every_subcommand_help_has_an_example() {
 fn unknown_option_is_a_one_line_usage_error() {
     memlens().args(["run", "--no-such-option"]).error(2);
     memlens().arg("no-such-command").error(2);
+    // --top 0 used to print two empty tables.
+    for cmd in [&["report", "p.pb.gz"][..], &["diff", "a.pb.gz", "b.pb.gz"]] {
+        let o = memlens().args(cmd).args(["--top", "0"]).error(2);
+        assert!(stderr(&o).contains("--top"), "{}", stderr(&o));
+    }
 }
 
 /// Values too large to mean anything are one-line usage errors naming the option, before anything

@@ -85,7 +85,7 @@ fn number_after(text: &str, key: &str) -> u64 {
 #[test]
 fn report_of_100k_distinct_stacks_matches_the_runtime_and_the_program() {
     const N: u64 = 100_000;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let prog = many_stacks(tmp.path());
     let out = tmp.path().join("p.pb.gz");
     let run = memlens()
@@ -146,7 +146,7 @@ fn report_of_100k_distinct_stacks_matches_the_runtime_and_the_program() {
 /// said by `memlens run`, in the profile's header and by `memlens ctl status`.
 #[test]
 fn a_full_stack_table_is_said_never_silent() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     let prog = many_stacks(dir);
     let ctl = dir.join("ctl");
@@ -239,7 +239,7 @@ fn a_full_stack_table_is_said_never_silent() {
 #[test]
 fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
     use std::io::Write;
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     // 1 GiB of zeros, gzipped (1 MB): a gzip bomb.
     let bomb = dir.join("bomb.pb.gz");
@@ -320,7 +320,7 @@ fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
 /// clock calibration).
 #[test]
 fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = test_dir();
     let dir = tmp.path();
     let prog = compile(
         &root().join("runtime/tests/many_children.c"),

@@ -138,17 +138,59 @@ pub struct Outcome {
     pub resolution_ns: f64,
 }
 
-/// The smallest step the TSC is seen to advance by (a virtual machine may tick coarsely).
+/// The step the TSC advances by. A virtual machine (or a CPU) may advance it coarsely: on an AMD
+/// EPYC KVM guest it moves by 26 ticks (10 ns), and reads that fall within one step get +1 so
+/// they stay monotonic — so the smallest difference seen between two reads (1 tick, 0.4 ns) says
+/// nothing of the resolution, and per-call times under 10 ns printed as `<0.4`.
 fn tsc_step_ticks() -> u64 {
-    let mut best = u64::MAX;
-    for _ in 0..20_000 {
-        let a = memlens_measure::tsc::now();
-        let b = memlens_measure::tsc::now();
-        if b > a {
-            best = best.min(b - a);
+    let now = memlens_measure::tsc::now;
+    let mut increments = Vec::with_capacity(2000);
+    let mut prev = now();
+    while increments.len() < 2000 {
+        let t = now();
+        if t != prev {
+            increments.push(t.wrapping_sub(prev));
+            prev = t;
         }
     }
-    best
+    // Reads spread by uneven waits: on a TSC that moves every tick they land on every residue.
+    let mut spaced = Vec::with_capacity(4000);
+    for i in 0..4000u32 {
+        for _ in 0..(i * 7919) % 61 {
+            std::hint::spin_loop();
+        }
+        spaced.push(now());
+    }
+    tsc_step_of(&mut increments, &spaced)
+}
+
+/// The TSC's step from `increments` between distinct consecutive reads and from `spaced` reads
+/// taken at uneven intervals: the median increment `k` is the step when the spaced reads share
+/// their residue modulo `k` (give or take the monotonic +1); otherwise the TSC moves every tick and
+/// `k` was only the time a read takes.
+fn tsc_step_of(increments: &mut [u64], spaced: &[u64]) -> u64 {
+    if increments.is_empty() || spaced.is_empty() {
+        return 1;
+    }
+    increments.sort_unstable();
+    let k = increments[increments.len() / 2];
+    if k <= 1 {
+        return 1;
+    }
+    let mut residues = vec![0usize; k as usize];
+    for &t in spaced {
+        residues[(t % k) as usize] += 1;
+    }
+    let kk = k as usize;
+    let near = (0..kk)
+        .map(|r| residues[r] + residues[(r + 1) % kk] + residues[(r + kk - 1) % kk])
+        .max()
+        .unwrap_or(0);
+    if near * 10 >= spaced.len() * 9 {
+        k
+    } else {
+        1
+    }
 }
 
 fn latency(qs: &[&Quantiles], clock: &Clock) -> Latency {
@@ -923,6 +965,24 @@ mod tests {
         assert!(by("near").tie_with_best, "11.5–14 overlaps 10–12");
         assert!(!by("slow").tie_with_best);
         assert!((by("slow").vs_best_pct - 181.818).abs() < 0.01);
+    }
+
+    #[test]
+    fn tsc_step_is_the_coarse_step_not_the_monotonic_fixup() {
+        // A TSC that moves by 26 ticks, a read within one step getting +1 (seen on a KVM guest):
+        // increments 26, 26, …, 1, 25; every spaced read on one residue mod 26 (or the next).
+        let mut inc: Vec<u64> = (0..100).map(|i| if i % 9 == 8 { 1 } else { 26 }).collect();
+        let spaced: Vec<u64> = (0..400u64)
+            .map(|i| 4 + 26 * (i * 3 + 1000) + (i % 20 == 0) as u64)
+            .collect();
+        assert_eq!(tsc_step_of(&mut inc, &spaced), 26);
+        // A TSC that moves every tick, read back to back in 25 ticks: the reads take 25 ticks but
+        // land on every residue, so the step is 1.
+        let mut inc = vec![25u64; 100];
+        let spaced: Vec<u64> = (0..400u64).map(|i| 1000 + i * 37 + (i * i) % 11).collect();
+        assert_eq!(tsc_step_of(&mut inc, &spaced), 1);
+        assert_eq!(tsc_step_of(&mut [], &spaced), 1);
+        assert_eq!(tsc_step_of(&mut [1, 1, 2], &spaced), 1);
     }
 
     #[test]

@@ -123,15 +123,6 @@ fn is_virtual(path: &str) -> bool {
     path.is_empty() || path.contains("vdso") || path.starts_with('[')
 }
 
-/// Build the symbolized model of a raw dump. Returns it with the warnings printed on stderr.
-pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
-    let (p, warnings) = symbolize_dump_with(d, Symbolizer::global());
-    for w in &warnings {
-        eprintln!("memlens: warning: {w}");
-    }
-    (p, warnings)
-}
-
 /// The symbolized model of a raw dump and the warnings (not printed), one per module that cannot
 /// be symbolized.
 pub fn symbolize_dump_with(d: &RawDump, sym: &Symbolizer) -> (Profile, Vec<String>) {

@@ -17,7 +17,7 @@ use crate::agg::{
     self, fmt_value, pct, share, FrameId, Frames, Merged, NameId, SerSeq, Stack, Stacks,
 };
 use crate::model::{Frame, Location, Profile, Sample, SampleIndex};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -49,7 +49,7 @@ pub struct DiffArgs {
     #[arg(long, value_enum)]
     pub sample_index: Option<SampleIndex>,
     /// Number of functions and stacks shown
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Also write NEW − BASE as a gzipped pprof profile (negative values where memory shrank)
     #[arg(short = 'o', long = "output", value_name = "DIFF.pb.gz")]
@@ -261,6 +261,10 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
     let base = crate::convert::load(&a.base)?;
     let new = crate::convert::load(&a.new)?;
     let idx = a.sample_index.unwrap_or_else(|| default_index(&base, &new));
+    for (p, f) in [(&base, &a.base), (&new, &a.new)] {
+        p.require(idx)
+            .with_context(|| format!("cannot compare {}", f.display()))?;
+    }
     if let Some(out) = &a.output {
         crate::pprof::write(&difference_profile(&base, &new), out)?;
         eprintln!(

@@ -100,6 +100,10 @@ pub struct Meta {
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub view: String,
+    /// Heap sample types the file did not have (a profile written by another tool): their values
+    /// read 0 in the samples, and are printed as n/a, never as a measured 0.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<SampleIndex>,
 }
 
 impl Meta {
@@ -403,6 +407,28 @@ fn is_zero(v: &i64) -> bool {
 }
 
 impl Profile {
+    /// Whether the profile has values of sample type `i` (see [`Meta::absent`]).
+    pub fn has(&self, i: SampleIndex) -> bool {
+        !self.meta.absent.contains(&i)
+    }
+
+    /// An error when the profile has no values of sample type `i`, naming those it has.
+    pub fn require(&self, i: SampleIndex) -> anyhow::Result<()> {
+        if self.has(i) {
+            return Ok(());
+        }
+        let has: Vec<&str> = SampleIndex::ALL
+            .iter()
+            .filter(|&&x| self.has(x))
+            .map(|x| x.name())
+            .collect();
+        anyhow::bail!(
+            "this profile has no {} values (its heap sample types: {}): choose one with --sample-index",
+            i.name(),
+            has.join(", ")
+        )
+    }
+
     /// Sum of one value over all samples.
     pub fn total(&self, i: SampleIndex) -> f64 {
         self.samples.iter().map(|s| s.value(i)).sum()

@@ -721,6 +721,12 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
     let mut meta = Meta {
         interval: m.period.max(0) as u64,
         time_ns: m.time_nanos.max(0) as u64,
+        absent: SampleIndex::ALL
+            .iter()
+            .zip(col)
+            .filter(|(_, c)| c.is_none())
+            .map(|(&i, _)| i)
+            .collect(),
         ..Meta::default()
     };
     meta.start_ns = meta.time_ns.saturating_sub(m.duration_nanos.max(0) as u64);
@@ -894,6 +900,7 @@ mod tests {
                 table_full: 3,
                 untracked: 2,
                 view: String::new(),
+                absent: Vec::new(),
             },
             mappings: vec![Mapping {
                 start: 0x1000,
@@ -1102,6 +1109,25 @@ mod tests {
         };
         let e = format!("{:#}", decode(&cpu.encode_to_vec()).unwrap_err());
         assert!(e.contains("not a heap profile (sample types: cpu)"), "{e}");
+        // A heap profile with only some of the four types: the others are absent, not zero.
+        let space = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+            string_table: vec!["".into(), "inuse_space".into(), "bytes".into()],
+            ..Default::default()
+        };
+        let p = decode(&space.encode_to_vec()).unwrap();
+        assert!(p.has(SampleIndex::InuseSpace) && !p.has(SampleIndex::AllocSpace));
+        assert_eq!(p.meta.absent.len(), 3);
+        let e = format!("{:#}", p.require(SampleIndex::AllocObjects).unwrap_err());
+        assert!(
+            e.contains("no alloc_objects values") && e.contains("inuse_space"),
+            "{e}"
+        );
+        assert!(from_proto(&to_proto(&sample_profile()))
+            .unwrap()
+            .meta
+            .absent
+            .is_empty());
         // Dangling references.
         let mut bad = to_proto(&sample_profile());
         bad.sample[0].location_id.push(99);

@@ -55,7 +55,7 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "alloc_space")]
     pub sample_index: SampleIndex,
     /// Number of functions and stacks shown in the table
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Output: a table, JSON (every function and stack; shape in the docs), or folded stacks
     #[arg(long, value_enum, default_value = "table")]
@@ -160,6 +160,7 @@ pub fn render_to(p: &Profile, a: &ReportArgs, w: &mut dyn Write) -> Result<()> {
             return Ok(w.write_all(text.as_bytes())?);
         }
     };
+    p.require(idx)?;
     let mut fr = Frames::default();
     let mut stacks = Stacks::by_line(p, &mut fr); // two call sites of a function: two rows
     stacks.sort_by(idx);
@@ -369,12 +370,20 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
     }
     s += "\n";
     let t = totals(p);
+    let v = |k: usize| {
+        let i = SampleIndex::ALL[k];
+        if p.has(i) {
+            fmt_value(t[k], i, false)
+        } else {
+            "n/a".into()
+        }
+    };
     s += &format!(
         "totals: alloc {} in {} objects, in use {} in {} objects\n",
-        fmt_value(t[1], SampleIndex::AllocSpace, false),
-        fmt_value(t[0], SampleIndex::AllocObjects, false),
-        fmt_value(t[3], SampleIndex::InuseSpace, false),
-        fmt_value(t[2], SampleIndex::InuseObjects, false),
+        v(1),
+        v(0),
+        v(3),
+        v(2)
     );
     if m.interval == 0 && m.samples > 0 && t[3] == 0.0 && idx.name().starts_with("inuse") {
         s += "note: exact mode does not track live blocks; inuse values are 0\n";

@@ -73,8 +73,8 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: exact mode, \
-         MEMLENS_VIEWS=0, or an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, in \
+         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",
@@ -266,15 +266,16 @@ fn summary(p: &Profile, view: View) -> String {
     };
     match view {
         View::Peak => format!(
-            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{})",
+            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{}){}",
             bytes(v.peak_bytes),
             at(v.peak_ns),
             bytes(v.heap_max_bytes),
-            at(v.heap_max_ns)
+            at(v.heap_max_ns),
+            sampling_error(p, v.peak_bytes, true)
         ),
         View::Leaks => format!(
-            "leaks: {} still live {} (run {}); suspect = live bytes older than {:.0}% of the run on \
-             average, or grown since the previous dump",
+            "leaks: {} still live {} (run {}){}; suspect = live bytes older than {:.0}% of the run \
+             on average, or grown since the previous dump",
             bytes(p.total(SampleIndex::InuseSpace)),
             if p.meta.reason.contains("exit") {
                 "at exit"
@@ -282,6 +283,7 @@ fn summary(p: &Profile, view: View) -> String {
                 "at the dump"
             },
             fmt_ns(run_ns(&p.meta)),
+            sampling_error(p, p.total(SampleIndex::InuseSpace), false),
             OLD_SHARE * 100.0
         ),
         View::Temporaries => format!(
@@ -290,6 +292,33 @@ fn summary(p: &Profile, view: View) -> String {
         ),
         _ => String::new(),
     }
+}
+
+/// How far a live-heap estimate of `heap` bytes may be from the truth, as a clause for a summary.
+/// A block of s bytes is sampled with probability p = 1 − e^(−s/R) and weighs s/p, so its variance
+/// is s²/(e^(s/R) − 1) ≤ s·R: the standard error of a heap of H bytes is at most √(H·R), whatever
+/// its blocks' sizes. Nothing is said in exact mode or when the error is under 5%. The highest
+/// estimate over a run (`peak`) is the top of a noisy curve and leans high by about that much.
+fn sampling_error(p: &Profile, heap: f64, peak: bool) -> String {
+    let r = p.meta.interval as f64;
+    if r <= 0.0 || heap <= 0.0 {
+        return String::new();
+    }
+    let rel = (heap * r).sqrt() / heap;
+    if rel < 0.05 {
+        return String::new();
+    }
+    format!(
+        "; sampling error up to ±{:.0}% (one standard error at interval {}){}",
+        rel * 100.0,
+        bytes(r),
+        if peak {
+            ", and the highest estimate of a run leans high: profile with a smaller --interval \
+             for a closer peak"
+        } else {
+            ""
+        }
+    )
 }
 
 fn suspect(p: &Profile, v: &VStack) -> bool {
@@ -751,4 +780,32 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
         title: format!("memlens heap profile: {exe} ({})", file.display()),
         sections,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_interval(interval: u64) -> Profile {
+        let mut p = Profile::default();
+        p.meta.interval = interval;
+        p
+    }
+
+    #[test]
+    fn sampling_error_is_the_bound_of_one_standard_error() {
+        // Two 256 KiB buffers at 512K: each sampled with p = 1 − e^(−1/2) weighs 655 KiB, so
+        // estimates of 0, 655 KiB or 1.28 MiB for a heap of 512 KiB; √(H·R)/H at H = 1.28 MiB.
+        let p = at_interval(512 << 10);
+        let s = sampling_error(&p, 1.28 * 1048576.0, true);
+        assert!(s.contains("±62%") && s.contains("512 KiB"), "{s}");
+        assert!(s.contains("leans high"), "{s}");
+        assert!(!sampling_error(&p, 1.28 * 1048576.0, false).contains("leans high"));
+        // 400 intervals: ±5%, said; beyond that, not.
+        assert!(sampling_error(&p, 400.0 * 524288.0, false).contains("±5%"));
+        assert_eq!(sampling_error(&p, 500.0 * 524288.0, false), "");
+        // Exact mode and an empty heap: nothing to say.
+        assert_eq!(sampling_error(&at_interval(0), 1e6, true), "");
+        assert_eq!(sampling_error(&p, 0.0, true), "");
+    }
 }
