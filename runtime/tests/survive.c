@@ -10,6 +10,7 @@
  *   survive setuid-exec    the same child then execs `survive alloc 2` as uid 65534
  *   survive alloc ROLE     allocates and exits normally
  *   survive grab           allocates 1 MiB blocks until malloc fails, prints how many it got
+ *   survive later          waits for the file $TRUTH.go, allocates and exits normally
  *
  * The program's own count of what it allocated goes into the file named by $TRUTH (or the descriptor
  * $TRUTH_FD, inherited across exec by a child that can no longer open the file): a MAP_SHARED page of
@@ -112,6 +113,12 @@ int main(int argc, char **argv)
     map_truth();
     if (!strcmp(mode, "alloc")) {
         allocate(argc > 2 ? atoi(argv[2]) : 0, mib());
+        return 0;
+    }
+    if (!strcmp(mode, "later")) {
+        truth[0].pid = (uint64_t)getpid();
+        wait_for_go();
+        allocate(0, mib());
         return 0;
     }
     if (!strcmp(mode, "grab")) {

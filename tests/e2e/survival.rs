@@ -379,6 +379,45 @@ fn wait_all_waits_for_the_daemon() {
     assert!(beside(&out, d.pid).exists(), "{}", printed(&o));
 }
 
+/// `memlens run` itself killed (SIGKILL) while its program runs: the program goes on, writes what it
+/// sampled into the run directory, and `memlens report RUNDIR` writes its profile afterwards.
+#[test]
+fn a_killed_memlens_run_is_collected_later() {
+    let dir = test_dir();
+    let p = survive(&dir);
+    let truth = truth_file(&dir);
+    let out = dir.join("later.pb.gz");
+    let mut run = run_survive(&dir, &out, &[], &[p.to_str().unwrap(), "later"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the program to start", 20, || slot(&truth, 0).pid != 0);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    std::fs::write(dir.join("truth.go"), "").unwrap();
+    let s = slot(&truth, 0);
+    wait_for("the program to finish", 60, || gone(s.pid));
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let root = PathBuf::from(format!("/dev/shm/memlens-{uid}"));
+    let prefix = format!("survive.{}.", run.id());
+    let run_dir = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| {
+            d.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&prefix)
+        })
+        .unwrap_or_else(|| panic!("no run directory {prefix}* in {}", root.display()));
+    memlens().arg("report").arg(&run_dir).ok();
+    matches_truth(&out, slot(&truth, 0), "after memlens run was killed");
+    assert!(!run_dir.exists());
+}
+
 // ---------- privileges ----------
 
 /// A child that drops to uid 65534 (as nginx and postgres workers do) keeps its profile, and so does
@@ -455,6 +494,18 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         .arg(&prefix)
         .ok();
     let out = dir.join("nginx.pb.gz");
+    // A failed assertion must not leave nginx running: stopped on the way out whatever happens.
+    let _stop = OnDrop(|| {
+        Command::new("nginx")
+            .arg("-p")
+            .arg(&prefix)
+            .arg("-c")
+            .arg(&conf)
+            .args(["-s", "stop"])
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+    });
     let o = memlens()
         .current_dir(&*dir)
         .args(["run", "--interval", "4K", "-o"])
@@ -546,6 +597,15 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         !log.contains("memlens"),
         "memlens wrote into nginx's log: {log}"
     );
+}
+
+/// Runs its closure when dropped (also when a failed assertion unwinds).
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }
 
 fn wait_pid_file(f: &Path) -> u64 {
@@ -735,6 +795,17 @@ fn postgres_under_run_and_attach() {
             .stdout(Stdio::null())
             .ok();
     };
+    // A failed assertion must not leave a postmaster running.
+    let _stop = OnDrop(|| {
+        as_postgres(&pg_bin("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["stop", "-m", "immediate"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok();
+    });
 
     // 1. under memlens run
     let port = free_port();

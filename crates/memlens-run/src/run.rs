@@ -378,6 +378,8 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
             .map(|k| std::path::absolute(k).unwrap_or(k.clone())),
         ..Plan::default()
     };
+    // Written at once: if memlens itself is killed, `memlens report RUNDIR` still collects the run.
+    launch.dir.write_plan(&plan)?;
     if let Some(ep) = serve {
         ep.spawn_for(launch.pid as i32);
     }
