@@ -830,6 +830,15 @@ fn postgres_under_run_and_attach() {
     pgbench(&sock, port, &["-c", "4", "-T", "3"])
         .stdout(Stdio::null())
         .ok();
+    // (runuser, memlens run's program, waits for the postmaster in another process)
+    let postmaster: u64 = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     stop();
     let o = wait_deadline(run, 60, "memlens run of postgres");
     let err = stderr(&o);
@@ -838,7 +847,7 @@ fn postgres_under_run_and_attach() {
     // postmaster, checkpointer, background writer, walwriter, autovacuum launcher, the logical
     // replication launcher, and the backends of pgbench's connections
     assert!(profiles >= 6, "{profiles} profiles: {err}");
-    let r = report_json(&out, &[]);
+    let r = report_json(&beside(&out, postmaster), &[]);
     assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "{}", r["meta"]);
     assert!(!err.contains("cannot"), "{err}");
 
@@ -853,39 +862,43 @@ fn postgres_under_run_and_attach() {
     wait_for("postgres to accept connections", 30, || {
         pg_ready(&sock, port)
     });
-    let mut load = pgbench(&sock, port, &["-c", "2", "-T", "20"])
+    let mut load = pgbench(&sock, port, &["-c", "2", "-T", "30"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut backend = String::new();
-    wait_for("pgbench's backends", 20, || {
-        backend = psql(
+    let query = |what: &str| {
+        psql(
             &sock,
             port,
-            "select pid from pg_stat_activity where backend_type = 'client backend' \
-             and pid <> pg_backend_pid() limit 1",
+            &format!(
+                "select pid from pg_stat_activity where backend_type = '{what}' \
+                 and pid <> pg_backend_pid() limit 1"
+            ),
         )
         .trim()
-        .to_string();
-        !backend.is_empty()
+        .to_string()
+    };
+    wait_for("pgbench's backends", 20, || {
+        !query("client backend").is_empty()
     });
-    let bgwriter = psql(
-        &sock,
-        port,
-        "select pid from pg_stat_activity where backend_type = 'background writer'",
-    )
-    .trim()
-    .to_string();
-    let postmaster = plain.id().to_string();
-    for (what, pid) in [
-        ("postmaster", postmaster.as_str()),
-        ("background writer", bgwriter.as_str()),
-        ("backend", backend.as_str()),
-    ] {
+    // the postmaster itself (runuser, which started it, waits for it in another process)
+    let postmaster = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    for what in ["client backend", "background writer", "postmaster"] {
+        let pid = if what == "postmaster" {
+            postmaster.clone()
+        } else {
+            query(what)
+        };
         let f = dir.join(format!("attach-{pid}.pb.gz"));
         let o = memlens()
-            .args(["attach", pid, "--interval", "4K", "--for", "1s", "-o"])
+            .args(["attach", &pid, "--interval", "4K", "--for", "1s", "-o"])
             .arg(&f)
             .out();
         assert!(o.status.success(), "attach to the {what}: {}", printed(&o));
