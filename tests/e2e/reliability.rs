@@ -725,6 +725,8 @@ fn control_sockets_are_unique_across_pid_namespaces() {
             .arg(tmp.path().join(format!("ns{i}.pb.gz")))
             .args(["--", "sleep", "30"])
             .env("MEMLENS_CTL_DIR", &sockdir)
+            // memlens is killed below: its run directory goes with the test's
+            .env("MEMLENS_RUN_ROOT", tmp.path().join("runs"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -820,6 +822,8 @@ fn control_protocol_is_robust() {
         .arg(tmp.path().join("s.pb.gz"))
         .args(["--", "sleep", "60"])
         .env("MEMLENS_CTL_DIR", &sockdir)
+        // memlens is killed below: its run directory goes with the test's
+        .env("MEMLENS_RUN_ROOT", tmp.path().join("runs"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
