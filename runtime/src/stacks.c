@@ -10,14 +10,18 @@
  * stack: its record (sizeof(struct ml_stack) + 8 bytes per frame) + 12 bytes of slots and list. When
  * the table holds MAX_STACKS stacks (or the arena is full), a sample of a new stack is dropped:
  * counted in `dropped` like every lost sample, and in `table_full`, which the dump and `ctl status`
- * report with the limit, so a full table is never silent. Nothing blocks and nothing crashes. */
+ * report with the limit, so a full table is never silent. Nothing blocks and nothing crashes.
+ *
+ * The records and their list live in the state mapping (state.c): a file in the run directory that
+ * outlives the process, whose pages are reserved before a record is written into them. The hash
+ * slots stay in private memory (a reader of the file walks the list). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "check.h"
-#include "rt.h"
+#include "state.h"
 
 #define DEFAULT_MAX_STACKS (1u << 18)
 #define MIN_MAX_STACKS 1024u
@@ -35,9 +39,12 @@ static uint64_t arena_size;
 static _Atomic uint32_t *slots;
 static _Atomic uint32_t *listed; /* record id + 1 in creation order (0 = being published) */
 static char *arena;
-static _Atomic uint64_t arena_used = 8; /* id 0 would be offset 0: keep it unused */
-static _Atomic uint32_t nstacks;
-static _Atomic uint64_t full_drops; /* samples of new stacks the full table could not take */
+/* In the state's header, where a reader of the file finds them: the arena's used bytes (from 8: id
+ * 0 would be offset 0), the records listed, and the samples of new stacks the full table could not
+ * take. */
+#define arena_used (ml_st->arena_used)
+#define nstacks (ml_st->nstacks)
+#define full_drops (ml_st->table_full)
 
 /* MEMLENS_MAX_STACKS: decimal, clamped to [MIN_MAX_STACKS, MAX_MAX_STACKS]; unset or bad = default. */
 static void read_max_stacks(void)
@@ -69,16 +76,20 @@ int ml_stacks_init(void)
         ;
     void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    void *a = mmap(NULL, ARENA_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    void *l = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (s == MAP_FAILED || a == MAP_FAILED || l == MAP_FAILED)
+    if (s == MAP_FAILED)
         return -1;
+    _Atomic uint32_t *l;
+    char *a;
+    if (ml_state_init(NSLOTS, ARENA_SIZE, &l, &a) != 0) {
+        munmap(s, NSLOTS * sizeof(uint32_t));
+        return -1;
+    }
     ML_ASSERT(ARENA_SIZE >= (1u << 20) && ARENA_SIZE <= ARENA_LIMIT && ARENA_SIZE % 4096 == 0);
+    atomic_store(&arena_used, 8);
+    ml_st->max_stacks = max_stacks;
     listed = l;
-    slots = s;
     arena = a;
+    slots = s;
     return 0;
 }
 
@@ -153,7 +164,7 @@ static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trun
 {
     uint64_t size = (sizeof(struct ml_stack) + (uint64_t)depth * sizeof(uintptr_t) + 7) & ~7ull;
     uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
-    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK)
+    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK || ml_state_arena_room(off + size) != 0)
         return ML_NO_STACK;
     ML_ASSERT(off >= 8 && off % 8 == 0 && size % 8 == 0 && size >= sizeof(struct ml_stack));
     struct ml_stack *r = (struct ml_stack *)(arena + off);
@@ -162,6 +173,7 @@ static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trun
     r->flags = (uint32_t)trunc;
     for (int i = 0; i < depth; i++)
         r->pcs[i] = pcs[i];
+    ml_state_modules_note(pcs, depth); /* the modules its frames lie in, for a reader of the file */
     return (uint32_t)(off / 8);
 }
 
@@ -188,7 +200,7 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
                                                         memory_order_acquire)) {
                 uint32_t n = atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
                 ML_ASSERT(n < NSLOTS); /* one list entry per slot taken */
-                if (n < NSLOTS)
+                if (n < NSLOTS && ml_state_listed_room(n + 1) == 0)
                     atomic_store_explicit(&listed[n], mine + 1, memory_order_release);
                 return mine;
             }

@@ -16,4 +16,5 @@ mod serve;
 mod serve_go;
 mod serve_limits;
 mod study;
+mod survival;
 mod views;

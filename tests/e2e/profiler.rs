@@ -947,7 +947,8 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
 /// 100 children forked one after another each allocate 200 KB once at a 1 MiB interval: each is
 /// sampled with probability 1 - exp(-200000/2^20) ≈ 0.17, independently, so about 17 children have
 /// a sample (Binomial(100, 0.17): 5..35 holds with probability above 0.9999). Children that kept
-/// the parent's random state and countdown all took the same decision: 0 or 100.
+/// the parent's random state and countdown all took the same decision: 0 or 100. A child that
+/// sampled nothing has nothing of its own and writes no dump (docs/survival.md).
 #[test]
 fn fork_children_sample_independently() {
     let (dir, exe) = torture("fork_children", &[]);
@@ -957,8 +958,11 @@ fn fork_children_sample_independently() {
         .iter()
         .filter(|r| r.meta.reason == "fork-child-exit")
         .collect();
-    assert_eq!(children.len(), 100, "one dump per child");
-    let sampled = children.iter().filter(|r| r.meta.samples > 0).count();
+    assert!(
+        children.iter().all(|r| r.meta.samples > 0),
+        "a child that sampled nothing wrote a dump"
+    );
+    let sampled = children.len();
     assert!(
         (5..=35).contains(&sampled),
         "{sampled} of 100 children sampled their 200 KB block (expected about 17)"

@@ -32,6 +32,8 @@ pub struct ConvertSummary {
     pub table_full: u64,
     /// The stack table's limit (distinct stacks).
     pub max_stacks: u64,
+    /// Samples counted as allocated but not tracked live (an address-space limit).
+    pub untracked: u64,
     /// Modules whose addresses stay raw (binary absent, different build ID, no symbols).
     pub unsymbolized_modules: usize,
     /// One line per problem met while symbolizing (already printed on stderr).
@@ -71,6 +73,7 @@ pub fn summary(p: &Profile, warnings: Vec<String>) -> ConvertSummary {
         dropped: p.meta.dropped,
         table_full: p.meta.table_full,
         max_stacks: p.meta.max_stacks,
+        untracked: p.meta.untracked,
         unsymbolized_modules: unsymbolized,
         warnings,
     }

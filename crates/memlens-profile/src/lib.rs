@@ -21,6 +21,7 @@ pub mod pprof;
 pub mod pprof_read;
 pub mod raw;
 pub mod report;
+pub mod state;
 pub mod symbolize;
 pub mod views;
 

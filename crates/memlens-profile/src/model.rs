@@ -92,6 +92,10 @@ pub struct Meta {
     /// Dropped samples of new stacks the full stack table could not take (part of `dropped`).
     #[serde(skip_serializing_if = "is_zero_u64")]
     pub table_full: u64,
+    /// Samples counted as allocated but not tracked live: the sampled-blocks range could not grow
+    /// (an address-space limit), so their frees are not seen and `inuse_*` leaves them out.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub untracked: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]

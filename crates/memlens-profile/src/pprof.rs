@@ -526,6 +526,9 @@ fn meta_comments(m: &Meta) -> Vec<String> {
     if m.table_full > 0 {
         view += &format!(" table_full={} max_stacks={}", m.table_full, m.max_stacks);
     }
+    if m.untracked > 0 {
+        view += &format!(" untracked={}", m.untracked);
+    }
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
          truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
@@ -573,6 +576,7 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "view" => m.view = v.to_string(),
             "table_full" => m.table_full = n(),
             "max_stacks" => m.max_stacks = n(),
+            "untracked" => m.untracked = n(),
             _ => {}
         }
     }
@@ -894,6 +898,7 @@ mod tests {
                 dropped_bytes: 4096,
                 max_stacks: 1024,
                 table_full: 3,
+                untracked: 2,
                 view: String::new(),
                 absent: Vec::new(),
             },

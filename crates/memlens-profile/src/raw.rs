@@ -323,6 +323,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "dropped_bytes" => m.dropped_bytes = num(v, key)?,
         "max_stacks" => m.max_stacks = num(v, key)?,
         "table_full" => m.table_full = num(v, key)?,
+        "untracked" => m.untracked = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key

@@ -42,10 +42,13 @@ pub enum Format {
 #[command(
     after_help = "Example:\n  memlens report memlens.server.1234.pb.gz --sample-index inuse_space --top 20\n  \
     memlens report p.pb.gz --format folded > p.folded\n  memlens report p.pb.gz --flamegraph p.svg\n  \
-    memlens report p.pb.gz --view peak --flamegraph peak.svg --html p.html"
+    memlens report p.pb.gz --view peak --flamegraph peak.svg --html p.html\n  \
+    memlens report /dev/shm/memlens-0/nginx.1234.5f3a9c01   (a run directory: the profiles of its \
+    processes that have ended since memlens run returned)"
 )]
 pub struct ReportArgs {
-    /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw)
+    /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw); or a run
+    /// directory `memlens run` named: writes the profiles of its processes that have ended
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Value to rank by
@@ -356,6 +359,12 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
             s += &format!(
                 "; {} of them because the stack table was full ({} stacks: raise --max-stacks)",
                 m.table_full, m.max_stacks
+            );
+        }
+        if m.untracked > 0 {
+            s += &format!(
+                "; {} not tracked live (an address-space limit: in use leaves them out)",
+                m.untracked
             );
         }
     }

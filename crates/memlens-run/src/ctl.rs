@@ -1,7 +1,7 @@
 //! `memlens ctl PID …`: one request to the control socket of a process running under the runtime
 //! (the client is [`memlens_target::Target`]), its reply printed for a person.
 use anyhow::{Context, Result};
-use memlens_measure::units::{format_size, parse_size};
+use memlens_measure::units::format_size;
 use memlens_target::{default_dump_name, parse_pid, Reply, Target};
 use std::path::{Path, PathBuf};
 
@@ -59,7 +59,10 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
     let t = Target::find(pid)?;
     match args.action {
         CtlAction::Start { interval } => {
-            let iv = interval.as_deref().map(parse_size).transpose()?;
+            let iv = interval
+                .as_deref()
+                .map(|s| memlens_target::parse_interval(s, "--interval"))
+                .transpose()?;
             let r = t.start(iv)?;
             let was = if r.get("was") == Some("1") {
                 " (it was already on)"
