@@ -11,8 +11,13 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # zstd unpacks the Parca server the e2e tests run (../shared/tools/parca/parca.sh)
+  zstd
   # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
   redis-server redis-tools curl
+  # daemons and privilege-dropping workers the survival tests run under memlens (tests/e2e/survival.rs):
+  # nginx in daemon mode, postgres with pgbench (postgresql-15 holds postgres, initdb, pg_ctl and pgbench)
+  nginx postgresql
   # `go tool pprof`: the tests check that pprof itself reads our profiles
   golang-go
   # persistent-memory pool for `bench bandwidth` (indirection case)

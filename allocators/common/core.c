@@ -44,11 +44,10 @@ struct ml_hdr *ml_hdr_of(const void *p)
     return hd;
 }
 
-/* The header of the block that really owns `p` (skipping an aligned block's offset header), and the
- * distance from that block's start to `p`. */
-static struct ml_hdr *owner(const void *p, size_t *offset)
+/* The header of the block that really owns `p`, whose own header is `hd` (skipping an aligned block's
+ * offset header), and the distance from that block's start to `p`. */
+static struct ml_hdr *owner(const void *p, struct ml_hdr *hd, size_t *offset)
 {
-    struct ml_hdr *hd = ml_hdr_of(p);
     *offset = 0;
     if (hd->cls == ML_CLS_ALIGNED) {
         *offset = hd->size;
@@ -61,7 +60,7 @@ void ml_release(void *p)
 {
     size_t off;
     struct ml_hdr *inner = ml_hdr_of(p);
-    struct ml_hdr *hd = owner(p, &off);
+    struct ml_hdr *hd = owner(p, inner, &off);
     if (off)
         inner->magic = ML_MAGIC_FREE; /* so a second free of the aligned pointer is caught */
     if (hd->cls == ML_CLS_LARGE)
@@ -73,7 +72,7 @@ void ml_release(void *p)
 size_t ml_usable(const void *p)
 {
     size_t off;
-    struct ml_hdr *hd = owner(p, &off);
+    struct ml_hdr *hd = owner(p, ml_hdr_of(p), &off);
     return (size_t)hd->size - ML_HDR - off;
 }
 

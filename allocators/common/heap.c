@@ -1,10 +1,10 @@
-/* One heap: segregated free lists behind one mutex, refilled from mmap'd chunks.
+/* One heap: segregated free lists behind one lock, refilled from mmap'd chunks.
  * Memory given to a heap is never returned to the system; freed blocks are reused by their class. */
 #include "ml_alloc.h"
 
 #include <sys/mman.h>
 
-struct ml_heap ml_heaps[ML_MAX_HEAPS] = {[0 ... ML_MAX_HEAPS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+struct ml_heap ml_heaps[ML_MAX_HEAPS] = {[0 ... ML_MAX_HEAPS - 1] = {.lock = ML_LOCK_INIT}};
 
 static void *map(size_t len)
 {
@@ -36,7 +36,7 @@ void *ml_heap_alloc(unsigned hi, unsigned cls)
     struct ml_heap *h = &ml_heaps[hi];
     size_t bsize = ml_class_size(cls);
     char *blk;
-    pthread_mutex_lock(&h->lock);
+    int taken = ml_lock(&h->lock);
     struct ml_free *f = h->free[cls];
     if (f) {
         h->free[cls] = f->next;
@@ -44,7 +44,7 @@ void *ml_heap_alloc(unsigned hi, unsigned cls)
     } else {
         blk = carve(h, bsize);
     }
-    pthread_mutex_unlock(&h->lock);
+    ml_unlock(&h->lock, taken);
     if (!blk)
         return NULL;
     /* The header is written outside the lock: the block now belongs to this thread alone. */
@@ -63,8 +63,8 @@ void ml_heap_free(struct ml_hdr *hd)
     struct ml_heap *h = &ml_heaps[hd->heap];
     struct ml_free *f = (struct ml_free *)(hd + 1);
     hd->magic = ML_MAGIC_FREE;
-    pthread_mutex_lock(&h->lock);
+    int taken = ml_lock(&h->lock);
     f->next = h->free[hd->cls];
     h->free[hd->cls] = f;
-    pthread_mutex_unlock(&h->lock);
+    ml_unlock(&h->lock, taken);
 }

@@ -5,7 +5,7 @@
  *   - every block starts with a 16-byte header naming its owning heap and size class, so free() needs
  *     no lookup and a block freed by another thread goes back to the heap that carved it;
  *   - a heap is segregated free lists (4 classes per power of two, 32 B .. 8 MiB) filled by bumping
- *     through 4 MiB mmap'd chunks, the whole heap behind one pthread mutex;
+ *     through 4 MiB mmap'd chunks, the whole heap behind one lock (lock.h);
  *   - blocks above 8 MiB are mmap'd on their own and munmap'd on free (no heap, no lock);
  *   - alignments above 16 over-allocate and put a second "offset" header in front of the aligned
  *     pointer that leads free() back to the real block.
@@ -13,7 +13,8 @@
 #ifndef ML_ALLOC_H
 #define ML_ALLOC_H
 
-#include <pthread.h>
+#include "lock.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,7 +46,7 @@ struct ml_free {
 };
 
 struct ml_heap {
-    pthread_mutex_t lock;
+    ml_lock_t lock;
     struct ml_free *free[ML_NCLASSES];
     char *bump;
     char *bump_end;
@@ -56,9 +57,8 @@ extern struct ml_heap ml_heaps[ML_MAX_HEAPS] ML_HIDDEN;
 /* Provided by each allocator: index of the heap the calling thread allocates from. */
 ML_HIDDEN unsigned ml_pick_heap(void);
 
-/* Size classes (classes.c). */
-ML_HIDDEN unsigned ml_class_of(size_t total);
-ML_HIDDEN size_t ml_class_size(unsigned cls);
+/* Size classes: ml_class_of(total) and ml_class_size(cls), inline in classes.h. */
+#include "classes.h"
 
 /* Heap operations (heap.c): a block of class `cls` from heap `h`, and its return. */
 ML_HIDDEN void *ml_heap_alloc(unsigned h, unsigned cls);

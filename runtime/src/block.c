@@ -36,6 +36,7 @@
 
 #include "check.h"
 #include "cost.h"
+#include "state.h"
 #include "views.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
@@ -142,7 +143,7 @@ static void flush_alloc(struct ml_block *b)
             atomic_fetch_add_explicit(&st->alloc_fx, (uint64_t)b->pend_objs << 16, memory_order_relaxed);
             atomic_fetch_add_explicit(&st->alloc_bytes, b->pend_bytes, memory_order_relaxed);
         } else {
-            atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, b->pend_bytes, memory_order_relaxed);
+            atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->pend_bytes, memory_order_relaxed);
         }
     }
     b->pend_objs = 0;
@@ -223,6 +224,7 @@ void ml_sampled_free(void *p)
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
     uint64_t c0 = ml_cost_begin();
+    ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
@@ -279,8 +281,8 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n)
     flush_alloc(b);
     ml_range_lock();
     count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, now);
-    atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, b->w_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->w_bytes, memory_order_relaxed);
     unlink_block(b);
     ml_range_free_locked(b);
     ML_ASSERT(accounts_ok());
@@ -312,6 +314,7 @@ static void moved(struct ml_block *b, struct ml_block *nb)
 void *ml_block_realloc(void *p, size_t n, uintptr_t ra)
 {
     struct ml_block *b = ml_block_of(p);
+    ml_state_own();
     uint32_t g = atomic_load_explicit(&gen, memory_order_relaxed);
     if (unlikely(b->gen != g)) { /* counts of an older generation are not this profile's */
         b->pend_bytes = 0;

@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
 
 #define ML_REG_MAX 4096
 #define ML_SWITCH_WAIT_NS 50000 /* how long a switch re-stores for threads that have not acknowledged */
@@ -160,6 +160,7 @@ int ml_set_active(int on)
     if (on && atomic_load(&ml_cfg.failed))
         return 0; /* after an internal failure profiling stays off */
     int was = atomic_exchange(&ml_cfg.active, on ? 1 : 0);
+    atomic_store(&ml_st->active, on ? 1u : 0u); /* for a reader of the state file */
     kick();
     return was;
 }
@@ -168,19 +169,24 @@ void ml_set_interval(uint64_t bytes)
 {
     ml_init();
     atomic_store(&ml_cfg.interval, bytes);
+    atomic_store(&ml_st->interval, bytes);
     kick();
 }
 
 void ml_reset(void)
 {
     ml_init();
+    ml_state_own();
     ml_stacks_zero_alloc();
     ml_blocks_reset();
-    atomic_store(&ml_cfg.truncated, 0);
-    atomic_store(&ml_cfg.dropped, 0);
-    atomic_store(&ml_cfg.dropped_bytes, 0);
-    atomic_store(&ml_cfg.unwind_fallbacks, 0);
-    atomic_store(&ml_cfg.start_ns, ml_now_ns());
+    atomic_store(&ml_st->truncated, 0);
+    atomic_store(&ml_st->dropped, 0);
+    atomic_store(&ml_st->dropped_bytes, 0);
+    atomic_store(&ml_st->unwind_fallbacks, 0);
+    atomic_store(&ml_st->untracked, 0);
+    uint64_t now = ml_now_ns();
+    atomic_store(&ml_cfg.start_ns, now);
+    ml_st->start_ns = now;
 }
 
 static void add_inuse(struct ml_stack *r, void *arg)
@@ -196,8 +202,8 @@ void ml_get_status(struct ml_status *st)
     st->interval = atomic_load(&ml_cfg.interval);
     ml_stacks_totals(&st->samples, &st->alloc_bytes);
     st->stacks = ml_stack_count();
-    st->truncated = atomic_load(&ml_cfg.truncated);
-    st->dropped = atomic_load(&ml_cfg.dropped);
+    st->truncated = atomic_load(&ml_st->truncated);
+    st->dropped = atomic_load(&ml_st->dropped);
     st->inuse_bytes = 0;
     ml_stacks_each(add_inuse, &st->inuse_bytes);
 }

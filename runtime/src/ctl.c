@@ -12,7 +12,8 @@
  *                                                      socket directory; the CLI moves it out)
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
- *                           inuse_bytes=N dropped_bytes=N cost_ns=N cost_calls=N cpu_ns=N
+ *                           inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
+ *                           cost_ns=N cost_calls=N cpu_ns=N
  *     jemalloc status|start LG|stop  -> jemalloc's own profiler (jeprof.c)
  *     anything else      -> error …
  *
@@ -49,12 +50,17 @@
 
 #include "cost.h"
 #include "internal.h"
-#include "rt.h"
+#include "state.h"
 
 #define CTL_LINE_MAX 512     /* a command word and a file name */
 #define CTL_REQUEST_MS 2000  /* the whole request line must arrive within this */
 #define CTL_STACK (256 * 1024)
 #define CTL_CHILD_DELAY_MS 200 /* a forked child starts its control thread after this */
+#define CTL_CLIENTS 16       /* connections read at once */
+/* The largest interval (the CLI's limit, memlens_target::MAX_INTERVAL): each countdown is drawn from
+ * Exp(R) into a signed 64-bit counter. */
+#define CTL_MAX_INTERVAL (1ull << 40)
+#define CTL_BACKLOG 64
 
 /* attach.c: the `attach` and `detach` requests of a runtime loaded by `memlens attach`. */
 extern int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap) __attribute__((weak));
@@ -67,6 +73,8 @@ static char ctl_dirpath[sizeof ctl_path];
 enum { T_NONE, T_RUNNING, T_STOPPING };
 static _Atomic int thread_state;
 static pthread_t ctl_thread;
+
+static void ml_ctl_defer(void);
 
 /* ---- small malloc-free string building ---- */
 
@@ -134,6 +142,20 @@ static int ensure_dir(const char *dir)
     return 0;
 }
 
+/* Is our uid mapped in our user namespace? Right after unshare(CLONE_NEWUSER), until the program
+ * writes /proc/self/uid_map, it is not: geteuid() says 65534, and a directory made then would be
+ * root's /tmp/memlens-65534 on the host, locking that user out of memlens for good. */
+static int uid_mapped(void)
+{
+    int fd = open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1; /* no /proc: nothing to tell */
+    char b[64];
+    ssize_t n = read(fd, b, sizeof b);
+    close(fd);
+    return n > 0;
+}
+
 /* Inode of our pid namespace (0 without /proc): part of the socket name. */
 static uint64_t pidns(void)
 {
@@ -178,6 +200,8 @@ static void sweep_stale(const char *dir, uint64_t ns)
 static int ctl_listen(int quiet)
 {
     char *dir = ctl_dirpath;
+    if (!uid_mapped())
+        return -1; /* quietly: a program in a fresh user namespace sees nothing of us */
     if (ctl_dir(dir, sizeof ctl_dirpath - 48) != 0) {
         if (!quiet)
             ml_log("control socket disabled: MEMLENS_CTL_DIR is too long for a unix socket path");
@@ -199,7 +223,7 @@ static int ctl_listen(int quiet)
     put_u64(&b, ns);
     put_str(&b, ".sock");
 
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); /* accept_all drains it */
     if (fd < 0)
         return -1;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -207,7 +231,7 @@ static int ctl_listen(int quiet)
     /* A socket left by an earlier process with our pid (killed, or before our exec) is stale. */
     unlink(ctl_path);
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(ctl_path, 0600) != 0 ||
-        listen(fd, 8) != 0) {
+        listen(fd, CTL_BACKLOG) != 0) {
         if (!quiet)
             ml_log("control socket disabled: cannot bind it");
         close(fd);
@@ -318,7 +342,9 @@ static void do_status(struct buf *r)
     put_kv(r, "truncated", s.truncated);
     put_kv(r, "dropped", s.dropped);
     put_kv(r, "inuse_bytes", s.inuse_bytes);
-    put_kv(r, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    put_kv(r, "dropped_bytes", atomic_load(&ml_st->dropped_bytes));
+    put_kv(r, "max_stacks", ml_stacks_max());
+    put_kv(r, "table_full", ml_stacks_full_drops());
     uint64_t cost_ns, calls, cpu_ns; /* cost.c: what profiling has cost this process so far */
     if (ml_cost_get(&cost_ns, &calls, &cpu_ns) == 0) {
         put_kv(r, "cost_ns", cost_ns);
@@ -334,6 +360,10 @@ static void do_start(const char *arg, struct buf *r)
         put_str(r, "error start: interval must be a number of bytes, got '");
         put_str(r, arg);
         put_str(r, "'");
+        return;
+    }
+    if (interval > CTL_MAX_INTERVAL) {
+        put_str(r, "error start: interval too large (at most 1099511627776 bytes, 1 TiB)");
         return;
     }
     if (*arg)
@@ -431,38 +461,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Read one line from c into line[cap] within CTL_REQUEST_MS in all (a client trickling bytes must
- * not hold the only control thread). Returns its length, -1 (nothing, or too late), or -2 (longer
- * than the buffer: rejected, never executed cut short). */
-static ssize_t read_line(int c, char *line, size_t cap)
-{
-    size_t len = 0;
-    int64_t deadline = now_ms() + CTL_REQUEST_MS;
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        struct pollfd p = {.fd = c, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, (int)left) == 0)
-            return -1;
-        if (len + 1 >= cap)
-            return -2;
-        ssize_t n = recv(c, line + len, cap - 1 - len, MSG_DONTWAIT);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            break;
-        char *nl = memchr(line + len, '\n', (size_t)n);
-        len += (size_t)n;
-        if (nl) {
-            len = (size_t)(nl - line);
-            break;
-        }
-    }
-    line[len] = 0;
-    if (len && line[len - 1] == '\r')
-        line[--len] = 0;
-    return len ? (ssize_t)len : -1;
-}
-
 static int peer_allowed(int c)
 {
     struct ucred cred;
@@ -472,34 +470,133 @@ static int peer_allowed(int c)
     return cred.uid == 0 || cred.uid == geteuid();
 }
 
-static void serve(int c)
+/* ---- the connections being read ----
+ * Requests are read from up to CTL_CLIENTS connections at once, each within its own deadline, so a
+ * client that connects and says nothing (or trickles bytes) delays nobody: the others are answered
+ * as soon as their line is in. Past CTL_CLIENTS the connection nearest its deadline is dropped. */
+struct client {
+    int fd;             /* -1: free */
+    int64_t deadline;   /* CLOCK_MONOTONIC ms by which the whole line must be in */
+    size_t len;
+    int too_long;       /* more than a line: rejected, never executed cut short */
+    char line[CTL_LINE_MAX];
+};
+static struct client clients[CTL_CLIENTS];
+
+static void clients_reset(void)
 {
-    /* A client that connects and says nothing must not hold the channel forever. */
-    struct timeval tv = {.tv_sec = 2};
-    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    char line[CTL_LINE_MAX], reply[CTL_LINE_MAX + 256];
-    struct buf r = {reply, 0, sizeof reply - 1};
-    reply[0] = 0;
-    /* Read the request even from a refused peer: closing with unread data would reset the
-     * connection and lose the reply that tells them why. */
-    ssize_t len = read_line(c, line, sizeof line);
-    if (!peer_allowed(c))
-        put_str(&r, "error permission denied: only the owner of this process (or root) may control it");
-    else if (len == -2)
-        put_str(&r, "error request too long (one line of at most 511 bytes)");
-    else if (len < 0)
-        put_str(&r, "error empty request (or not sent within 2 s)");
-    else
-        handle(line, &r);
-    reply[r.len++] = '\n';
-    for (size_t off = 0; off < r.len;) {
-        ssize_t n = send(c, reply + off, r.len - off, MSG_NOSIGNAL);
+    for (int i = 0; i < CTL_CLIENTS; i++)
+        clients[i].fd = -1;
+}
+
+/* Send the whole reply (small: it fits the socket buffer), waiting at most 2 s for room. */
+static void send_reply(int c, const char *reply, size_t len)
+{
+    int64_t deadline = now_ms() + CTL_REQUEST_MS;
+    for (size_t off = 0; off < len;) {
+        ssize_t n = send(c, reply + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            break;
-        off += (size_t)n;
+        int64_t left = deadline - now_ms();
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0)
+            return;
+        struct pollfd p = {.fd = c, .events = POLLOUT};
+        poll(&p, 1, (int)left);
     }
+}
+
+/* Answer client `k` (its line is in, it is too long, it hung up or its time is up) and close it.
+ * Even a refused peer's request is read first: closing with unread data would reset the
+ * connection and lose the reply that tells them why. */
+static void answer(struct client *k, int complete)
+{
+    char reply[CTL_LINE_MAX + 256];
+    struct buf r = {reply, 0, sizeof reply - 1};
+    reply[0] = 0;
+    size_t len = k->len;
+    if (len && k->line[len - 1] == '\r')
+        len--;
+    k->line[len] = 0;
+    if (!peer_allowed(k->fd))
+        put_str(&r, "error permission denied: only the owner of this process (or root) may control it");
+    else if (k->too_long)
+        put_str(&r, "error request too long (one line of at most 511 bytes)");
+    else if (!complete || len == 0)
+        put_str(&r, "error empty request (or not sent within 2 s)");
+    else
+        handle(k->line, &r);
+    reply[r.len++] = '\n';
+    send_reply(k->fd, reply, r.len);
+    close(k->fd);
+    k->fd = -1;
+}
+
+/* Read what client `k` has sent; answer it once its line is complete. */
+static void client_read(struct client *k)
+{
+    for (;;) {
+        char *at = k->line + k->len;
+        size_t room = sizeof k->line - 1 - k->len;
+        char scrap[256];
+        /* A line that no longer fits is drained into scratch space until its end. */
+        ssize_t n = k->too_long ? recv(k->fd, scrap, sizeof scrap, MSG_DONTWAIT)
+                                : recv(k->fd, at, room, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            answer(k, k->len > 0 || k->too_long); /* EOF: a line without its newline counts */
+            return;
+        }
+        const char *nl = memchr(k->too_long ? scrap : at, '\n', (size_t)n);
+        if (!k->too_long) {
+            k->len += (size_t)n;
+            if (nl) {
+                k->len = (size_t)(nl - k->line);
+                answer(k, 1);
+                return;
+            }
+            if (k->len + 1 >= sizeof k->line)
+                k->too_long = 1;
+        } else if (nl) {
+            answer(k, 1);
+            return;
+        }
+    }
+}
+
+/* A new connection: into a free slot, else in place of the one nearest its deadline. */
+static void client_add(int c)
+{
+    struct client *k = NULL;
+    for (int i = 0; i < CTL_CLIENTS && !k; i++)
+        if (clients[i].fd < 0)
+            k = &clients[i];
+    if (!k) {
+        k = &clients[0];
+        for (int i = 1; i < CTL_CLIENTS; i++)
+            if (clients[i].deadline < k->deadline)
+                k = &clients[i];
+        answer(k, 0);
+    }
+    k->fd = c;
+    k->deadline = now_ms() + CTL_REQUEST_MS;
+    k->len = 0;
+    k->too_long = 0;
+}
+
+static void clients_close(void)
+{
+    for (int i = 0; i < CTL_CLIENTS; i++)
+        if (clients[i].fd >= 0) {
+            close(clients[i].fd);
+            clients[i].fd = -1;
+        }
 }
 
 /* ---- the thread ---- */
@@ -509,6 +606,7 @@ static int stopping(void) { return atomic_load(&thread_state) == T_STOPPING; }
 /* The thread ends on its own (the channel is lost, or the process is done): nobody will join it. */
 static void *thread_done(void)
 {
+    clients_close();
     int running = T_RUNNING;
     if (atomic_compare_exchange_strong(&thread_state, &running, T_NONE))
         pthread_detach(pthread_self());
@@ -524,11 +622,33 @@ static void ctl_lost(void)
     ml_log("control socket closed by the program; memlens ctl is disabled in this process");
 }
 
+/* Accept every pending connection. 0, or -1 when the listening socket is gone. */
+static int accept_all(int fd)
+{
+    for (;;) {
+        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c >= 0) {
+            client_add(c);
+            continue;
+        }
+        if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL || errno == EOPNOTSUPP)
+            return -1;
+        if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN && errno != EWOULDBLOCK) {
+            /* Out of descriptors or memory: the pending connection stays readable, so pause
+             * rather than spin. */
+            struct timespec pause = {.tv_nsec = 100 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        return errno == EINTR ? accept_all(fd) : 0;
+    }
+}
+
 static void *ctl_main(void *arg)
 {
     int fd = (int)(intptr_t)arg;
     /* Whatever this thread allocates (glibc internals, never us) is the runtime's, not the program's. */
     ml_tls.busy++;
+    clients_reset();
     if (fd < 0) {
         /* Forked child (ml_ctl_child_poll): bind here, not in the allocating thread that started us;
          * quietly, as after unshare: the parent said at start-up what was wrong with the directory,
@@ -537,38 +657,45 @@ static void *ctl_main(void *arg)
             return thread_done();
         ctl_fd = fd;
     }
+    int64_t idle_check = now_ms() + 1000;
     for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int n = poll(&p, 1, 1000);
-        if (stopping())
-            return NULL; /* ml_ctl_pause shut the socket down to wake us, and joins us */
-        if (n == 0) {
-            if (others_gone())
-                break;
-            continue;
+        struct pollfd p[1 + CTL_CLIENTS];
+        struct client *who[1 + CTL_CLIENTS];
+        int n = 0;
+        p[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        int64_t now = now_ms(), wake = idle_check;
+        for (int i = 0; i < CTL_CLIENTS; i++) {
+            if (clients[i].fd < 0)
+                continue;
+            if (clients[i].deadline <= now) {
+                answer(&clients[i], 0);
+                continue;
+            }
+            wake = clients[i].deadline < wake ? clients[i].deadline : wake;
+            who[n] = &clients[i];
+            p[n++] = (struct pollfd){.fd = clients[i].fd, .events = POLLIN};
         }
-        if (n < 0 && errno == EINTR)
+        int r = poll(p, (nfds_t)n, wake > now ? (int)(wake - now) : 0);
+        if (stopping())
+            return thread_done(); /* ml_ctl_pause shut the socket down to wake us, and joins us */
+        if (r < 0 && errno == EINTR)
             continue;
-        if (n < 0 || (p.revents & POLLNVAL)) {
+        if (r < 0 || (p[0].revents & POLLNVAL)) {
             ctl_lost();
             return thread_done();
         }
-        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0) {
-            if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL || errno == EOPNOTSUPP) {
-                ctl_lost();
-                return thread_done();
-            }
-            if (errno != EINTR && errno != ECONNABORTED) {
-                /* Out of descriptors or memory: the pending connection stays readable, so pause
-                 * rather than spin. */
-                struct timespec pause = {.tv_nsec = 100 * 1000 * 1000};
-                nanosleep(&pause, NULL);
-            }
-            continue;
+        for (int i = 1; i < n; i++)
+            if (p[i].revents)
+                client_read(who[i]);
+        if ((p[0].revents & POLLIN) && accept_all(fd) != 0) {
+            ctl_lost();
+            return thread_done();
         }
-        serve(c);
-        close(c);
+        if (now_ms() >= idle_check) {
+            idle_check = now_ms() + 1000;
+            if (others_gone())
+                break;
+        }
     }
     /* Every other thread is gone: returning lets glibc end the process, exactly as it would have
      * without us. */
@@ -641,6 +768,12 @@ int ml_ctl_pause(void)
  * look like ours, and the program's output must not change because of it. */
 void ml_ctl_resume(void)
 {
+    if (!uid_mapped()) {
+        /* A new user namespace whose map the program writes next (unshare -r does): listen later,
+         * from the allocation slow path, as a fork child does, once the map is there. */
+        ml_ctl_defer();
+        return;
+    }
     int fd = ctl_listen(1);
     if (fd < 0)
         return;
@@ -648,7 +781,14 @@ void ml_ctl_resume(void)
     ctl_spawn(fd, 1);
 }
 
-static uint64_t child_since_ns; /* when this fork child was born */
+static uint64_t child_since_ns; /* when this fork child was born (or the thread was deferred) */
+
+/* Start the control thread later: ml_ctl_child_poll does, from an allocation slow path. */
+static void ml_ctl_defer(void)
+{
+    child_since_ns = ml_now_ns();
+    atomic_store(&ml_cfg.ctl_pending, 1);
+}
 
 void ml_ctl_atfork_child(void)
 {
@@ -683,3 +823,6 @@ __attribute__((destructor)) static void ctl_fini(void)
 {
     ctl_unlink();
 }
+
+/* _exit (exit.c) skips destructors: the socket goes all the same (`sh -c true` left one). */
+void ml_ctl_exit(void) { ctl_unlink(); }

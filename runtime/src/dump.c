@@ -8,6 +8,7 @@
 
 #include "cost.h"
 #include "rt.h"
+#include "state.h"
 #include "views.h"
 
 static _Atomic int dump_lock;
@@ -154,11 +155,14 @@ static void write_dump(struct ml_out *o, const char *reason)
     ml_out_str(o, "samples ");
     off_t samples_at = lseek(o->fd, 0, SEEK_CUR) + (off_t)o->n;
     ml_out_str(o, "00000000000000000000\n");
-    line_u(o, "truncated", atomic_load(&ml_cfg.truncated));
-    line_u(o, "dropped", atomic_load(&ml_cfg.dropped));
-    line_u(o, "unwind_fallbacks", atomic_load(&ml_cfg.unwind_fallbacks));
+    line_u(o, "truncated", atomic_load(&ml_st->truncated));
+    line_u(o, "dropped", atomic_load(&ml_st->dropped));
+    line_u(o, "unwind_fallbacks", atomic_load(&ml_st->unwind_fallbacks));
     line_u(o, "max_depth", (uint64_t)ml_cfg.max_depth);
-    line_u(o, "dropped_bytes", atomic_load(&ml_cfg.dropped_bytes));
+    line_u(o, "dropped_bytes", atomic_load(&ml_st->dropped_bytes));
+    line_u(o, "max_stacks", ml_stacks_max());
+    line_u(o, "table_full", ml_stacks_full_drops());
+    line_u(o, "untracked", atomic_load(&ml_st->untracked));
     ml_cost_write(o); /* cost_ns, cost_calls, cpu_ns: what profiling has cost so far (cost.c) */
     ml_modules_write(o);
     write_maps(o);
@@ -193,6 +197,7 @@ static int dump_to(const char *path, const char *reason)
 
 int ml_dump(const char *path, const char *reason)
 {
+    ml_state_own(); /* a dump writes into the records (dump.c, block.c): a fork child's own */
     ml_tls.busy++;
     int r = dump_trylock();
     if (r == 0) {
@@ -235,6 +240,7 @@ int ml_dump_auto_seq(const char *reason, uint64_t *which)
         return -EINVAL;
     if (strlen(ml_cfg.out) > sizeof out.buf - 64)
         return -ENAMETOOLONG;
+    ml_state_own();
     ml_tls.busy++;
     int r = dump_trylock();
     if (r == 0) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvp_fn)(const char *, char *const[]);
@@ -61,21 +61,28 @@ static int before_exec(const char *file, int search, uint64_t *which)
     if (!runnable(file, search))
         return 0;
     if (ml_cfg.is_fork_child) {
-        uint64_t samples, bytes;
-        ml_stacks_totals(&samples, &bytes);
-        if (!samples)
+        uint64_t samples = 0, bytes;
+        if (!ml_state_table_inherited())
+            ml_stacks_totals(&samples, &bytes);
+        if (!samples) {
+            ml_state_final(ML_SEQ_NOTHING); /* the state file: replaced, nothing of its own */
             return 0;
+        }
     }
-    return ml_dump_auto_seq("exec", which) == 0;
+    int r = ml_dump_auto_seq("exec", which) == 0;
+    if (r)
+        ml_state_final(*which);
+    return r;
 }
 
 static void after_failed_exec(int dumped, uint64_t which)
 {
-    if (dumped) {
-        int e = errno;
+    int e = errno;
+    if (dumped)
         ml_dump_auto_remove(which);
-        errno = e;
-    }
+    if ((int64_t)getpid() == ml_cfg.pid && ml_cfg.out)
+        ml_state_final(~0ull); /* this image goes on */
+    errno = e;
 }
 
 ML_EXPORT int execve(const char *file, char *const argv[], char *const envp[])

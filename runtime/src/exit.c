@@ -1,10 +1,13 @@
 /* The dump at exit: from the library destructor (after the program's own atexit handlers and static
- * destructors), or from _exit/_Exit, which skip destructors and are how forked children often leave. */
+ * destructors), or from _exit/_Exit, which skip destructors and are how forked children often leave.
+ * A process that leaves by neither (exit_group, a signal) still has its state file (state.c). */
 #define _GNU_SOURCE
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
+
+extern void ml_ctl_exit(void) __attribute__((weak));
 
 static void exit_dump(void)
 {
@@ -15,8 +18,17 @@ static void exit_dump(void)
         return;
     if (atomic_exchange(&ml_cfg.exit_dumped, 1))
         return;
-    int r = ml_dump_auto(ml_cfg.is_fork_child ? "fork-child-exit" : "exit");
-    if (r < 0)
+    if (ml_state_table_inherited()) {
+        /* a fork child that never sampled nor freed a sampled block: nothing of its own (its
+         * inherited live blocks are in its parent's profile) */
+        ml_state_final(ML_SEQ_NOTHING);
+        return;
+    }
+    uint64_t seq;
+    int r = ml_dump_auto_seq(ml_cfg.is_fork_child ? "fork-child-exit" : "exit", &seq);
+    if (r == 0)
+        ml_state_final(seq);
+    else if (!ml_state_in_file()) /* else nothing is lost: the state file has it all */
         ml_log("cannot write the profile dump at exit");
 }
 
@@ -25,6 +37,9 @@ __attribute__((destructor(101))) static void ml_destructor(void) { exit_dump(); 
 ML_EXPORT void _exit(int status)
 {
     exit_dump();
+    /* the destructors that would remove the control socket do not run */
+    if (ml_ctl_exit && (int64_t)getpid() == ml_cfg.pid)
+        ml_ctl_exit();
     syscall(SYS_exit_group, status);
     __builtin_unreachable();
 }

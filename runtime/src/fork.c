@@ -2,12 +2,13 @@
  * one held by a thread that does not exist there; the child then zeroes the cumulative counters (they
  * belong to the parent's profile), keeps the live blocks it inherited (block.c: its peak and timeline
  * start from them), draws a sampling process of its own (with the parent's random state every child
- * would sample the same allocations) and dumps under its own pid. */
+ * would sample the same allocations) and dumps under its own pid. Its state goes into a file of its
+ * own first (state.c), before the child can sample, drop its privileges or chroot. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
 
 extern void ml_ctl_atfork_child(void) __attribute__((weak));
 
@@ -28,16 +29,18 @@ static void child(void)
     ml_range_reset_lock();
     ml_dump_lock_reset();
     ml_modules_reset_lock();
+    ml_state_fork_child();
     ml_cfg.pid = getpid();
     ml_cfg.is_fork_child = 1;
     atomic_store(&ml_cfg.exit_dumped, 0);
     ml_stacks_fork_child();
     ml_blocks_fork_child();
     ml_sample_fork_child();
-    atomic_store(&ml_cfg.truncated, 0);
-    atomic_store(&ml_cfg.dropped, 0);
-    atomic_store(&ml_cfg.dropped_bytes, 0);
-    atomic_store(&ml_cfg.unwind_fallbacks, 0);
+    atomic_store(&ml_st->truncated, 0);
+    atomic_store(&ml_st->dropped, 0);
+    atomic_store(&ml_st->dropped_bytes, 0);
+    atomic_store(&ml_st->unwind_fallbacks, 0);
+    atomic_store(&ml_st->untracked, 0);
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     if (ml_ctl_atfork_child)
         ml_ctl_atfork_child();

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
 
 __thread struct ml_thread ml_tls;
 struct ml_config ml_cfg = {.interval = 524288, .active = 1, .max_depth = 64, .unwinder = -1};
@@ -94,12 +94,13 @@ const char *ml_unwinder_name(int u)
     return u == ML_UNW_FP ? "fp" : u == ML_UNW_LIBGCC ? "libgcc" : u == ML_UNW_DWARF ? "dwarf" : "libunwind";
 }
 
-/* Sizes like 524288, 512K, 512KiB, 2M. Returns -1 on garbage. */
+/* Sizes like 524288, 512K, 512KiB, 2M, at most 2^40 (an interval the Exp(R) countdown, a signed
+ * 64-bit counter, has room for; the CLI's limit too). Returns -1 on garbage or a size too large. */
 static int64_t parse_size(const char *s)
 {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
-    if (end == s)
+    if (end == s || v > (1ull << 40))
         return -1;
     int shift = 0;
     switch (*end) {
@@ -111,11 +112,12 @@ static int64_t parse_size(const char *s)
         end++;
     if (*end == 'B' || *end == 'b')
         end++;
-    return *end ? -1 : (int64_t)(v << shift);
+    return *end || (v << shift) > (1ull << 40) ? -1 : (int64_t)(v << shift);
 }
 
 static char out_buf[4000];
 char ml_ctl_dir_env[4000];
+char ml_run_dir_env[4000];
 
 /* Copy environment variable `name` into buf; returns buf, or NULL when it is unset, empty or does
  * not fit (a truncated path would be another path). */
@@ -144,7 +146,7 @@ static void read_config(void)
     if (s && *s) {
         int64_t v = parse_size(s);
         if (v < 0)
-            ml_log("MEMLENS_INTERVAL is not a size; using 524288");
+            ml_log("MEMLENS_INTERVAL is not a size of at most 1 TiB; using 524288");
         else
             ml_cfg.interval = (uint64_t)v;
     }
@@ -173,6 +175,8 @@ static void read_config(void)
      * overwrite the environment strings in place. */
     ml_cfg.out = ml_env_copy("MEMLENS_OUT", out_buf, sizeof out_buf);
     ml_env_copy("MEMLENS_CTL_DIR", ml_ctl_dir_env, sizeof ml_ctl_dir_env);
+    /* where the state file goes (state.c); `memlens run` makes it */
+    ml_env_copy("MEMLENS_RUN_DIR", ml_run_dir_env, sizeof ml_run_dir_env);
 }
 
 static void *next_sym(const char *name)
@@ -233,7 +237,9 @@ __attribute__((constructor(101))) static void ml_constructor(void)
     ml_init();
     ml_tls.busy++;
     ml_unwind_setup();
+    atomic_store(&ml_st->unwinder, (uint32_t)ml_cfg.unwinder); /* as setup settled it */
     ml_fork_setup();
+    ml_state_modules_init();
     ml_tls.busy--;
     ml_cfg.ready = 1;
     if (ml_ctl_start)

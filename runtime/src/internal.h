@@ -51,6 +51,8 @@ void ml_last_switch(uint64_t *threads, uint64_t *pending, uint64_t *ns);
 void ml_ctl_start(void);
 void ml_ctl_atfork_child(void);
 void ml_ctl_child_poll(void);
+/* ctl.c: the process leaves through _exit (no destructor runs): remove the socket. */
+void ml_ctl_exit(void);
 /* ctl.c: the main thread's state letter from /proc (R, S, Z after pthread_exit...), 0 if unknown. */
 char ml_main_state(void);
 

@@ -13,14 +13,18 @@
 #include <time.h>
 #include <x86intrin.h>
 
+#include "state.h"
 #include "views.h"
 
 _Atomic int ml_views_on = 1;
-static _Atomic uint64_t anchor_tsc;
-static uint64_t anchor_ns;  /* CLOCK_MONOTONIC at anchor_tsc */
-static uint64_t hz_start;   /* ticks per second measured over 50 us when the anchor was set */
 _Atomic uint64_t ml_life_edges[ML_LIFE_BUCKETS - 1];
-static int dumped;         /* this process has written a dump (growth is measured from it) */
+/* In the state's header (state.c), where they outlive the process: the tick the views count from
+ * (anchor_tsc, at CLOCK_MONOTONIC anchor_ns), the tick rate measured over 50 us then (hz_start),
+ * and whether this process has written a dump (growth is measured from it). */
+#define anchor_tsc (ml_st->anchor_tsc)
+#define anchor_ns (ml_st->anchor_ns)
+#define hz_start (ml_st->hz_start)
+#define dumped (ml_st->dumped)
 
 static uint64_t mono_ns(void)
 {
@@ -34,10 +38,15 @@ __attribute__((constructor(102))) static void views_config(void)
     const char *s = getenv("MEMLENS_VIEWS");
     if (s && s[0] == '0')
         atomic_store(&ml_views_on, 0);
+    atomic_store(&ml_st->views_on, atomic_load(&ml_views_on));
 }
 
 /* Switch the views on or off at run time (the fast-path benchmark pairs the two in one process). */
-ML_EXPORT void memlens_views(int on) { atomic_store(&ml_views_on, !!on); }
+ML_EXPORT void memlens_views(int on)
+{
+    atomic_store(&ml_views_on, !!on);
+    atomic_store(&ml_st->views_on, !!on);
+}
 
 void ml_life_set_rate(uint64_t hz)
 {
@@ -74,12 +83,14 @@ uint64_t ml_views_anchor(void)
     return zero;
 }
 
-/* Ticks per second, measured since the anchor (at least 20 ms of it: a shorter span is extended). */
+/* Ticks per second, measured since the anchor (at least 1 ms of it: a shorter span is extended; the
+ * clock's error is tens of ns, so 1e-4 at worst). Every short-lived process that sampled pays the
+ * wait in its exit dump: 20 ms cost a program forking 300 such children 6 s. */
 uint64_t ml_views_tsc_hz(void)
 {
     uint64_t a = ml_views_anchor();
     uint64_t ns = mono_ns(), t = __rdtsc();
-    while (ns - anchor_ns < 20000000u) {
+    while (ns - anchor_ns < 1000000u) {
         __builtin_ia32_pause();
         ns = mono_ns();
         t = __rdtsc();

@@ -1,6 +1,11 @@
 /* Loaded modules for the dump (dl_iterate_phdr: base, build id from the PT_NOTE in memory, PT_LOAD
  * segments), plus modules that were dlclose'd since start, remembered by the dlclose interposer so
- * samples taken in them can still be symbolized. */
+ * samples taken in them can still be symbolized.
+ *
+ * The same records go into the state file's module table (state.h), which a reader uses once the
+ * process is gone: every module loaded at start-up, then, as stacks are recorded, each module a new
+ * stack's frames lie in and the table does not know yet (found with the lock-free
+ * _dl_find_object: a dlopen'ed library appears at its first sampled frame), marked when dlclose'd. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -11,7 +16,7 @@
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "state.h"
 
 #define MAX_UNLOADED 256
 #define MAX_SEGS 8
@@ -27,6 +32,7 @@ struct module {
 static struct module unloaded[MAX_UNLOADED];
 static int nunloaded;
 static _Atomic int lock;
+static _Atomic int st_lock; /* appending to the state file's module table (rare: a new module) */
 static int (*real_dlclose)(void *);
 
 /* Our lock, but never forever: a signal handler that dumps (or calls _exit) may have interrupted
@@ -229,6 +235,7 @@ static int remember(struct dl_phdr_info *info, size_t size, void *arg)
     if (!known && nunloaded < MAX_UNLOADED)
         unloaded[nunloaded++] = m;
     ml_spin_unlock(&lock);
+    ml_state_module_unloaded(m.base, m.path);
     return 1;
 }
 
@@ -250,4 +257,129 @@ ML_EXPORT int dlclose(void *handle)
     return r;
 }
 
-void ml_modules_reset_lock(void) { atomic_store(&lock, 0); }
+void ml_modules_reset_lock(void)
+{
+    atomic_store(&lock, 0);
+    atomic_store(&st_lock, 0);
+}
+
+/* ---- the state file's module table ---- */
+
+static void st_fill(struct ml_state_module *e, const struct module *m)
+{
+    e->base = m->base;
+    e->nseg = (uint32_t)m->nseg;
+    e->idlen = (uint32_t)m->idlen;
+    memcpy(e->id, m->id, sizeof e->id);
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < m->nseg && i < ML_STATE_SEGS; i++) {
+        e->seg[i].vaddr = m->seg[i].vaddr;
+        e->seg[i].memsz = m->seg[i].memsz;
+        e->seg[i].offset = m->seg[i].offset;
+        e->seg[i].flags = m->seg[i].flags;
+        if (m->base + m->seg[i].vaddr < lo)
+            lo = m->base + m->seg[i].vaddr;
+        if (m->base + m->seg[i].vaddr + m->seg[i].memsz > hi)
+            hi = m->base + m->seg[i].vaddr + m->seg[i].memsz;
+    }
+    e->lo = lo;
+    e->hi = hi;
+    memcpy(e->path, m->path, sizeof e->path);
+}
+
+/* The table's entry of a loaded module holding pc, or -1. */
+static int st_find(uintptr_t pc)
+{
+    uint32_t n = atomic_load_explicit(&ml_st->nmodules, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct ml_state_module *e = &ml_st_modules[i];
+        if (atomic_load_explicit((_Atomic uint32_t *)&e->state, memory_order_acquire) == 1 && pc >= e->lo &&
+            pc < e->hi)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* Append module `m` unless the table has it (loaded, same base and path). */
+static void st_add(const struct module *m)
+{
+    if (!m->nseg || !ml_st_modules)
+        return;
+    ml_spin_lock(&st_lock);
+    uint32_t n = atomic_load(&ml_st->nmodules);
+    int known = 0;
+    for (uint32_t i = 0; i < n && !known; i++)
+        known = ml_st_modules[i].state == 1 && ml_st_modules[i].base == m->base &&
+                !strcmp(ml_st_modules[i].path, m->path);
+    if (!known && n < ml_st->modules_cap && ml_state_modules_room(n + 1) == 0) {
+        struct ml_state_module *e = &ml_st_modules[n];
+        st_fill(e, m);
+        atomic_store_explicit((_Atomic uint32_t *)&e->state, 1, memory_order_release);
+        atomic_store_explicit(&ml_st->nmodules, n + 1, memory_order_release);
+    }
+    ml_spin_unlock(&st_lock);
+}
+
+static int st_add_info(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static struct module m; /* under st_add's callers: the constructor, or one new record at a time */
+    capture(&m, info);
+    st_add(&m);
+    return 0;
+}
+
+void ml_state_modules_init(void) { dl_iterate_phdr(st_add_info, NULL); }
+
+/* The module holding pc, found without the loader's lock, into the table. */
+static void st_discover(uintptr_t pc)
+{
+    struct dl_find_object fo;
+    if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_map_start || !fo.dlfo_link_map)
+        return;
+    const ElfW(Ehdr) *eh = fo.dlfo_map_start;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0)
+        return;
+    struct link_map *lm = fo.dlfo_link_map;
+    struct dl_phdr_info info = {
+        .dlpi_addr = lm->l_addr,
+        .dlpi_name = lm->l_name,
+        .dlpi_phdr = (const ElfW(Phdr) *)((const char *)eh + eh->e_phoff),
+        .dlpi_phnum = eh->e_phnum,
+    };
+    static _Atomic int busy; /* one discovery at a time shares the static record below */
+    if (atomic_exchange(&busy, 1))
+        return;
+    static struct module m;
+    capture(&m, &info);
+    st_add(&m);
+    atomic_store(&busy, 0);
+}
+
+void ml_state_modules_note(const uintptr_t *pcs, int depth)
+{
+    int last = -1;
+    for (int i = 0; i < depth; i++) {
+        uintptr_t pc = pcs[i] - 1; /* a return address: its call is in the module */
+        if (last >= 0 && pc >= ml_st_modules[last].lo && pc < ml_st_modules[last].hi)
+            continue;
+        last = st_find(pc);
+        if (last < 0) {
+            st_discover(pc);
+            last = st_find(pc);
+        }
+    }
+}
+
+void ml_state_module_unloaded(uintptr_t base, const char *path)
+{
+    if (!ml_st_modules)
+        return;
+    ml_spin_lock(&st_lock);
+    uint32_t n = atomic_load(&ml_st->nmodules);
+    for (uint32_t i = 0; i < n; i++)
+        if (ml_st_modules[i].state == 1 && ml_st_modules[i].base == base && !strcmp(ml_st_modules[i].path, path))
+            atomic_store_explicit((_Atomic uint32_t *)&ml_st_modules[i].state, 2, memory_order_release);
+    ml_spin_unlock(&st_lock);
+}

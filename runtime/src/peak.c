@@ -8,13 +8,23 @@
  * stack list, not the hash table. Under the lock nothing else changes the live counters, so the set
  * copied is the one of a single moment. */
 #define _GNU_SOURCE
+#include "state.h"
 #include "views.h"
 
-static _Atomic int64_t heap; /* written with the range lock held, read anywhere */
-static int64_t heap_max, next_snap;
-static uint64_t heap_max_tick; /* a tick, not a time: taking the time at every new maximum costs */
-static _Atomic uint64_t snap_heap, snap_ns;
-static _Atomic int snapped = 1; /* the peak columns are this process's (a fork child starts without) */
+/* In the state's header (state.c), where they outlive the process:
+ *   heap          the estimate, written with the range lock held, read anywhere
+ *   heap_max      its highest value, at heap_max_tick (a tick: taking the time at every new maximum
+ *                 costs), and next_snap, the value past which the next snapshot is taken
+ *   snap_heap/ns  the estimate and the time of the last snapshot
+ *   snapped       the peak columns are this process's (a fork child starts without; state.c sets
+ *                 it at start-up) */
+#define heap (ml_st->heap)
+#define heap_max (ml_st->heap_max)
+#define next_snap (ml_st->next_snap)
+#define heap_max_tick (ml_st->heap_max_tick)
+#define snap_heap (ml_st->snap_heap)
+#define snap_ns (ml_st->snap_ns)
+#define snapped (ml_st->snapped)
 
 int64_t ml_heap_now(void) { return atomic_load_explicit(&heap, memory_order_relaxed); }
 int ml_peak_valid(void) { return atomic_load_explicit(&snapped, memory_order_relaxed); }

@@ -15,8 +15,8 @@
  * The range never costs a program under `ulimit -v` its address space: with no limit it is one
  * 64 GiB PROT_NONE/MAP_NORESERVE reservation made read-write in 2 MiB steps; under a limit nothing
  * is reserved ahead, the range is mapped step by step at a fixed place (MAP_FIXED_NOREPLACE) and
- * ml_range_span covers only what is mapped. A failed mapping stops profiling (said once on stderr);
- * a full range drops the sample, counted in `dropped` and `dropped_bytes`. Sampling is rare (one
+ * ml_range_span covers only what is mapped. When a mapping fails (the limit is reached) the range stops
+ * growing: a sample that finds no room is counted as allocated but not tracked live (`untracked`). Sampling is rare (one
  * block per interval R), so one spin lock is enough here. block.c takes it: a sampled block's memory
  * and its accounting change together, under one lock, so the functions below expect it held. */
 #define _GNU_SOURCE
@@ -33,7 +33,6 @@
 
 #define RANGE_SIZE (64ull << 30)
 #define PAGE 4096u
-#define NPAGES (RANGE_SIZE / PAGE)
 #define BOOT_SIZE (256u << 10)
 #define COMMIT_STEP (2u << 20)
 #define SMALL_MAX (32u << 10) /* largest small chunk */
@@ -48,8 +47,12 @@ static uintptr_t boot_used;   /* bytes of the boot arena handed out */
 static uintptr_t committed;   /* bytes from the base that are read-write */
 static uintptr_t limit = RANGE_SIZE; /* bytes the range may grow to */
 static int grow_mode;         /* nothing reserved ahead: map on demand */
-static uint64_t used[NPAGES / 64];
-static uint64_t dirty[NPAGES / 64]; /* free pages that hold old data (retained, not given back) */
+/* One bit per page the range may grow to (mapped at start-up, sized to the range's limit: 2 MiB
+ * each for 64 GiB, a few KiB under `ulimit -v`, where a static array would cost the program 4 MiB
+ * of its address space). */
+static uint64_t *used;
+static uint64_t *dirty; /* free pages that hold old data (retained, not given back) */
+static uint64_t used_boot[BOOT_SIZE / PAGE / 64], dirty_boot[BOOT_SIZE / PAGE / 64];
 static uintptr_t retained;          /* how many */
 #define RETAIN ((64u << 20) / PAGE)
 static uintptr_t hiwater;     /* page index past the highest page ever used */
@@ -133,7 +136,7 @@ static inline int bits_are(const uint64_t *map, uintptr_t from, uintptr_t n, int
  * pages). */
 static void set_bits(uint64_t *map, uintptr_t from, uintptr_t n, int on)
 {
-    ML_ASSERT(from + n <= NPAGES && from + n >= from);
+    ML_ASSERT(from + n <= limit / PAGE && from + n >= from);
     while (n) {
         uintptr_t k;
         uint64_t m = run_mask(from, n, &k);
@@ -245,13 +248,37 @@ static int reserve(void)
     return -1;
 }
 
+/* The bitmaps, for a range of at most `limit` bytes; 0 or -1. */
+static int bitmaps(void)
+{
+    size_t bytes = ((limit / PAGE + 63) / 64) * 8;
+    bytes = (bytes + PAGE - 1) & ~(size_t)(PAGE - 1);
+    void *u = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (u == MAP_FAILED)
+        return -1;
+    used = u;
+    dirty = (uint64_t *)((char *)u + bytes);
+    return 0;
+}
+
 int ml_range_init(void)
 {
-    if (reserve() != 0) {
+    struct rlimit rl;
+    int r = reserve();
+    /* Under an address-space limit the range can never be larger than the limit. */
+    if (r == 0 && grow_mode && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < limit)
+        limit = ((uintptr_t)rl.rlim_cur + COMMIT_STEP - 1) & ~(uintptr_t)(COMMIT_STEP - 1);
+    if (r != 0 || bitmaps() != 0) {
         /* Keep the boot arena working (dlsym needs it) from a static buffer; sampling stays off. */
+        if (r == 0)
+            munmap((void *)ml_range_base, grow_mode ? BOOT_SIZE : RANGE_SIZE);
         ml_range_base = (uintptr_t)fallback_boot;
         ml_range_span = BOOT_SIZE;
         limit = committed = BOOT_SIZE;
+        used = used_boot;
+        dirty = dirty_boot;
+        mark(0, BOOT_SIZE / PAGE, 1);
         return -1;
     }
     committed = BOOT_SIZE;
@@ -299,8 +326,10 @@ static int commit(uintptr_t end)
         r = mprotect((void *)(ml_range_base + committed), want - committed, PROT_READ | PROT_WRITE);
     }
     if (r != 0) {
+        /* An address-space limit (or no memory): the range stays as it is. Sampling goes on: a
+         * sample that finds no room is still counted as allocated, only not tracked live
+         * (sample.c: `untracked`), and the program keeps the address space for itself. */
         limit = committed;
-        ml_fail("cannot map memory for sampled blocks (address-space limit or out of memory)");
         return -1;
     }
     committed = want;

@@ -88,15 +88,10 @@ struct ml_config {
     int is_fork_child;
     _Atomic int exit_dumped;  /* the exit dump was written (destructor or _exit, whichever first) */
     _Atomic uint64_t start_ns;
-    /* Written by samplers, rarely (a truncated stack, a full table): a cache line of their own, so
-     * that the fields above, which every thread's slow path reads, are never invalidated. The sample
-     * count and bytes are not kept here but summed from the stack table when asked for (a shared
-     * counter would be one more cache line bouncing between threads on every sample). */
-    _Alignas(64) _Atomic uint64_t truncated;
-    _Atomic uint64_t dropped;
-    _Atomic uint64_t unwind_fallbacks; /* samples the dwarf unwinder handed to libunwind/libgcc */
-    char pad_[40];
-    _Atomic uint64_t dropped_bytes; /* estimated bytes of the dropped samples (weight x size) */
+    /* The counters samplers write (truncated, dropped, unwind_fallbacks, dropped_bytes, …) are in
+     * the state's header (state.h: a line of their own, and in the file that outlives us). The
+     * sample count and bytes are not kept anywhere but summed from the stack table when asked for
+     * (a shared counter would be one more cache line bouncing between threads on every sample). */
 };
 extern struct ml_config ml_cfg;
 
@@ -231,6 +226,9 @@ int ml_stacks_init(void);
 uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int truncated);
 struct ml_stack *ml_stack_get(uint32_t id);
 uint32_t ml_stack_count(void);
+/* The table's limit (MEMLENS_MAX_STACKS) and the samples of new stacks dropped at it. */
+uint32_t ml_stacks_max(void);
+uint64_t ml_stacks_full_drops(void);
 void ml_stacks_zero_alloc(void);
 /* Sums over the table, for status: samples and estimated bytes allocated. */
 void ml_stacks_totals(uint64_t *samples, uint64_t *alloc_bytes);

@@ -10,6 +10,7 @@
 #include <x86intrin.h>
 
 #include "sample.h"
+#include "state.h"
 
 extern void ml_ctl_child_poll(void) __attribute__((weak));
 
@@ -162,7 +163,7 @@ uint32_t ml_sample_stack(uintptr_t ra, int sample)
     uint32_t id;
     if (ml_cfg.unwinder != ML_UNW_DWARF || !ml_dwarf_stack(ra, ml_cfg.max_depth, &id, &trunc)) {
         if (ml_cfg.unwinder == ML_UNW_DWARF && sample)
-            atomic_fetch_add_explicit(&ml_cfg.unwind_fallbacks, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&ml_st->unwind_fallbacks, 1, memory_order_relaxed);
         uintptr_t buf[ML_UNWIND_BUF];
         const uintptr_t *pcs;
         trunc = 0;
@@ -170,7 +171,7 @@ uint32_t ml_sample_stack(uintptr_t ra, int sample)
         id = ml_stack_intern(pcs, depth, trunc);
     }
     if (trunc && sample && id != ML_NO_STACK)
-        atomic_fetch_add_explicit(&ml_cfg.truncated, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_st->truncated, 1, memory_order_relaxed);
     t->busy--;
     return id;
 }
@@ -179,8 +180,8 @@ uint32_t ml_sample_stack(uintptr_t ra, int sample)
 static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
 {
     if (id == ML_NO_STACK) {
-        atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, w_bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ml_st->dropped_bytes, w_bytes, memory_order_relaxed);
         return;
     }
     struct ml_stack *st = ml_stack_get(id);
@@ -194,17 +195,18 @@ void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
 {
     uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
+    ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
     weights(t, size, t->armed);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = ml_sample_stack(ra, 1);
     void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
-    if (p) {
-        count_alloc(id, w_fx, w_bytes);
-    } else { /* the range is full: the caller serves it unsampled */
-        atomic_fetch_add_explicit(&ml_cfg.dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&ml_cfg.dropped_bytes, w_bytes, memory_order_relaxed);
-    }
+    /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
+     * the real allocator, and the sample still counts as allocated (as in exact mode), without
+     * live tracking. */
+    count_alloc(id, w_fx, w_bytes);
+    if (!p)
+        atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
     t->busy--;
     ml_cost_end(c0, w_fx, 1);
     return p;
@@ -215,6 +217,7 @@ void ml_exact_record(size_t size, uintptr_t ra)
     struct ml_thread *t = &ml_tls;
     int timed = t->samples % ML_COST_EXACT_EVERY == 0; /* cost.c: one record in 64 */
     uint64_t c0 = timed ? ml_cost_begin() : 0;
+    ml_state_own();
     t->busy++;
     weights(t, size, 0);
     count_alloc(ml_sample_stack(ra, 1), t->w_fx, t->w_bytes);

@@ -14,28 +14,27 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include "state.h"
 #include "views.h"
 
-#define NPOINTS 4096
+#define NPOINTS ML_STATE_POINTS
 #define PERIOD_NS 100000000u
 
-struct point {
-    uint64_t ns;
-    int64_t heap;
-    int64_t rss;                /* bytes; -1 unknown */
-    int64_t in_use, footprint;  /* the allocator's figures; -1 unknown */
-};
+/* A point: ns, the estimated heap, RSS (bytes; -1 unknown), the allocator's figures (-1 unknown). */
+#define point ml_state_point
 
 _Atomic uint64_t ml_timeline_next = 0; /* 0: the first sample takes the first point */
-static struct point points[NPOINTS];
-static uint32_t npoints;
-static uint64_t period_ns = PERIOD_NS;
+/* In the state mapping (state.c), where they outlive the process: the points, how many, the
+ * period between two (0 until the first point: PERIOD_NS) and which allocator the figures are of. */
+#define points ml_st_points
+#define npoints (ml_st->npoints)
+#define period_ns (ml_st->period_ns)
+#define stats_kind (ml_st->stats_kind)
 static _Atomic int lock;
 
 /* The allocator is the one our malloc forwards to (the next definition after us), named by the
  * file that holds it; its figures are read only from that same file. */
 enum { ST_UNSEEN, ST_UNKNOWN, ST_GLIBC, ST_JEMALLOC, ST_TCMALLOC, ST_MIMALLOC };
-static int stats_kind;
 static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);
 static int (*tc_property)(const char *, size_t *);
 static struct mallinfo2 (*glibc_mallinfo2)(void);
@@ -156,6 +155,8 @@ void ml_timeline_tick(uint64_t now, int why)
     if (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
         return;
     ml_tls.busy++; /* dlsym and the allocator's stats may allocate: straight to the real allocator */
+    if (!period_ns)
+        period_ns = PERIOD_NS;
     uint64_t hz = ml_views_tsc_hz_rough();
     ml_life_set_rate(hz);
     struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
@@ -172,9 +173,15 @@ void ml_timeline_tick(uint64_t now, int why)
         pt.in_use += sampled;
     if (pt.footprint >= 0)
         pt.footprint += sampled;
+    /* the tick, the time and the rate of this moment: a reader of the state file converts ticks
+     * with them once the process is gone */
+    atomic_store_explicit(&ml_st->clock_hz, hz, memory_order_relaxed);
+    atomic_store_explicit(&ml_st->clock_ns, pt.ns, memory_order_relaxed);
+    atomic_store_explicit(&ml_st->clock_tsc, now, memory_order_relaxed);
     if (npoints == NPOINTS)
         compact();
-    points[npoints++] = pt;
+    if (ml_state_points_room(npoints + 1) == 0)
+        points[npoints++] = pt;
     atomic_store_explicit(&ml_timeline_next, now + (uint64_t)((double)period_ns * 1e-9 * (double)hz),
                           memory_order_relaxed);
     ml_tls.busy--;
@@ -184,7 +191,7 @@ void ml_timeline_tick(uint64_t now, int why)
 void ml_timeline_fork_child(void)
 {
     npoints = 0;
-    period_ns = PERIOD_NS;
+    period_ns = 0;
     atomic_store(&ml_timeline_next, 0); /* the child's first sample takes its first point */
     atomic_store(&lock, 0);
 }

@@ -1,5 +1,6 @@
 /* Forks after recording many distinct stacks (run it in exact mode):
- *   fork_stacks cow      the child prints its private dirty memory right after fork
+ *   fork_stacks cow      the child prints its private dirty memory right after fork, before it
+ *                        allocates (its first sample would copy the table: docs/survival.md)
  *                        ("child_dirty_kib N") and the parent the size of its stack records
  *   fork_stacks path     the child looks for `true` along a PATH of 50 missing directories with
  *                        execve, as shells and language runtimes do, then runs it
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +54,22 @@ static long threads(void) { return proc_value("/proc/self/status", "Threads:"); 
 
 static long private_dirty_kib(void) { return proc_value("/proc/self/smaps_rollup", "Private_Dirty:"); }
 
+/* The same without stdio: a fork child measures itself before it allocates anything (an allocation
+ * under memlens --exact is a sample, and a child's first sample copies its parent's stack table). */
+static long private_dirty_kib_raw(void)
+{
+    char b[4096];
+    int fd = open("/proc/self/smaps_rollup", O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    b[n] = 0;
+    char *p = strstr(b, "Private_Dirty:");
+    return p ? strtol(p + 14, NULL, 10) : -1;
+}
+
 static int child_threads(void)
 {
     long a = threads();
@@ -90,7 +108,8 @@ int main(int argc, char **argv)
     }
     if (p == 0) {
         if (cow) {
-            printf("child_dirty_kib %ld\n", private_dirty_kib());
+            long d = private_dirty_kib_raw();
+            printf("child_dirty_kib %ld\n", d);
             fflush(stdout);
             _exit(0);
         }

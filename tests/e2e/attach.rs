@@ -436,3 +436,118 @@ fn attached_process_whose_main_called_pthread_exit_still_ends() {
     });
     assert!(ended.unwrap().success(), "{ended:?}");
 }
+
+/// What an attach may leave in a process: mappings both writable and executable, descriptors of
+/// a memfd of memlens, and its threads.
+fn leftovers(pid: u32) -> (usize, usize, usize) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let rwx = maps
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|p| p.starts_with("rwx"))
+        })
+        .count();
+    let memfds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().contains("memfd:memlens"))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| rd.count())
+        .unwrap_or(0);
+    (rwx, memfds, threads)
+}
+
+fn select_program(dir: &Path) -> (Child, u32) {
+    let prog = compile(
+        &root().join("runtime/tests/attach_select.c"),
+        dir,
+        "attach_select",
+        &[],
+    );
+    let child = spawn(dir, Command::new(&prog).arg(dir));
+    let mut pid = 0;
+    wait_for("attach_select to start", 20, || {
+        pid = std::fs::read_to_string(dir.join("pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        pid != 0
+    });
+    (child, pid)
+}
+
+/// A process waiting in select() whose stack holds addresses in the dynamic loader's code (as
+/// postgres's idle processes do) is attached at once: the walk of its calls shows it is in
+/// select(), not in the loader.
+#[test]
+fn attach_to_a_process_waiting_in_select() {
+    let dir = test_dir();
+    let (child, pid) = select_program(&dir);
+    let p = pid.to_string();
+    let o = ml(&dir, &["attach", &p, "--interval", "4K"]).ok();
+    assert!(stdout(&o).contains("attached"), "{}", printed(&o));
+    ml(&dir, &["ctl", &p, "status"]).ok();
+    let (rwx, memfds, _) = leftovers(pid);
+    assert_eq!(
+        (rwx, memfds),
+        (0, 0),
+        "the attach left a rwx mapping or a memfd"
+    );
+    ml(&dir, &["detach", &p]).ok();
+    stop_via_file(child, &dir);
+}
+
+/// SIGSTOP arriving right after the loader thread was made (the process stays stopped while
+/// memlens waits for it): the attach must not wait for ever, and nothing of it may stay behind —
+/// no thread of ours, no rwx page, no memfd — whether it succeeded or not.
+#[test]
+fn sigstop_during_attach_leaves_nothing_behind() {
+    let dir = test_dir();
+    let (child, pid) = select_program(&dir);
+    let (_, _, before) = leftovers(pid);
+    let p = pid.to_string();
+    let attach = ml(&dir, &["attach", &p])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The loader thread appears: stop the process at once, and keep it stopped.
+    let t0 = std::time::Instant::now();
+    while leftovers(pid).2 <= before && t0.elapsed() < Duration::from_secs(20) {
+        std::hint::spin_loop();
+    }
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let o = attach.wait_with_output().unwrap();
+    let took = t0.elapsed();
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(
+        took < Duration::from_secs(15),
+        "the attach waited {took:?} on the stopped process"
+    );
+    // Whatever the outcome, once it is over: the runtime's two threads at most, nothing else.
+    std::thread::sleep(Duration::from_millis(300));
+    let (rwx, memfds, threads) = leftovers(pid);
+    assert_eq!((rwx, memfds), (0, 0), "left behind: {}", printed(&o));
+    if o.status.success() {
+        assert!(
+            threads <= before + 2,
+            "{threads} threads, {before} before: {}",
+            printed(&o)
+        );
+        ml(&dir, &["ctl", &p, "status"]).ok();
+    } else {
+        assert_one_line_error(&o);
+        assert_eq!(threads, before, "{}", printed(&o));
+    }
+    assert!(alive(pid));
+    stop_via_file(child, &dir);
+}

@@ -42,6 +42,71 @@ fn every_subcommand_help_has_an_example() {
 fn unknown_option_is_a_one_line_usage_error() {
     memlens().args(["run", "--no-such-option"]).error(2);
     memlens().arg("no-such-command").error(2);
+    // --top 0 used to print two empty tables.
+    for cmd in [&["report", "p.pb.gz"][..], &["diff", "a.pb.gz", "b.pb.gz"]] {
+        let o = memlens().args(cmd).args(["--top", "0"]).error(2);
+        assert!(stderr(&o).contains("--top"), "{}", stderr(&o));
+    }
+}
+
+/// Values too large to mean anything are one-line usage errors naming the option, before anything
+/// runs: never a silent default (an interval the runtime cannot take) nor a panic (a duration
+/// that overflows the clock). A missing argument is named.
+#[test]
+fn out_of_range_values_and_missing_arguments_are_named() {
+    let huge = "99999999999999999h";
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["run", "--interval", "9223372036854775808", "--", "true"],
+            "--interval",
+        ),
+        (
+            &["run", "--interval", "18446744073709551615", "--", "true"],
+            "--interval",
+        ),
+        (&["run", "--dump-every", huge, "--", "true"], "--dump-every"),
+        (
+            &[
+                "run",
+                "--start-on-growth",
+                &format!("1M/{huge}"),
+                "--",
+                "true",
+            ],
+            "--start-on-growth",
+        ),
+        (
+            &[
+                "run",
+                "--start-on-growth",
+                "1M/1s",
+                "--profile-for",
+                huge,
+                "--",
+                "true",
+            ],
+            "--profile-for",
+        ),
+        (&["attach", "1", "--for", huge], "--for"),
+        (&["attach", "1", "--interval", "2T"], "--interval"),
+        (
+            &["ctl", "1", "start", "--interval", "9223372036854775808"],
+            "--interval",
+        ),
+        (&["run", "--"], "<CMD>"),
+    ];
+    for (args, named) in cases {
+        let o = memlens().args(args).error(2);
+        assert!(stderr(&o).contains(named), "{args:?}: {}", stderr(&o));
+    }
+    for args in [["attach"], ["report"]] {
+        let o = memlens().args(args).error(2);
+        assert!(
+            stderr(&o).contains("<"),
+            "{args:?} names no argument: {}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

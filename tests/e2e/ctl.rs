@@ -480,3 +480,88 @@ fn set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
+
+/// The control socket of `pid` (in the default control directory).
+fn socket_of(pid: i32) -> PathBuf {
+    let dir = PathBuf::from(format!("/tmp/memlens-{}", unsafe { libc::geteuid() }));
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with(&format!("{pid}.")) && n.ends_with(".sock")
+        })
+        .unwrap_or_else(|| panic!("no control socket of {pid} in {}", dir.display()))
+}
+
+/// Clients that connect and say nothing delay nobody: one idle connection used to hold every other
+/// client ~2 s, nine filled the backlog (18-20 s); twenty now leave `ctl status` as fast as ever.
+#[test]
+fn idle_connections_delay_no_other_client() {
+    let dir = test_dir();
+    let out = dir.join("idle.pb.gz");
+    let r = Running::start(&dir, &["-o", out.to_str().unwrap()], &[]);
+    let sock = socket_of(r.pid);
+    let mut idle = Vec::new();
+    for n in [1, 20] {
+        while idle.len() < n {
+            idle.push(std::os::unix::net::UnixStream::connect(&sock).unwrap());
+        }
+        let t0 = Instant::now();
+        let o = ctl(r.pid, &["status"]);
+        let took = t0.elapsed();
+        assert!(o.status.success(), "{}", printed(&o));
+        assert!(
+            took < Duration::from_millis(1000),
+            "with {n} idle connections, ctl status took {took:?}"
+        );
+    }
+    // The idle ones are answered (and closed) once their 2 s are up.
+    use std::io::Read;
+    let mut first = idle.remove(0);
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reply = String::new();
+    first.read_to_string(&mut reply).ok();
+    assert!(reply.starts_with("error "), "{reply:?}");
+    drop(idle);
+    let (code, err) = r.finish();
+    assert_eq!(code, 0, "{err}");
+}
+
+/// A program that leaves through `_exit` (`sh -c true`) or is killed leaves no control socket
+/// behind: the next `memlens serve` or `ctl` would find a socket nobody answers.
+#[test]
+fn ended_processes_leave_no_socket() {
+    let dir = test_dir();
+    let sockets = ctl_dir(&dir);
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&sockets)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let cases: [&[&str]; 3] = [
+        &["sh", "-c", "true"],
+        &["sh", "-c", "sleep 0.3; kill -9 $$"],
+        &[
+            "python3",
+            "-c",
+            "import os,time; time.sleep(0.3); os._exit(0)",
+        ],
+    ];
+    for cmd in cases {
+        memlens()
+            .env("MEMLENS_CTL_DIR", &sockets)
+            .arg("run")
+            .arg("-o")
+            .arg(dir.join("s.pb.gz"))
+            .arg("--")
+            .args(cmd)
+            .out();
+        assert_eq!(names(), Vec::<String>::new(), "{cmd:?} left its socket");
+    }
+}

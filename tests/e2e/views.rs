@@ -24,18 +24,10 @@ fn profile(dir: &Path, extra: &[&str], env: &[(&str, &str)], cmd: &[&str]) -> (P
     (out, text)
 }
 
-fn report_json(file: &Path, view: &str) -> Value {
-    let o = memlens()
-        .args([
-            "report",
-            file.to_str().unwrap(),
-            "--view",
-            view,
-            "--format",
-            "json",
-        ])
-        .ok();
-    serde_json::from_slice(&o.stdout).expect("report JSON")
+/// `memlens report FILE --view VIEW --format json`, parsed.
+#[track_caller]
+fn view_json(file: &Path, view: &str) -> Value {
+    report_json(file, &["--view", view])
 }
 
 /// Innermost function of each stack of a view, in the view's order.
@@ -49,7 +41,7 @@ fn leaders(j: &Value) -> Vec<String> {
 }
 
 fn sites(flags: &[&str], run_opts: &[&str], env: &[(&str, &str)]) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/views_sites.c");
     let exe = compile(&src, dir.path(), "views_sites", flags);
     let (p, out) = profile(dir.path(), run_opts, env, &[exe.to_str().unwrap()]);
@@ -60,22 +52,22 @@ fn sites(flags: &[&str], run_opts: &[&str], env: &[(&str, &str)]) {
         .parse()
         .unwrap();
 
-    let peak = report_json(&p, "peak");
+    let peak = view_json(&p, "peak");
     assert_eq!(peak["view"], "peak");
     assert_eq!(leaders(&peak)[0], "peak_builder", "{peak:#}");
-    let leaks = report_json(&p, "leaks");
+    let leaks = view_json(&p, "leaks");
     let l = leaders(&leaks);
     assert_eq!(l[0], "leak_site", "{leaks:#}");
     assert!(!l.iter().any(|f| f == "long_lived_site"), "{l:?}");
     assert_eq!(leaks["stacks"][0]["suspect"], true, "{leaks:#}");
-    let temps = report_json(&p, "temporaries");
+    let temps = view_json(&p, "temporaries");
     let t = leaders(&temps);
     assert_eq!(t[0], "churn_site", "{temps:#}");
     assert!(!t
         .iter()
         .any(|f| f == "peak_builder" || f == "long_lived_site"));
     assert!(temps["stacks"][0]["freed_1ms_share"].as_f64().unwrap() > 0.9);
-    let tl = report_json(&p, "timeline");
+    let tl = view_json(&p, "timeline");
     let points = tl["points"].as_array().unwrap();
     assert!(points.len() >= 3, "{tl:#}");
     let max = points
@@ -136,7 +128,7 @@ fn four_sites_over_jemalloc() {
 
 #[test]
 fn flamegraphs_html_and_go_pprof() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let d = dir.path();
     let src = root().join("runtime/tests/views_sites.c");
     let exe = compile(&src, d, "views_sites", &[]);
@@ -209,7 +201,7 @@ fn flamegraphs_html_and_go_pprof() {
 
 #[test]
 fn suspected_leak_grows_across_dumps() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let d = dir.path();
     let src = root().join("runtime/tests/views_sites.c");
     let exe = compile(&src, d, "views_sites", &[]);
@@ -235,7 +227,7 @@ fn suspected_leak_grows_across_dumps() {
     // summed over the run it is the whole increase, well above the sampling noise.
     let mut total = 0.0;
     for f in &numbered[1..] {
-        let j = report_json(f, "leaks");
+        let j = view_json(f, "leaks");
         let leak = j["stacks"]
             .as_array()
             .unwrap()
@@ -254,7 +246,7 @@ fn suspected_leak_grows_across_dumps() {
 
 #[test]
 fn python_peak_names_the_builder() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let script = dir.path().join("build.py");
     // Churn of ~1 KiB strings (malloc'd: above pymalloc's 512 B) before and after a 100 MB list of
     // bytearrays that is built and dropped: the churn leads the alloc view, the builder the peak.
@@ -267,7 +259,7 @@ fn python_peak_names_the_builder() {
     .unwrap();
     let (p, out) = profile(dir.path(), &[], &[], &["python3", script.to_str().unwrap()]);
     assert!(out.contains("25000"));
-    let peak = report_json(&p, "peak");
+    let peak = view_json(&p, "peak");
     let top = &peak["stacks"][0]["frames"];
     let names: Vec<&str> = top
         .as_array()
@@ -289,11 +281,11 @@ fn python_peak_names_the_builder() {
 
 #[test]
 fn first_block_of_a_thread_is_a_leak_seen() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/first_block.c");
     let exe = compile(&src, dir.path(), "first_block", &[]);
     let (p, _) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
-    let leaks = report_json(&p, "leaks");
+    let leaks = view_json(&p, "leaks");
     assert_eq!(
         leaks["stacks"][0]["frames"][0]["function"],
         "first_block_site"
@@ -304,7 +296,7 @@ fn first_block_of_a_thread_is_a_leak_seen() {
 
 #[test]
 fn views_off_and_exact_mode_say_so() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let src = root().join("runtime/tests/first_block.c");
     let exe = compile(&src, dir.path(), "first_block", &[]);
     let exe = exe.to_str().unwrap();
@@ -333,7 +325,7 @@ fn printed_value(out: &str, key: &str) -> f64 {
 /// The estimated heap when the peak set was taken, its highest estimate, and the timeline's highest
 /// point.
 fn peak_figures(p: &Path) -> (f64, f64, f64) {
-    let tl = report_json(p, "timeline");
+    let tl = view_json(p, "timeline");
     let max = tl["points"]
         .as_array()
         .unwrap()
@@ -397,7 +389,7 @@ fn realloc_growth_in_place_and_moving_follows_the_program() {
         let steps = exact / if args[0] == "moving" { 2.0 } else { 1.0 } / step;
         let buffers = if args[0] == "moving" { 2.0 } else { 1.0 };
         let want = 10.0 * buffers * step * steps * (steps + 1.0) / 2.0;
-        let j = report_json(&p, "peak");
+        let j = view_json(&p, "peak");
         let alloc = j["totals"]["alloc_space"].as_f64().unwrap();
         assert!(
             (alloc - want).abs() < 0.05 * want,
@@ -500,7 +492,7 @@ fn startup_leak_has_its_age_and_is_suspect() {
     let src = root().join("runtime/tests/startup_leak.c");
     let exe = compile(&src, dir.path(), "startup_leak", &[]);
     let (p, _) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap(), "800"]);
-    let leaks = report_json(&p, "leaks");
+    let leaks = view_json(&p, "leaks");
     let s = leaks["stacks"]
         .as_array()
         .unwrap()
@@ -531,7 +523,7 @@ fn two_call_sites_in_one_function_are_two_rows() {
         printed_value(&out, "small_line") as i64,
     );
     for view in ["leaks", "inuse"] {
-        let j = report_json(&p, view);
+        let j = view_json(&p, view);
         let rows: Vec<(i64, f64)> = j["stacks"]
             .as_array()
             .unwrap()
@@ -608,7 +600,7 @@ fn timeline_names_the_allocator_loaded() {
         &[("LD_PRELOAD", mimalloc)],
         &[exe.to_str().unwrap(), "3"],
     );
-    let tl = report_json(&p, "timeline");
+    let tl = view_json(&p, "timeline");
     assert_eq!(tl["allocator"], "mimalloc", "{tl:#}");
     // mimalloc tells what it committed, not what is in use: footprint only.
     let points = tl["points"].as_array().unwrap();

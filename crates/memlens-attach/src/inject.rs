@@ -12,6 +12,7 @@
 //! A call is made by pointing the thread at the function with a return address of 0: the return
 //! faults, the fault stops the thread for us, and the signal is never delivered.
 use crate::tracee::{seize_denied, Tracee};
+use crate::unwind::{after_call, Unwinder};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::io::Write;
@@ -20,34 +21,39 @@ use std::time::{Duration, Instant};
 
 /// `loader.S`, assembled (`as --64 loader.S && objcopy -O binary -j .text`).
 pub const LOADER: &[u8] = &[
-    0x53, 0x48, 0x89, 0xfb, 0xff, 0x53, 0x20, 0x48, 0x89, 0xc7, 0xff, 0x53, 0x18, 0x48, 0x8d, 0xbb,
-    0x00, 0x04, 0x00, 0x00, 0xbe, 0x01, 0x00, 0x00, 0x00, 0xff, 0x53, 0x50, 0x89, 0x43, 0x58, 0xc7,
-    0x43, 0x38, 0x05, 0x00, 0x00, 0x00, 0x8b, 0x43, 0x5c, 0x83, 0xf8, 0x01, 0x74, 0x11, 0x85, 0xc0,
-    0x75, 0x0b, 0x48, 0x8d, 0x7b, 0x60, 0x31, 0xf6, 0xff, 0x53, 0x70, 0xeb, 0xe9, 0x5b, 0xc3, 0x48,
-    0x8d, 0xbb, 0x80, 0x00, 0x00, 0x00, 0xbe, 0x02, 0x10, 0x00, 0x00, 0xff, 0x13, 0x48, 0x85, 0xc0,
-    0x74, 0x5f, 0x48, 0x89, 0xc7, 0x48, 0x8d, 0xb3, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x53, 0x08, 0x48,
-    0x85, 0xc0, 0x74, 0x56, 0x48, 0x8d, 0xbb, 0x00, 0x01, 0x00, 0x00, 0x48, 0x8d, 0xb3, 0x00, 0x02,
-    0x00, 0x00, 0xba, 0x00, 0x02, 0x00, 0x00, 0xff, 0xd0, 0x85, 0xc0, 0x75, 0x75, 0xc7, 0x43, 0x38,
-    0x01, 0x00, 0x00, 0x00, 0x83, 0x7b, 0x5c, 0x03, 0x74, 0x17, 0xff, 0x43, 0x78, 0x81, 0x7b, 0x78,
-    0x88, 0x13, 0x00, 0x00, 0x73, 0x0b, 0x48, 0x8d, 0x7b, 0x60, 0x31, 0xf6, 0xff, 0x53, 0x70, 0xeb,
-    0xe3, 0x48, 0x89, 0xdf, 0x48, 0x8b, 0x73, 0x40, 0x48, 0x8b, 0x43, 0x30, 0x5b, 0x50, 0xff, 0x67,
-    0x28, 0xc7, 0x43, 0x3c, 0x02, 0x00, 0x00, 0x00, 0xeb, 0x07, 0xc7, 0x43, 0x3c, 0x03, 0x00, 0x00,
-    0x00, 0xff, 0x53, 0x10, 0x48, 0x85, 0xc0, 0x74, 0x21, 0x48, 0x8d, 0xbb, 0x00, 0x02, 0x00, 0x00,
-    0xb9, 0xff, 0x01, 0x00, 0x00, 0x8a, 0x10, 0x88, 0x17, 0x84, 0xd2, 0x74, 0x0d, 0x48, 0xff, 0xc0,
-    0x48, 0xff, 0xc7, 0xff, 0xc9, 0x75, 0xee, 0xc6, 0x07, 0x00, 0x8b, 0x43, 0x3c, 0x89, 0x43, 0x38,
-    0x5b, 0xc3, 0xc7, 0x43, 0x38, 0x04, 0x00, 0x00, 0x00, 0x5b, 0xc3,
+    0x53, 0x48, 0x89, 0xfb, 0xb8, 0x0e, 0x00, 0x00, 0x00, 0x31, 0xff, 0x48, 0x8d, 0xb3, 0x20, 0x04,
+    0x00, 0x00, 0x31, 0xd2, 0x41, 0xba, 0x08, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xff, 0x53, 0x20, 0x48,
+    0x89, 0xc7, 0xff, 0x53, 0x18, 0x48, 0x8d, 0xbb, 0x00, 0x04, 0x00, 0x00, 0xbe, 0x01, 0x00, 0x00,
+    0x00, 0xff, 0x53, 0x50, 0x89, 0x43, 0x58, 0xc7, 0x43, 0x38, 0x05, 0x00, 0x00, 0x00, 0x8b, 0x43,
+    0x5c, 0x83, 0xf8, 0x01, 0x74, 0x27, 0x85, 0xc0, 0x75, 0x17, 0xff, 0x43, 0x78, 0x81, 0x7b, 0x78,
+    0x20, 0x4e, 0x00, 0x00, 0x73, 0x0b, 0x48, 0x8d, 0x7b, 0x60, 0x31, 0xf6, 0xff, 0x53, 0x70, 0xeb,
+    0xdd, 0xc7, 0x43, 0x3c, 0x06, 0x00, 0x00, 0x00, 0xe9, 0xbb, 0x00, 0x00, 0x00, 0x48, 0x8d, 0xbb,
+    0x80, 0x00, 0x00, 0x00, 0xbe, 0x02, 0x10, 0x00, 0x00, 0xff, 0x13, 0x48, 0x85, 0xc0, 0x74, 0x66,
+    0x48, 0x89, 0xc7, 0x48, 0x8d, 0xb3, 0xc0, 0x00, 0x00, 0x00, 0xff, 0x53, 0x08, 0x48, 0x85, 0xc0,
+    0x74, 0x5d, 0x48, 0x8d, 0xbb, 0x00, 0x01, 0x00, 0x00, 0x48, 0x8d, 0xb3, 0x00, 0x02, 0x00, 0x00,
+    0xba, 0x00, 0x02, 0x00, 0x00, 0xff, 0xd0, 0x85, 0xc0, 0x75, 0x76, 0xc7, 0x43, 0x38, 0x01, 0x00,
+    0x00, 0x00, 0xc7, 0x43, 0x78, 0x00, 0x00, 0x00, 0x00, 0x83, 0x7b, 0x5c, 0x01, 0x77, 0x17, 0xff,
+    0x43, 0x78, 0x81, 0x7b, 0x78, 0x88, 0x13, 0x00, 0x00, 0x73, 0x0b, 0x48, 0x8d, 0x7b, 0x60, 0x31,
+    0xf6, 0xff, 0x53, 0x70, 0xeb, 0xe3, 0x48, 0x89, 0xdf, 0x48, 0x8b, 0x73, 0x40, 0x48, 0x8b, 0x43,
+    0x30, 0x5b, 0x50, 0xff, 0x67, 0x28, 0xc7, 0x43, 0x3c, 0x02, 0x00, 0x00, 0x00, 0xeb, 0x07, 0xc7,
+    0x43, 0x3c, 0x03, 0x00, 0x00, 0x00, 0xff, 0x53, 0x10, 0x48, 0x85, 0xc0, 0x74, 0x2a, 0x48, 0x8d,
+    0xbb, 0x00, 0x02, 0x00, 0x00, 0xb9, 0xff, 0x01, 0x00, 0x00, 0x8a, 0x10, 0x88, 0x17, 0x84, 0xd2,
+    0x74, 0x16, 0x48, 0xff, 0xc0, 0x48, 0xff, 0xc7, 0xff, 0xc9, 0x75, 0xee, 0xc6, 0x07, 0x00, 0xeb,
+    0x07, 0xc7, 0x43, 0x3c, 0x04, 0x00, 0x00, 0x00, 0x8b, 0x7b, 0x58, 0x85, 0xff, 0x78, 0x07, 0xb8,
+    0x03, 0x00, 0x00, 0x00, 0x0f, 0x05, 0x8b, 0x43, 0x3c, 0x89, 0x43, 0x38, 0xc7, 0x43, 0x78, 0x00,
+    0x00, 0x00, 0x00, 0xe9, 0x71, 0xff, 0xff, 0xff,
 ];
 
 // The work area: a data page (layout below, offsets used by loader.S) and a code page.
 const AREA: u64 = 0x2000;
 const CODE: u64 = 0x1000;
 const OFF_FUNCS: u64 = 0x00; // dlopen dlsym dlerror pthread_detach pthread_self munmap pthread_exit
-const OFF_STATUS: u64 = 0x38; // 0 running, 5 memfd ready, 1 done, 2-4 failed
+const OFF_STATUS: u64 = 0x38; // 0 running, 5 memfd ready, 1 done, 2-4 failed, 6 given up
 const OFF_LEN: u64 = 0x40;
 const OFF_TID: u64 = 0x48;
 const OFF_MEMFD_CREATE: u64 = 0x50;
 const OFF_FD: u64 = 0x58;
-const OFF_GO: u64 = 0x5c; // set by memlens: 1 load, 2 give up
+const OFF_GO: u64 = 0x5c; // set by memlens: 1 load, 2 give up, 3 acknowledged
 const OFF_NAP: u64 = 0x60; // struct timespec of 1 ms
 const OFF_NANOSLEEP: u64 = 0x70;
 const OFF_NAPS: u64 = 0x78; // the loader's count of naps waiting for the acknowledgement
@@ -56,6 +62,7 @@ const OFF_SYM: u64 = 0xc0;
 const OFF_ARGS: u64 = 0x100;
 const OFF_MSG: u64 = 0x200;
 const OFF_NAME: u64 = 0x400;
+const OFF_SIGSET: u64 = 0x420; // every signal: the loader blocks them all
 const LOADER_FUNCS: [&str; 7] = [
     "dlopen",
     "dlsym",
@@ -154,6 +161,10 @@ struct Stopped {
     xstate: Vec<u8>,
     /// A signal that arrived while we held the thread: delivered when we let it go.
     pending: i32,
+    /// The thread our pthread_create made (PTRACE_O_TRACECLONE reports it, traced from birth).
+    clone_tid: Option<i32>,
+    /// When it stopped.
+    since: Instant,
 }
 
 fn get_regs(tid: i32) -> Result<libc::user_regs_struct> {
@@ -204,9 +215,11 @@ fn set_xstate(tid: i32, buf: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-/// Seize `tid` and stop it. Err(errno) if ptrace refused.
+/// Seize `tid` and stop it. Err(errno) if ptrace refused. The thread it creates for us is traced
+/// from birth (PTRACE_O_TRACECLONE), so memlens keeps it running even if the process is stopped
+/// (SIGSTOP) and can always make it leave.
 fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
-    if let Err(e) = ptrace(libc::PTRACE_SEIZE, tid, 0, 0) {
+    if let Err(e) = ptrace(libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACECLONE as u64) {
         return Ok(Err(e));
     }
     if let Err(e) = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) {
@@ -224,6 +237,7 @@ fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
         ptrace(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| anyhow!("ptrace cont: errno {e}"))?;
         let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
     }
+    let since = Instant::now();
     let regs = get_regs(tid)?;
     let xstate = get_xstate(tid)?;
     Ok(Ok(Stopped {
@@ -232,6 +246,8 @@ fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
         regs,
         xstate,
         pending,
+        clone_tid: None,
+        since,
     }))
 }
 
@@ -290,6 +306,18 @@ impl Stopped {
             if is_event_stop(st) {
                 continue;
             }
+            if (st >> 16) == libc::PTRACE_EVENT_CLONE {
+                let mut msg: libc::c_ulong = 0;
+                ptrace(
+                    libc::PTRACE_GETEVENTMSG,
+                    self.tid,
+                    0,
+                    &mut msg as *mut _ as u64,
+                )
+                .map_err(|e| anyhow!("ptrace geteventmsg: errno {e}"))?;
+                self.clone_tid = Some(msg as i32);
+                continue;
+            }
             let s = libc::WSTOPSIG(st);
             if s == libc::SIGSEGV {
                 let now = get_regs(self.tid)?;
@@ -346,6 +374,10 @@ struct Plan {
     funcs: HashMap<String, u64>,
     /// Code a thread must not be stopped in (or return into).
     unsafe_spans: Vec<(u64, u64)>,
+    /// The call frame information of its modules, to walk a stopped thread's calls.
+    unwinder: Unwinder,
+    /// The loader's `_r_debug` (its `r_state` says whether a dlopen or dlclose is under way).
+    r_debug: Option<u64>,
 }
 
 fn file_name(p: &str) -> &str {
@@ -401,34 +433,70 @@ fn plan(p: &Tracee) -> Result<Plan> {
         }
     }
     unsafe_spans.extend(p.code_of(|q| file_name(q) == interp));
+    let r_debug = modules
+        .iter()
+        .find(|m| file_name(m) == interp)
+        .and_then(|m| {
+            p.symbols(m, &["_r_debug"])
+                .ok()?
+                .get("_r_debug")
+                .map(|s| s.0)
+        });
+    let mem = p.mem_pid();
+    let unwinder = Unwinder::new(p, &|addr, buf| read_mem(mem, addr, buf).unwrap_or(0));
     Ok(Plan {
         funcs,
         unsafe_spans,
+        unwinder,
+        r_debug,
     })
 }
 
-/// Is the stopped thread somewhere pthread_create could deadlock from? Looks at the instruction
-/// pointer and every word of the top 16 KiB of its stack (return addresses into the allocator or
-/// the loader; a stale word only costs a retry).
+fn read_word(tid: i32, addr: u64) -> Option<u64> {
+    let mut w = [0u8; 8];
+    (read_mem(tid, addr, &mut w) == Ok(8)).then(|| u64::from_le_bytes(w))
+}
+
+/// Is the stopped thread somewhere pthread_create could deadlock from — inside the allocator or
+/// the dynamic loader, which may hold the locks it takes? Decided from the functions the thread is
+/// in: its instruction pointer and the return addresses of its call chain, walked with the modules'
+/// CFI. Where the walk cannot go on, the rest of the top 16 KiB of its stack is scanned for return
+/// addresses (words right after a call instruction) into that code, and a dlopen or dlclose under
+/// way (the loader's `r_state`) counts as unsafe too.
 fn in_unsafe_spot(s: &Stopped, plan: &Plan) -> bool {
     let hit = |v: u64| plan.unsafe_spans.iter().any(|&(lo, hi)| v >= lo && v < hi);
     if hit(s.regs.rip) {
         return true;
     }
-    let mut buf = vec![0u8; 4096];
-    for page in 0..4u64 {
-        let addr = s.regs.rsp + page * 4096;
-        let Ok(n) = read_mem(s.tid, addr, &mut buf) else {
+    let read = |a: u64| read_word(s.tid, a);
+    let chain = plan
+        .unwinder
+        .chain(s.regs.rip, s.regs.rsp, s.regs.rbp, &read);
+    if chain.pcs.iter().any(|&pc| hit(pc)) {
+        return true;
+    }
+    if chain.complete {
+        return false;
+    }
+    // r_debug.r_state (after r_version and its padding, r_map and r_brk): 0 = RT_CONSISTENT
+    if let Some(rd) = plan.r_debug {
+        if read(rd + 24).is_none_or(|w| w as u32 != 0) {
+            return true;
+        }
+    }
+    let end = s.regs.rsp + 16 * 1024;
+    let mut at = chain.sp.max(s.regs.rsp) & !7;
+    while at < end {
+        let Some(w) = read(at) else {
             break;
         };
-        for w in buf[..n].chunks_exact(8) {
-            if hit(u64::from_le_bytes(w.try_into().unwrap())) {
+        if hit(w) {
+            let mut code = [0u8; 8];
+            if read_mem(s.tid, w - 8, &mut code) == Ok(8) && after_call(&code) {
                 return true;
             }
         }
-        if n < buf.len() {
-            break;
-        }
+        at += 8;
     }
     false
 }
@@ -487,32 +555,74 @@ impl Drop for HoldSignals {
     }
 }
 
-/// Our thread's scheduling priority raised for as long as a thread of the target is stopped: each
-/// injected call hands the CPU to the target and back, and on a saturated machine a tracer of
-/// ordinary priority waits a time slice or more for every hand-back (tens of ms were measured).
-/// Without the privilege (CAP_SYS_NICE) the priority stays as it was.
-struct Boost(Option<i32>);
+/// A thread's scheduling raised for as long as a thread of the target is stopped: each injected
+/// call hands the CPU from memlens to the target thread and back, and on a saturated machine either
+/// side waits for its turn behind the busy threads (a time slice or more per hand-off: tens of ms
+/// were measured, still with nice -20 under EEVDF). Both memlens's thread and the stopped one run
+/// SCHED_FIFO meanwhile (real-time: they preempt every ordinary thread at once), with
+/// SCHED_RESET_ON_FORK so that the thread our pthread_create makes starts as an ordinary one; both
+/// are put back as they were. Without the privilege (CAP_SYS_NICE, or RLIMIT_RTPRIO) the nice value
+/// is raised instead where allowed, else nothing changes.
+struct Boost {
+    tid: i32,
+    old_policy: Option<(i32, libc::sched_param)>,
+    old_nice: Option<i32>,
+}
+
+/// A thread's nice value, or None.
+fn nice_of(tid: i32) -> Option<i32> {
+    // SAFETY: getpriority on one thread; errno tells a -1 nice value from an error.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let v = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        (*libc::__errno_location() == 0).then_some(v)
+    }
+}
+
+fn set_nice(tid: i32, v: i32) -> bool {
+    // SAFETY: setpriority on one thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, v) == 0 }
+}
 
 impl Boost {
-    fn new() -> Boost {
-        // SAFETY: getpriority/setpriority on our own thread (tid 0 = the caller).
+    /// Raise thread `tid` (0: the caller).
+    fn new(tid: i32) -> Boost {
+        let mut b = Boost {
+            tid,
+            old_policy: None,
+            old_nice: None,
+        };
+        // SAFETY: sched_* calls on one thread with parameters that live on our stack.
         unsafe {
-            *libc::__errno_location() = 0;
-            let old = libc::getpriority(libc::PRIO_PROCESS, 0);
-            if *libc::__errno_location() != 0 || libc::setpriority(libc::PRIO_PROCESS, 0, -20) != 0
-            {
-                return Boost(None);
+            let policy = libc::sched_getscheduler(tid);
+            let mut param: libc::sched_param = std::mem::zeroed();
+            if policy >= 0 && libc::sched_getparam(tid, &mut param) == 0 {
+                let fifo = libc::sched_param { sched_priority: 1 };
+                if libc::sched_setscheduler(
+                    tid,
+                    libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
+                    &fifo,
+                ) == 0
+                {
+                    b.old_policy = Some((policy, param));
+                    return b;
+                }
             }
-            Boost(Some(old))
         }
+        b.old_nice = nice_of(tid).filter(|_| set_nice(tid, -20));
+        b
     }
 }
 
 impl Drop for Boost {
     fn drop(&mut self) {
-        if let Some(old) = self.0 {
-            // SAFETY: puts back the priority read in new().
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, old) };
+        if let Some((policy, param)) = self.old_policy {
+            // SAFETY: puts back the policy read in new() (sched_getscheduler's value carries
+            // SCHED_RESET_ON_FORK when it was set).
+            unsafe { libc::sched_setscheduler(self.tid, policy, &param) };
+        }
+        if let Some(old) = self.old_nice {
+            set_nice(self.tid, old);
         }
     }
 }
@@ -525,28 +635,54 @@ pub fn inject(p: &Tracee, lib: &[u8], args: &str) -> Result<Injected> {
     loop {
         for tid in tids(p.pid) {
             let _hold = HoldSignals::new();
-            let _boost = Boost::new();
+            let _boost = Boost::new(0);
             let s = match stop(tid)? {
                 Ok(s) => s,
                 Err(libc::ESRCH) => continue, // the thread ended
                 Err(e) => return Err(seize_denied(&p.label(), e)),
             };
+            let target_boost = Boost::new(tid);
             if in_unsafe_spot(&s, &plan) {
                 retries += 1;
                 s.release()?;
                 continue;
             }
-            let t0 = Instant::now();
-            let (page, result) = load(s, p, &plan)?;
-            let stopped = t0.elapsed();
+            let since = s.since;
+            let (page, loader, result) = load(s, p, &plan)?;
+            let stopped = since.elapsed();
+            // The loader thread (and the threads the runtime starts from it) must run as the
+            // program's own do: SCHED_RESET_ON_FORK made it an ordinary thread of nice 0, or it
+            // inherited the raised nice value.
+            if let (Some(l), Some(old)) = (loader, nice_of(tid)) {
+                let old = target_boost.old_nice.unwrap_or(old);
+                set_nice(l, old);
+            }
+            drop(target_boost);
             drop(_boost);
-            result?;
-            // Still holding our signals: a memlens killed before `go` is set would leave the
-            // loader thread waiting.
-            hand_over(p, page, lib, args)
-                .with_context(|| format!("cannot attach to {}", p.label()))?;
+            let mut loader = match (result, loader) {
+                (Ok(()), Some(l)) => Loader::adopt(l, page)?,
+                (Ok(()), None) => bail!(
+                    "cannot attach to {}: the loader thread was not reported by the kernel",
+                    p.label()
+                ),
+                (Err(e), l) => {
+                    if let Some(l) = l {
+                        Loader::adopt(l, page)?.abandon(p);
+                    }
+                    return Err(e);
+                }
+            };
+            // Still holding our signals: a memlens killed now would leave the loader thread
+            // waiting (it gives up by itself after 20 s).
+            let r = hand_over(p, &mut loader, lib, args)
+                .with_context(|| format!("cannot attach to {}", p.label()))
+                .and_then(|()| wait_loaded(p, &mut loader));
             drop(_hold);
-            wait_loaded(p, page)?;
+            if let Err(e) = r {
+                loader.abandon(p);
+                return Err(e);
+            }
+            loader.finish();
             return Ok(Injected {
                 stopped,
                 tid,
@@ -571,8 +707,8 @@ fn check_ret(what: &str, v: u64) -> Result<u64> {
 }
 
 /// Work done while the thread is stopped: the work area and the loader thread. Always releases the
-/// thread; returns the work area (0 if none) and the outcome.
-fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Result<()>)> {
+/// thread; returns the work area (0 if none), the loader thread (if one was made) and the outcome.
+fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Option<i32>, Result<()>)> {
     let f = |n: &str| plan.funcs[n];
     let mut page = 0;
     let mut work = || -> Result<()> {
@@ -604,6 +740,7 @@ fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Result<()>)> {
         put(OFF_NAPS, &0u32.to_le_bytes());
         put(OFF_SYM, b"memlens_attach_entry\0");
         put(OFF_NAME, b"memlens\0");
+        put(OFF_SIGSET, &u64::MAX.to_le_bytes());
         put(CODE, LOADER);
         write_mem(p.mem_pid(), page, &data)?;
         let rc = s.call(f("pthread_create"), &[page + OFF_TID, 0, page + CODE, page])? as i32;
@@ -616,12 +753,14 @@ fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Result<()>)> {
         Ok(())
     };
     let r = work();
-    if r.is_err() && page != 0 {
+    let loader = s.clone_tid;
+    if r.is_err() && page != 0 && loader.is_none() {
         let _ = s.call(f("munmap"), &[page, AREA]); // best effort; the thread is still ours
     }
     s.release()?;
     Ok((
         page,
+        loader,
         r.with_context(|| format!("cannot attach to {}", p.label())),
     ))
 }
@@ -639,57 +778,160 @@ fn read_u32(pid: i32, addr: u64) -> Result<Option<u32>> {
     }
 }
 
+/// The loader thread, traced by memlens from its birth to its end: whatever stops the process
+/// meanwhile (SIGSTOP, a terminal's Ctrl-Z), memlens keeps this one thread running, so an attach
+/// never waits on a stopped process and, when it fails, the thread can always be made to leave
+/// (closing its memfd and unmapping its page: nothing of the attach stays behind).
+struct Loader {
+    tid: i32,
+    page: u64,
+    gone: bool,
+}
+
+impl Loader {
+    /// Take over the new thread: it starts stopped (traced from birth); it may create threads of
+    /// its own (the runtime's), which must not be traced.
+    fn adopt(tid: i32, page: u64) -> Result<Loader> {
+        let mut l = Loader {
+            tid,
+            page,
+            gone: false,
+        };
+        let st = wait(tid).context("the loader thread")?;
+        let _ = st;
+        ptrace(libc::PTRACE_SETOPTIONS, tid, 0, 0)
+            .map_err(|e| anyhow!("ptrace setoptions on the loader thread: errno {e}"))?;
+        ptrace(libc::PTRACE_CONT, tid, 0, 0)
+            .map_err(|e| anyhow!("cannot start the loader thread: errno {e}"))?;
+        l.pump();
+        Ok(l)
+    }
+
+    /// Let it run through whatever stops it: a group stop is not ours to keep (the other threads
+    /// stay stopped), a signal is passed on (the loader blocks every signal, so only the
+    /// unblockable ones reach it). Notes its end.
+    fn pump(&mut self) {
+        while !self.gone {
+            let mut st = 0;
+            // SAFETY: waitpid writes the status into `st`.
+            let r = unsafe { libc::waitpid(self.tid, &mut st, libc::WNOHANG | libc::__WALL) };
+            if r == 0 {
+                return;
+            }
+            if r < 0 {
+                if errno() == libc::EINTR {
+                    continue;
+                }
+                self.gone = true; // ECHILD: not ours any more
+                return;
+            }
+            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+                self.gone = true;
+                return;
+            }
+            let sig = if is_event_stop(st) || (st >> 16) != 0 {
+                0
+            } else {
+                libc::WSTOPSIG(st) as u64
+            };
+            let _ = ptrace(libc::PTRACE_CONT, self.tid, 0, sig);
+        }
+    }
+
+    fn read_status(&mut self, p: &Tracee) -> Result<Option<u32>> {
+        self.pump();
+        read_u32(p.mem_pid(), self.page + OFF_STATUS)
+    }
+
+    /// The attach is done: the loader unmaps its page and ends; see it gone (a traced thread that
+    /// ended lingers until its tracer has seen it).
+    fn finish(mut self) {
+        let t0 = Instant::now();
+        while !self.gone && t0.elapsed() < Duration::from_secs(2) {
+            self.pump();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The attach failed: tell the loader to give up (or acknowledge its failure) and keep it
+    /// running until it has closed its memfd, unmapped its page and ended.
+    fn abandon(mut self, p: &Tracee) {
+        let _ = write_mem(p.mem_pid(), self.page + OFF_GO, &2u32.to_le_bytes());
+        let t0 = Instant::now();
+        while !self.gone && t0.elapsed() < Duration::from_secs(10) {
+            self.pump();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if self.gone {
+            return;
+        }
+        // Let it go untraced; it finishes (or gives up) on its own. A tracee is detached from a
+        // stop only.
+        if ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0).is_ok() {
+            let mut st = 0;
+            // SAFETY: waitpid writes the status into `st`.
+            let r = unsafe { libc::waitpid(self.tid, &mut st, libc::__WALL) };
+            if r == self.tid && libc::WIFSTOPPED(st) {
+                let _ = ptrace(libc::PTRACE_DETACH, self.tid, 0, 0);
+            }
+        }
+    }
+}
+
 /// The loader thread has made its memfd: fill it with the runtime, then let the thread load it.
-fn hand_over(p: &Tracee, page: u64, lib: &[u8], args: &str) -> Result<()> {
+fn hand_over(p: &Tracee, loader: &mut Loader, lib: &[u8], args: &str) -> Result<()> {
+    let page = loader.page;
     let t0 = Instant::now();
-    while read_u32(p.mem_pid(), page + OFF_STATUS)? != Some(5) {
+    while loader.read_status(p)? != Some(5) {
+        if loader.gone {
+            bail!("the loader thread ended before it was ready");
+        }
         if t0.elapsed() > Duration::from_secs(20) {
             bail!("the loader thread did not start within 20 s");
         }
         std::thread::sleep(Duration::from_micros(200));
     }
     let fd = read_u32(p.mem_pid(), page + OFF_FD)?.unwrap_or(u32::MAX) as i32;
-    let fill = || -> Result<()> {
-        if fd < 0 {
-            bail!("memfd_create failed in the process");
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(format!("{}/fd/{fd}", p.proc_dir))
-            .context("cannot open the memfd created in the process")?;
-        file.write_all(lib)
-            .context("cannot write the runtime into the process's memfd")?;
-        // thread-self: /proc/self is the leader, whose fd table is gone once main() has called
-        // pthread_exit.
-        let path = format!("/proc/thread-self/fd/{fd}\0");
-        let args = format!("fd={fd} {args}\0");
-        if args.len() > (OFF_MSG - OFF_ARGS) as usize {
-            bail!("attach arguments too long");
-        }
-        write_mem(p.mem_pid(), page + OFF_PATH, path.as_bytes())?;
-        write_mem(p.mem_pid(), page + OFF_ARGS, args.as_bytes())?;
-        Ok(())
-    };
-    let r = fill();
-    let go: u32 = if r.is_ok() { 1 } else { 2 };
-    write_mem(p.mem_pid(), page + OFF_GO, &go.to_le_bytes())?;
-    r
+    if fd < 0 {
+        bail!("memfd_create failed in the process");
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("{}/fd/{fd}", p.proc_dir))
+        .context("cannot open the memfd created in the process")?;
+    file.write_all(lib)
+        .context("cannot write the runtime into the process's memfd")?;
+    // thread-self: /proc/self is the leader, whose fd table is gone once main() has called
+    // pthread_exit.
+    let path = format!("/proc/thread-self/fd/{fd}\0");
+    let args = format!("fd={fd} {args}\0");
+    if args.len() > (OFF_MSG - OFF_ARGS) as usize {
+        bail!("attach arguments too long");
+    }
+    write_mem(p.mem_pid(), page + OFF_PATH, path.as_bytes())?;
+    write_mem(p.mem_pid(), page + OFF_ARGS, args.as_bytes())?;
+    write_mem(p.mem_pid(), page + OFF_GO, &1u32.to_le_bytes())
 }
 
-/// Wait for the loader thread's verdict (its status word, or its work area gone on success).
-fn wait_loaded(p: &Tracee, page: u64) -> Result<()> {
+/// Wait for the loader thread's verdict, then acknowledge it (the loader unmaps its page only
+/// then, so the status read here was never that of memory the program reused).
+fn wait_loaded(p: &Tracee, loader: &mut Loader) -> Result<()> {
+    let page = loader.page;
     let t0 = Instant::now();
     loop {
-        let Some(status) = read_u32(p.mem_pid(), page + OFF_STATUS)? else {
+        let Some(status) = loader.read_status(p)? else {
             bail!(
                 "cannot attach to {}: the loader thread's work area vanished",
                 p.label()
             );
         };
         if status == 1 {
-            // Done: let the loader unmap its page (it waits for this, so the status we read was
-            // never that of memory the program reused).
             write_mem(p.mem_pid(), page + OFF_GO, &3u32.to_le_bytes())?;
             return Ok(());
         }
@@ -701,9 +943,16 @@ fn wait_loaded(p: &Tracee, page: u64) -> Result<()> {
             let what = match status {
                 2 => "loading the runtime failed",
                 3 => "the runtime has no attach entry",
+                6 => "the loader thread gave up",
                 _ => "the runtime refused",
             };
             bail!("cannot attach to {}: {what}: {text}", p.label());
+        }
+        if loader.gone {
+            bail!(
+                "cannot attach to {}: the loader thread ended without a verdict",
+                p.label()
+            );
         }
         if t0.elapsed() > Duration::from_secs(20) {
             bail!(

@@ -7,10 +7,11 @@
 #![warn(missing_docs)]
 mod inject;
 mod tracee;
+mod unwind;
 
 use anyhow::{bail, Result};
 use memlens_measure::error::usage;
-use memlens_measure::units::{format_size, parse_duration, parse_size};
+use memlens_measure::units::{format_size, parse_duration};
 use memlens_target::{default_dump_name, parse_pid, Target};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -84,8 +85,16 @@ fn runtime_args(interval: Option<u64>, unwinder: Option<&str>) -> Result<String>
 /// when it is already there), optionally sample for `--for` and write the profile; the exit status.
 pub fn run_attach(a: AttachArgs) -> Result<i32> {
     let pid = parse_pid(&a.pid)?;
-    let duration = a.duration.as_deref().map(parse_duration).transpose()?;
-    let mut interval = a.interval.as_deref().map(parse_size).transpose()?;
+    let duration = a
+        .duration
+        .as_deref()
+        .map(|s| parse_duration(s).map_err(|e| usage(format!("bad --for: {e:#}"))))
+        .transpose()?;
+    let mut interval = a
+        .interval
+        .as_deref()
+        .map(|s| memlens_target::parse_interval(s, "--interval"))
+        .transpose()?;
     if duration.is_some() && interval.is_none() {
         interval = Some(512 * 1024);
     }

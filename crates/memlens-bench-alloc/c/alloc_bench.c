@@ -1,8 +1,11 @@
 /* alloc_bench: the child process of `memlens bench alloc`. It runs one allocation pattern on T threads
  * under whatever allocator was preloaded, and prints one JSON line on stdout:
  *   wall time of the timed region, malloc/free counts, per-call latency quantiles (TSC ticks, clock
- *   cost already subtracted) and which object malloc resolved to (so the parent can prove the preload
- *   took effect).
+ *   cost already subtracted), how long the workers were on a CPU and how long they waited for one
+ *   (/proc/thread-self/schedstat: a busy machine shows as waiting), and which object malloc resolved
+ *   to (so the parent can prove the preload took effect).
+ * With THREADS = 1 the work runs on the process's only thread, as in a single-threaded program (where
+ * glibc and memlens's reference allocators skip their locks); with more, on THREADS new threads.
  * Usage: alloc_bench PATTERN SIZE THREADS OPS LIVE TOUCH SAMPLE_EVERY SEED
  *   PATTERN  split | pairs | batch-lifo | batch-fifo | cross | larson
  *   OPS      total malloc calls over all threads (each thread does OPS/THREADS)
@@ -11,6 +14,7 @@
  * the only malloc/free calls are the pattern's own. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -19,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
 enum pattern { SPLIT, PAIRS, BATCH_LIFO, BATCH_FIFO, CROSS, LARSON };
@@ -85,6 +90,49 @@ static uint64_t measure_clock_cost(void)
     return v[1000];
 }
 
+/* ---- time on a CPU and time waiting for one ---- */
+
+/* The calling thread's time on a CPU (CLOCK_THREAD_CPUTIME_ID: exact, where schedstat's first field
+ * lags by up to a tick) and time runnable but waiting for a CPU (/proc/thread-self/schedstat's second
+ * field, brought up to date each time the thread is put on a CPU, so current while it runs), in ns,
+ * and the monotonic times at which the reading began and ended. Read with raw system calls: no
+ * malloc. `ok` is 0 where the kernel has no schedstat. */
+struct sched {
+    long long begin, end, on_cpu, waiting;
+    int ok;
+};
+
+static long long ns_of(const struct timespec *t)
+{
+    return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
+}
+
+static struct sched sched_now(void)
+{
+    struct sched r = {0, 0, 0, 0, 0};
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r.begin = ns_of(&t);
+    char buf[128];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n > 0) {
+            buf[n] = 0;
+            char *end;
+            strtoll(buf, &end, 10);
+            r.waiting = strtoll(end, NULL, 10);
+            r.ok = end != buf;
+        }
+    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    r.on_cpu = ns_of(&t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r.end = ns_of(&t);
+    return r;
+}
+
 /* ---- per-thread state ---- */
 
 struct samples {
@@ -104,6 +152,7 @@ struct worker {
     struct samples m, f;
     void **slots;          /* ring / batch / larson slots */
     struct timespec t0, t1; /* this thread's start and end of work */
+    struct sched sched0, sched1; /* its CPU time and wait for a CPU just before t0, just after t1 */
 } __attribute__((aligned(64)));
 
 static struct worker *workers;
@@ -362,6 +411,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     setup(w);
     pthread_barrier_wait(&start_line);
+    w->sched0 = sched_now();
     clock_gettime(CLOCK_MONOTONIC, &w->t0);
     switch (cfg.pattern) {
     case SPLIT: run_split(w); break;
@@ -372,6 +422,7 @@ static void *worker_main(void *arg)
     case LARSON: run_larson(w); break;
     }
     clock_gettime(CLOCK_MONOTONIC, &w->t1);
+    w->sched1 = sched_now();
     pthread_barrier_wait(&finish_line);
     pthread_barrier_wait(&round_line); /* larson: no thread frees slots another is still using */
     cleanup(w);
@@ -440,11 +491,6 @@ static void print_quantiles(const char *name, int frees)
     printf("}");
 }
 
-static long long ns(const struct timespec *t)
-{
-    return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
-}
-
 static const char *origin(const char *sym)
 {
     Dl_info info;
@@ -482,33 +528,53 @@ int main(int argc, char **argv)
     clock_cost = measure_clock_cost();
     workers = raw_alloc(sizeof(struct worker) * cfg.threads);
     split_work();
-    pthread_barrier_init(&start_line, NULL, cfg.threads + 1);
-    pthread_barrier_init(&finish_line, NULL, cfg.threads + 1);
+    /* One thread: this one does the work, so the process stays single-threaded. */
+    unsigned spawn = cfg.threads == 1 ? 0 : cfg.threads;
+    pthread_barrier_init(&start_line, NULL, cfg.threads + (spawn > 0));
+    pthread_barrier_init(&finish_line, NULL, cfg.threads + (spawn > 0));
     pthread_barrier_init(&round_line, NULL, cfg.threads);
-    for (unsigned i = 0; i < cfg.threads; i++)
+    for (unsigned i = 0; i < spawn; i++)
         if (pthread_create(&workers[i].tid, NULL, worker_main, &workers[i])) {
             fprintf(stderr, "alloc_bench: cannot create thread %u\n", i);
             return 1;
         }
-    /* The wall time is taken by the workers (first start to last end), not by this thread, which
-     * may well be descheduled while they run. */
-    pthread_barrier_wait(&start_line);
-    pthread_barrier_wait(&finish_line);
-    for (unsigned i = 0; i < cfg.threads; i++)
-        pthread_join(workers[i].tid, NULL);
+    if (!spawn) {
+        worker_main(&workers[0]);
+    } else {
+        /* The wall time is taken by the workers (first start to last end), not by this thread,
+         * which may well be descheduled while they run. */
+        pthread_barrier_wait(&start_line);
+        pthread_barrier_wait(&finish_line);
+        for (unsigned i = 0; i < spawn; i++)
+            pthread_join(workers[i].tid, NULL);
+    }
     uint64_t mallocs = 0, frees = 0;
-    long long first = 0, last = 0;
+    long long first = 0, last = 0, busy = 0, on_cpu = 0, waiting = 0;
+    int sched_ok = 1;
     for (unsigned i = 0; i < cfg.threads; i++) {
-        mallocs += workers[i].mallocs;
-        frees += workers[i].frees;
-        long long a = ns(&workers[i].t0), b = ns(&workers[i].t1);
+        struct worker *w = &workers[i];
+        mallocs += w->mallocs;
+        frees += w->frees;
+        long long a = ns_of(&w->t0), b = ns_of(&w->t1);
         first = i == 0 || a < first ? a : first;
         last = b > last ? b : last;
+        /* The shares are taken over the span between the two readings, which encloses t0..t1: a
+         * wait while reading (a system call returning is where a thread is preempted) counts in
+         * both the span and the wait. */
+        busy += w->sched1.end - w->sched0.begin;
+        on_cpu += w->sched1.on_cpu - w->sched0.on_cpu;
+        waiting += w->sched1.waiting - w->sched0.waiting;
+        sched_ok &= w->sched0.ok & w->sched1.ok;
     }
     long long wall = last - first;
     printf("{\"wall_ns\":%lld,\"mallocs\":%llu,\"frees\":%llu,\"clock_cost\":%llu,\"clock_jitter\":%llu,", wall,
            (unsigned long long)mallocs, (unsigned long long)frees, (unsigned long long)clock_cost,
            (unsigned long long)clock_jitter);
+    /* Summed over the workers, each over its own timed span: the share of that span on a CPU, and
+     * (where schedstat exists) the share spent runnable but waiting for a CPU. */
+    printf("\"thread_ns\":%lld,\"on_cpu_ns\":%lld,", busy, on_cpu);
+    if (sched_ok)
+        printf("\"waiting_ns\":%lld,", waiting);
     print_quantiles("malloc", 0);
     printf(",");
     print_quantiles("free", 1);

@@ -7,34 +7,51 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A distribution allocator: the library that replaces malloc when preloaded, and its Debian package.
+/// An allocator memlens looks for: the library that replaces malloc when preloaded, and where it
+/// comes from (a Debian package, or how to build it when Debian has none).
 struct Known {
     name: &'static str,
     soname: &'static str,
-    package: &'static str,
+    source: Source,
+}
+
+enum Source {
+    /// The Debian package that installs the library.
+    Debian(&'static str),
+    /// Not packaged: how to get it.
+    Build(&'static str),
 }
 
 const KNOWN: &[Known] = &[
     Known {
         name: "jemalloc",
         soname: "libjemalloc.so.2",
-        package: "libjemalloc2",
+        source: Source::Debian("libjemalloc2"),
     },
     Known {
         name: "tcmalloc",
         soname: "libtcmalloc_minimal.so.4",
-        package: "libtcmalloc-minimal4",
+        source: Source::Debian("libtcmalloc-minimal4"),
     },
     Known {
         name: "mimalloc",
         soname: "libmimalloc.so.2",
-        package: "libmimalloc2.0",
+        source: Source::Debian("libmimalloc2.0"),
     },
     // The proxy, not libtbbmalloc.so.2 itself: only the proxy defines malloc/free.
     Known {
         name: "tbbmalloc",
         soname: "libtbbmalloc_proxy.so.2",
-        package: "libtbbmalloc2",
+        source: Source::Debian("libtbbmalloc2"),
+    },
+    // The allocator the study compared; Debian does not package it.
+    Known {
+        name: "hoard",
+        soname: "libhoard.so",
+        source: Source::Build(
+            "Hoard is not packaged by Debian: build it from the emeryberger/Hoard repository on GitHub (make in src/) \
+             and copy libhoard.so to /usr/local/lib (then run ldconfig), or name it with --allocator hoard=PATH",
+        ),
     },
 ];
 
@@ -123,18 +140,26 @@ pub fn discover(custom: &[(String, PathBuf)]) -> Result<(Vec<Allocator>, Vec<Mis
     let mut missing = Vec::new();
     let cache = ldconfig_cache();
     for k in KNOWN {
-        match find_library(k.soname, &cache) {
-            Some(p) => found.push(Allocator {
+        // --allocator NAME=PATH names the library itself: no need to look for it.
+        if custom.iter().any(|(n, _)| n == k.name) {
+            continue;
+        }
+        match (find_library(k.soname, &cache), &k.source) {
+            (Some(p), source) => found.push(Allocator {
                 name: k.name.into(),
                 lib: Some(p),
-                origin: format!("Debian package {}", k.package),
+                origin: match source {
+                    Source::Debian(pkg) => format!("Debian package {pkg}"),
+                    Source::Build(_) => "found by the dynamic linker".into(),
+                },
             }),
-            None => missing.push(Missing {
+            (None, Source::Debian(pkg)) => missing.push(Missing {
                 name: k.name.into(),
-                reason: format!(
-                    "{} not found; install the Debian package {}",
-                    k.soname, k.package
-                ),
+                reason: format!("{} not found; install the Debian package {pkg}", k.soname),
+            }),
+            (None, Source::Build(how)) => missing.push(Missing {
+                name: k.name.into(),
+                reason: format!("{} not found; {how}", k.soname),
             }),
         }
     }

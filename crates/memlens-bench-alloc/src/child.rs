@@ -41,6 +41,9 @@ struct ChildLine {
     clock_jitter: u64,
     malloc: Quantiles,
     free: Quantiles,
+    thread_ns: u64,
+    on_cpu_ns: u64,
+    waiting_ns: Option<u64>,
     malloc_from: String,
     free_from: String,
 }
@@ -64,6 +67,11 @@ pub struct Measured {
     /// while the machine is busy with other work.
     pub user_ms: f64,
     pub sys_ms: f64,
+    /// The workers' timed spans added up, the part of them on a CPU, and (where the kernel has
+    /// /proc/thread-self/schedstat) the part runnable but waiting for a CPU: other programs' load.
+    pub thread_ns: u64,
+    pub on_cpu_ns: u64,
+    pub waiting_ns: Option<u64>,
 }
 
 fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
@@ -217,6 +225,9 @@ pub fn run(exe: &Path, alloc: &Allocator, job: &Job, timeout: Duration) -> Resul
         major_faults: ru.ru_majflt as u64,
         user_ms: ms(ru.ru_utime),
         sys_ms: ms(ru.ru_stime),
+        thread_ns: c.thread_ns,
+        on_cpu_ns: c.on_cpu_ns,
+        waiting_ns: c.waiting_ns,
     })
 }
 

@@ -17,7 +17,7 @@ const AFTER_HELP: &str = "\
 Patterns (each moves a fixed total of --ops objects divided among the threads, so the
 ideal time on T threads is 1/T of one thread's, up to the number of CPUs):
   split    each thread creates and destroys its share; an object lives while the next
-           --live (default 64) are made. The study's test.
+           --live are made. The study's test.
   pairs    malloc immediately followed by free (malloc-test).
   batch    allocate --live blocks, then free them: runs batch-lifo (newest first) and
            batch-fifo (oldest first); either can be asked for alone.
@@ -29,6 +29,18 @@ ideal time on T threads is 1/T of one thread's, up to the number of CPUs):
            after every --live steps each thread moves on to the next thread's slots, so
            blocks are freed by threads that did not allocate them.
   all      every pattern above.
+--live: how many objects each thread keeps alive at once, the program's working set of objects.
+  split keeps 1000 per thread by default (at most 64 MiB of them: 64 of 1 MiB), the study's
+  pattern of objects created and kept; a small --live such as 8 models short-lived temporaries,
+  which thread caches recycle at once, and favours allocators built for that.
+Run length: unless --ops is given, one calibration run per pattern and size (the first allocator
+  on the fewest threads) sets the objects per run so that run takes about 150 ms (15 ms with
+  --quick): runs of a few ms are dominated by start-up and scheduling noise.
+One thread means a single-threaded process (the work runs on its only thread); glibc and the
+  reference allocators skip their locks there, as single-threaded programs get.
+The share of time on a CPU (and waiting for one: /proc/thread-self/schedstat) is reported per
+  configuration; when the workers waited for a CPU, other programs were using the machine and
+  the output says so.
 Allocators: system (glibc), jemalloc, tcmalloc, mimalloc, tbbmalloc (Debian packages, found
 through ldconfig), global-lock and pooled (memlens's reference allocators), and any
 --allocator NAME=PATH.so. Each runs in a child process with LD_PRELOAD; the child checks
@@ -69,10 +81,11 @@ pub struct AllocOptions {
     /// Add an allocator: NAME=PATH.so, preloaded like the others (repeatable)
     #[arg(long = "allocator", value_name = "NAME=PATH.so")]
     pub custom: Vec<String>,
-    /// Objects allocated per run, over all threads [default: 2M for small sizes, fewer above 16 KiB]
+    /// Objects allocated per run, over all threads [default: calibrated to ~150 ms per run]
     #[arg(long)]
     pub ops: Option<u64>,
-    /// Live objects per thread: ring (split), batch (batch, cross) or slots (larson)
+    /// Objects each thread keeps alive: ring (split), batch (batch, cross) or slots (larson)
+    /// [default: split and larson 1000 (at most 64 MiB of them), batch and cross 64]
     #[arg(long)]
     pub live: Option<u64>,
     /// Write every byte of each object after allocating it
@@ -84,7 +97,7 @@ pub struct AllocOptions {
     /// Time one malloc and one free in N on average (0: no per-call latency)
     #[arg(long, default_value_t = 64)]
     pub sample_every: u64,
-    /// A short run: 1/20 of the default objects and 2 repeats
+    /// A short run: ~15 ms per run and 2 repeats (too short for a verdict on a busy machine)
     #[arg(long)]
     pub quick: bool,
     /// Seed for larson's random sizes and slots
@@ -141,21 +154,39 @@ fn parse_patterns(s: &str) -> Result<Vec<&'static str>> {
     Ok(out)
 }
 
-/// Default objects per run: enough for ~50–300 ms per run on one thread with a fast allocator, fewer
-/// for big objects (each may cost a page fault or a system call).
+/// Objects of the calibration run: a few ms with a fast allocator, fewer for big objects (each may
+/// cost a page fault or a system call).
 fn default_ops(size: u64) -> u64 {
-    (64u64 << 30)
+    (4u64 << 30)
         .checked_div(size)
         .unwrap_or(0)
-        .clamp(20_000, 2_000_000)
+        .clamp(2_000, 200_000)
 }
 
-/// Default live objects per thread: larson keeps 1000 slots unless that exceeds 128 MiB per thread.
-fn default_live(pattern: &str, size: u64) -> u64 {
-    if pattern == "larson" {
-        ((128u64 << 20) / size.max(1)).clamp(8, 1000)
+/// What one run should last on the calibration allocator (the fastest one is usually glibc on one
+/// thread, so slower allocators and contended runs take longer).
+fn target_ms(quick: bool) -> f64 {
+    if quick {
+        15.0
     } else {
-        64
+        150.0
+    }
+}
+
+/// Objects for a run to last `target` ms, from a calibration run of `ops` objects that took
+/// `took_ms`: never fewer than the calibration's, at most 1000 times more.
+fn calibrated_ops(ops: u64, took_ms: f64, target: f64) -> u64 {
+    let scale = (target / took_ms.max(0.01)).clamp(1.0, 1000.0);
+    ((ops as f64 * scale) as u64).max(ops)
+}
+
+/// Default live objects per thread. split and larson keep 1000 (the study's objects created and
+/// kept), at most 64 MiB (split) or 128 MiB (larson) of them; batch and cross hand over batches of 64.
+fn default_live(pattern: &str, size: u64) -> u64 {
+    match pattern {
+        "larson" => ((128u64 << 20) / size.max(1)).clamp(8, 1000),
+        "split" => ((64u64 << 20) / size.max(1)).clamp(8, 1000),
+        _ => 64,
     }
 }
 
@@ -167,6 +198,8 @@ pub(crate) struct Plan {
     pub repeats: u64,
     pub ncpu: u64,
     pub ops: Option<u64>,
+    /// Objects per run of each (pattern, size), from --ops or the calibration run.
+    pub calibrated: Vec<(&'static str, u64, u64)>,
     pub quick: bool,
     pub live: Option<u64>,
     pub touch: bool,
@@ -178,7 +211,13 @@ impl Plan {
     fn job(&self, pattern: &'static str, size: u64, threads: u64) -> child::Job {
         let ops = self
             .ops
-            .unwrap_or_else(|| default_ops(size) / if self.quick { 20 } else { 1 })
+            .or_else(|| {
+                self.calibrated
+                    .iter()
+                    .find(|c| c.0 == pattern && c.1 == size)
+                    .map(|c| c.2)
+            })
+            .unwrap_or_else(|| default_ops(size))
             .max(1);
         child::Job {
             pattern,
@@ -226,12 +265,42 @@ fn plan(args: &AllocOptions) -> Result<Plan> {
         repeats: args.repeats.unwrap_or(if args.quick { 2 } else { 5 }),
         ncpu,
         ops: args.ops,
+        calibrated: Vec::new(),
         quick: args.quick,
         live: args.live,
         touch: args.touch,
         sample_every: args.sample_every,
         seed: args.seed,
     })
+}
+
+/// One untimed run per pattern and size under `alloc` on the fewest threads, to size the measured
+/// runs (see [`target_ms`]).
+fn calibrate(
+    plan: &mut Plan,
+    exe: &std::path::Path,
+    alloc: &allocators::Allocator,
+    timeout: Duration,
+) -> Result<()> {
+    let threads = plan.threads.iter().copied().min().unwrap_or(1);
+    let mut out = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let mut job = plan.job(pattern, size, threads);
+            job.sample_every = 0;
+            let m = child::run(exe, alloc, &job, timeout).with_context(|| {
+                format!(
+                    "calibration run ({} {pattern} {} × {threads})",
+                    alloc.name,
+                    format_size(size)
+                )
+            })?;
+            let ops = calibrated_ops(job.ops, m.wall_ns as f64 / 1e6, target_ms(plan.quick));
+            out.push((pattern, size, ops));
+        }
+    }
+    plan.calibrated = out;
+    Ok(())
 }
 
 fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
@@ -273,7 +342,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         list(&found, &missing);
         return Ok(0);
     }
-    let plan = plan(&args)?;
+    let mut plan = plan(&args)?;
     let timeout =
         memlens_measure::units::parse_duration(&args.timeout)?.max(Duration::from_secs(1));
     let (mut allocs, missing) = allocators::select(found, missing, args.allocators.as_deref())?;
@@ -290,6 +359,10 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         );
     }
     let exe = child::executable()?;
+    if plan.ops.is_none() {
+        calibrate(&mut plan, &exe, &allocs[0], timeout)?;
+    }
+    let load_before = report::loadavg();
     let total = plan.repeats
         * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
     let progress = Progress::new(total, "bench alloc");
@@ -349,7 +422,8 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if allocs.is_empty() {
         anyhow::bail!("every allocator failed (see the warnings above)");
     }
-    let summary = report::summarize(&plan, &allocs, &runs);
+    let load = report::Load::new(load_before, report::loadavg(), plan.ncpu);
+    let summary = report::summarize(&plan, &allocs, &runs, load);
     let svgs = report::svgs(&plan, &summary)?;
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -390,11 +464,23 @@ mod tests {
 
     #[test]
     fn default_counts_scale_with_size() {
-        assert_eq!(default_ops(128), 2_000_000);
-        assert_eq!(default_ops(1 << 20), 65_536);
-        assert_eq!(default_ops(1 << 30), 20_000);
+        assert_eq!(default_ops(128), 200_000);
+        assert_eq!(default_ops(1 << 20), 4096);
+        assert_eq!(default_ops(1 << 30), 2_000);
         assert_eq!(default_live("larson", 128), 1000);
         assert_eq!(default_live("larson", 1 << 20), 128);
+        assert_eq!(default_live("split", 128), 1000);
         assert_eq!(default_live("split", 1 << 20), 64);
+        assert_eq!(default_live("batch-lifo", 128), 64);
+    }
+
+    #[test]
+    fn calibration_scales_runs_to_the_target() {
+        // 200k objects in 10 ms → 3M for 150 ms.
+        assert_eq!(calibrated_ops(200_000, 10.0, 150.0), 3_000_000);
+        // Already long enough: unchanged, never fewer.
+        assert_eq!(calibrated_ops(200_000, 400.0, 150.0), 200_000);
+        // A run too fast to time is scaled at most 1000-fold.
+        assert_eq!(calibrated_ops(2_000, 0.0, 150.0), 2_000_000);
     }
 }

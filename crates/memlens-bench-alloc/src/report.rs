@@ -61,6 +61,10 @@ pub struct Row {
     /// The same over repeats, for judging CPU-time changes against their spread.
     pub cpu_range_ms: Summary,
     pub sys_ms: f64,
+    /// Median over repeats of the share of the workers' timed spans they were on a CPU, in percent.
+    pub on_cpu_pct: f64,
+    /// The same for the share they were runnable but waiting for a CPU (None: no schedstat).
+    pub waited_pct: Option<f64>,
     pub minor_faults: f64,
     pub major_faults: f64,
     /// Rank by median time within (pattern, size, threads), 1 = fastest.
@@ -71,10 +75,60 @@ pub struct Row {
     pub tie_with_best: bool,
 }
 
+/// The 1-, 5- and 15-minute load averages (/proc/loadavg).
+pub fn loadavg() -> Option<[f64; 3]> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
+/// How busy the machine was around the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    /// Load averages before the first and after the last run.
+    pub before: Option<[f64; 3]>,
+    pub after: Option<[f64; 3]>,
+    pub cpus: u64,
+}
+
+impl Load {
+    pub fn new(before: Option<[f64; 3]>, after: Option<[f64; 3]>, cpus: u64) -> Load {
+        Load {
+            before,
+            after,
+            cpus,
+        }
+    }
+
+    /// `load average 0.4 → 2.1 on 2 CPUs` (1-minute figures).
+    pub fn describe(&self) -> String {
+        let f = |l: Option<[f64; 3]>| l.map(|l| format!("{:.2}", l[0])).unwrap_or("?".into());
+        format!(
+            "load average {} → {} on {} CPUs",
+            f(self.before),
+            f(self.after),
+            self.cpus
+        )
+    }
+}
+
+/// Median share of their time the workers waited for a CPU above which the machine counts as busy:
+/// on an idle machine it stays near 0 (our threads never outnumber the CPUs unless asked to).
+pub const BUSY_WAITED_PCT: f64 = 5.0;
+
+/// Runs shorter than this (median) are too short to judge: scheduling and start-up dominate.
+pub const SHORT_RUN_MS: f64 = 20.0;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
     /// What 100% is, e.g. "system on 1 thread".
     pub baseline: String,
+    pub load: Load,
+    /// Median over the runs with no more threads than CPUs of the share of time the workers waited
+    /// for a CPU (None: no schedstat, or every run oversubscribed).
+    pub waited_pct: Option<f64>,
+    /// Why a verdict may not be possible: a busy machine, too-short runs.
+    pub warnings: Vec<String>,
     pub rows: Vec<Row>,
     pub verdicts: Vec<String>,
     pub clock_cost_ns: f64,
@@ -84,17 +138,59 @@ pub struct Outcome {
     pub resolution_ns: f64,
 }
 
-/// The smallest step the TSC is seen to advance by (a virtual machine may tick coarsely).
+/// The step the TSC advances by. A virtual machine (or a CPU) may advance it coarsely: on an AMD
+/// EPYC KVM guest it moves by 26 ticks (10 ns), and reads that fall within one step get +1 so
+/// they stay monotonic — so the smallest difference seen between two reads (1 tick, 0.4 ns) says
+/// nothing of the resolution, and per-call times under 10 ns printed as `<0.4`.
 fn tsc_step_ticks() -> u64 {
-    let mut best = u64::MAX;
-    for _ in 0..20_000 {
-        let a = memlens_measure::tsc::now();
-        let b = memlens_measure::tsc::now();
-        if b > a {
-            best = best.min(b - a);
+    let now = memlens_measure::tsc::now;
+    let mut increments = Vec::with_capacity(2000);
+    let mut prev = now();
+    while increments.len() < 2000 {
+        let t = now();
+        if t != prev {
+            increments.push(t.wrapping_sub(prev));
+            prev = t;
         }
     }
-    best
+    // Reads spread by uneven waits: on a TSC that moves every tick they land on every residue.
+    let mut spaced = Vec::with_capacity(4000);
+    for i in 0..4000u32 {
+        for _ in 0..(i * 7919) % 61 {
+            std::hint::spin_loop();
+        }
+        spaced.push(now());
+    }
+    tsc_step_of(&mut increments, &spaced)
+}
+
+/// The TSC's step from `increments` between distinct consecutive reads and from `spaced` reads
+/// taken at uneven intervals: the median increment `k` is the step when the spaced reads share
+/// their residue modulo `k` (give or take the monotonic +1); otherwise the TSC moves every tick and
+/// `k` was only the time a read takes.
+fn tsc_step_of(increments: &mut [u64], spaced: &[u64]) -> u64 {
+    if increments.is_empty() || spaced.is_empty() {
+        return 1;
+    }
+    increments.sort_unstable();
+    let k = increments[increments.len() / 2];
+    if k <= 1 {
+        return 1;
+    }
+    let mut residues = vec![0usize; k as usize];
+    for &t in spaced {
+        residues[(t % k) as usize] += 1;
+    }
+    let kk = k as usize;
+    let near = (0..kk)
+        .map(|r| residues[r] + residues[(r + 1) % kk] + residues[(r + kk - 1) % kk])
+        .max()
+        .unwrap_or(0);
+    if near * 10 >= spaced.len() * 9 {
+        k
+    } else {
+        1
+    }
 }
 
 fn latency(qs: &[&Quantiles], clock: &Clock) -> Latency {
@@ -125,7 +221,55 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
+fn pct(part: u64, whole: u64) -> f64 {
+    100.0 * part as f64 / whole.max(1) as f64
+}
+
+/// Warnings that qualify every verdict: the machine was busy, or runs were too short.
+fn warnings(plan: &Plan, rows: &[Row], waited: Option<f64>, load: &Load) -> Vec<String> {
+    let mut w = Vec::new();
+    match waited {
+        Some(x) if x > BUSY_WAITED_PCT => w.push(format!(
+            "warning: the machine was busy: the workers waited for a CPU {x:.0}% of their time (median over runs; {}), so times include other programs' work and small differences are not resolved; rerun on a quiet machine",
+            load.describe()
+        )),
+        None if load.before.or(load.after).is_some_and(|l| l[0] > load.cpus as f64) => {
+            w.push(format!(
+                "warning: the machine was busy ({}; this kernel does not say how long the workers waited for a CPU), so times include other programs' work; rerun on a quiet machine",
+                load.describe()
+            ))
+        }
+        _ => {}
+    }
+    let short: Vec<f64> = rows
+        .iter()
+        .map(|r| r.time_ms.median)
+        .filter(|&t| t < SHORT_RUN_MS)
+        .collect();
+    if !short.is_empty() {
+        let lo = short.iter().cloned().fold(f64::MAX, f64::min);
+        let hi = short.iter().cloned().fold(0.0, f64::max);
+        w.push(format!(
+            "warning: {} of {} configurations ran {lo:.1}–{hi:.1} ms (under {SHORT_RUN_MS:.0} ms): too short to judge{}",
+            short.len(),
+            rows.len(),
+            if plan.ops.is_some() {
+                "; raise --ops".to_string()
+            } else if plan.quick {
+                "; drop --quick".to_string()
+            } else {
+                // Calibrated on the first allocator: a faster one finishes the same objects sooner.
+                format!(
+                    "; the runs were sized on {}, slower than these; raise --ops",
+                    rows.first().map(|r| r.allocator.as_str()).unwrap_or("the first allocator")
+                )
+            }
+        ));
+    }
+    w
+}
+
+pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run], load: Load) -> Outcome {
     let clock = Clock::get();
     let mut rows = Vec::new();
     let base_alloc = allocs
@@ -202,6 +346,15 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
                         )
                         .expect("non-empty"),
                         sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
+                        on_cpu_pct: median(
+                            rs.iter()
+                                .map(|r| pct(r.m.on_cpu_ns, r.m.thread_ns).min(100.0)),
+                        ),
+                        waited_pct: rs
+                            .iter()
+                            .map(|r| r.m.waiting_ns.map(|w| pct(w, r.m.thread_ns)))
+                            .collect::<Option<Vec<f64>>>()
+                            .map(|v| median(v.into_iter())),
                         minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
                         major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
                         rank: 0,
@@ -213,6 +366,15 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
             }
         }
     }
+    // Only runs with no more workers than CPUs: beyond, the workers wait for each other.
+    let waited = runs
+        .iter()
+        .filter(|r| r.threads <= plan.ncpu)
+        .map(|r| r.m.waiting_ns.map(|w| pct(w, r.m.thread_ns)))
+        .collect::<Option<Vec<f64>>>()
+        .filter(|v| !v.is_empty())
+        .map(|v| median(v.into_iter()));
+    let warnings = warnings(plan, &rows, waited, &load);
     let clock_cost = median(runs.iter().map(|r| r.m.clock_cost_ticks as f64));
     let jitter = median(runs.iter().map(|r| r.m.clock_jitter_ticks as f64));
     let step = tsc_step_ticks() as f64;
@@ -221,10 +383,15 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run]) -> Outcome {
             "{base_alloc} on {base_threads} thread{}",
             if base_threads == 1 { "" } else { "s" }
         ),
-        verdicts: verdicts(plan, &rows)
-            .into_iter()
+        verdicts: warnings
+            .iter()
+            .cloned()
+            .chain(verdicts(plan, &rows))
             .chain(scaling(plan, &rows))
             .collect(),
+        load,
+        waited_pct: waited,
+        warnings,
         rows,
         clock_cost_ns: clock.ticks_to_ns(clock_cost),
         tsc_step_ns: clock.ticks_to_ns(step),
@@ -437,7 +604,13 @@ fn table(rows: &[&Row], resolution: f64) -> Table {
         )
         .topic(
             "resources",
-            &["CPU ms (sys)", "peak RSS MiB", "minor faults"],
+            &[
+                "CPU ms (sys)",
+                "on CPU %",
+                "waited %",
+                "peak RSS MiB",
+                "minor faults",
+            ],
         );
     let or_na = |v: Option<String>| v.unwrap_or_else(|| NOT_MEASURED.into());
     for r in rows {
@@ -460,6 +633,8 @@ fn table(rows: &[&Row], resolution: f64) -> Table {
             lat(&r.malloc_ns, resolution),
             lat(&r.free_ns, resolution),
             format!("{:.1} ({:.1})", r.cpu_ms, r.sys_ms),
+            format!("{:.0}", r.on_cpu_pct),
+            or_na(r.waited_pct.map(|w| format!("{w:.0}"))),
             format!("{:.1}", r.rss_mib),
             format!("{:.0}", r.minor_faults),
         ]);
@@ -492,6 +667,15 @@ fn groups<'a>(plan: &Plan, s: &'a Outcome) -> Vec<(String, &'static str, u64, Ve
 fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> Vec<String> {
     let mut n = vec![
         format!(
+            "{}; objects each thread keeps alive (--live): {}; {}.",
+            objects(plan),
+            live(plan),
+            s.load.describe()
+        ),
+        format!(
+            "on CPU %: the share of the workers' timed spans they ran on a CPU; waited %: the share they were runnable but waiting for one (/proc/thread-self/schedstat; n/a where the kernel has none) — other programs' load, which makes times noisy above {BUSY_WAITED_PCT:.0}%. A lock that puts threads to sleep lowers on CPU % without raising waited %."
+        ),
+        format!(
             "time: median of {} interleaved repeats; rel %: median time relative to {} = 100%; ideal %: perfect scaling from it (capped at {} CPUs); speedup: the allocator's own 1-thread time over this one; tie: min–max ranges overlap the fastest's.",
             plan.repeats, s.baseline, plan.ncpu
         ),
@@ -511,6 +695,47 @@ fn notes(plan: &Plan, s: &Outcome, missing: &[Missing], failed: &[Missing]) -> V
         n.push(format!("dropped: {}: {}", m.name, m.reason));
     }
     n
+}
+
+/// `3.1M`, `200k`, `950`.
+fn count(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=999_999 => format!("{:.0}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// Objects per run, by pattern and size: `split 128 B 3.1M, …`.
+fn objects(plan: &Plan) -> String {
+    let mut v = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let ops = plan.job(pattern, size, 1).ops;
+            v.push(format!("{pattern} {} {}", size_label(size), count(ops)));
+        }
+    }
+    let how = if plan.ops.is_some() {
+        "--ops".to_string()
+    } else {
+        format!(
+            "calibrated to ~{:.0} ms on the first allocator",
+            crate::target_ms(plan.quick)
+        )
+    };
+    format!("objects per run ({how}): {}", v.join(", "))
+}
+
+/// Live objects per thread, by pattern and size.
+fn live(plan: &Plan) -> String {
+    let mut v: Vec<String> = Vec::new();
+    for &pattern in &plan.patterns {
+        for &size in &plan.sizes {
+            let l = plan.job(pattern, size, 1).live;
+            v.push(format!("{pattern} {} {l}", size_label(size)));
+        }
+    }
+    v.join(", ")
 }
 
 /// The report: one section (table and plot) per pattern and size, then how to read it; the
@@ -713,6 +938,8 @@ mod tests {
             malloc_ns: Latency::default(),
             free_ns: Latency::default(),
             rss_mib: 1.0,
+            on_cpu_pct: 100.0,
+            waited_pct: Some(0.0),
             cpu_ms: 1.0,
             cpu_range_ms: Summary::of(&[1.0]).unwrap(),
             sys_ms: 0.0,
@@ -738,6 +965,24 @@ mod tests {
         assert!(by("near").tie_with_best, "11.5–14 overlaps 10–12");
         assert!(!by("slow").tie_with_best);
         assert!((by("slow").vs_best_pct - 181.818).abs() < 0.01);
+    }
+
+    #[test]
+    fn tsc_step_is_the_coarse_step_not_the_monotonic_fixup() {
+        // A TSC that moves by 26 ticks, a read within one step getting +1 (seen on a KVM guest):
+        // increments 26, 26, …, 1, 25; every spaced read on one residue mod 26 (or the next).
+        let mut inc: Vec<u64> = (0..100).map(|i| if i % 9 == 8 { 1 } else { 26 }).collect();
+        let spaced: Vec<u64> = (0..400u64)
+            .map(|i| 4 + 26 * (i * 3 + 1000) + (i % 20 == 0) as u64)
+            .collect();
+        assert_eq!(tsc_step_of(&mut inc, &spaced), 26);
+        // A TSC that moves every tick, read back to back in 25 ticks: the reads take 25 ticks but
+        // land on every residue, so the step is 1.
+        let mut inc = vec![25u64; 100];
+        let spaced: Vec<u64> = (0..400u64).map(|i| 1000 + i * 37 + (i * i) % 11).collect();
+        assert_eq!(tsc_step_of(&mut inc, &spaced), 1);
+        assert_eq!(tsc_step_of(&mut [], &spaced), 1);
+        assert_eq!(tsc_step_of(&mut [1, 1, 2], &spaced), 1);
     }
 
     #[test]

@@ -57,6 +57,14 @@ pub fn element_count(order: Order, elem: u64, ws: u64) -> u64 {
     }
 }
 
+/// The smallest working set that holds two elements of `elem` bytes in `order`.
+pub fn min_working_set(order: Order, elem: u64) -> u64 {
+    match order {
+        Order::Seq | Order::Random => 2 * elem,
+        Order::Page => 2 * PAGE as u64,
+    }
+}
+
 /// Build a list; `ws` is the memory the list spans. Needs at least two elements.
 pub fn build(order: Order, elem: u64, ws: u64, huge: bool, seed: u64) -> Result<List> {
     let n = element_count(order, elem, ws);

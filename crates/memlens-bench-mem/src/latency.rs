@@ -231,7 +231,8 @@ pub struct Results {
     pub timer_overhead_ticks: f64,
     /// What the counter validation probe saw, per hardware event.
     pub counter_probe: Vec<(String, String)>,
-    /// Points that were not measured and why (e.g. page order below two pages).
+    /// Why some (order, working set) points were not measured, once per reason (e.g. page order
+    /// below two pages).
     pub skipped: Vec<String>,
     pub points: Vec<Point>,
     /// At the largest working set: bytes of list memory mapped, and how much of the process's
@@ -276,11 +277,14 @@ fn sweep(cfg: &Config, mode: Mode, broken: &[String]) -> Result<Results> {
             let mut cases: Vec<(Order, Vec<Chaser>, u64)> = Vec::new();
             for &order in &cfg.orders {
                 if chase::element_count(order, elem, ws) < 2 {
-                    skipped.push(format!(
-                        "{} / {elem} B at {}: fewer than two elements fit",
+                    let why = format!(
+                        "{} order below {}: fewer than two elements fit",
                         order.name(),
-                        format_size(ws)
-                    ));
+                        format_size(chase::min_working_set(order, elem))
+                    );
+                    if !skipped.contains(&why) {
+                        skipped.push(why);
+                    }
                     continue;
                 }
                 let mut chasers = Vec::new();

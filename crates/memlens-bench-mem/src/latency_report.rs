@@ -11,7 +11,7 @@ use memlens_measure::doc::{
 use memlens_measure::output::{write_csv, write_json, write_text};
 use memlens_measure::plot::{line_chart, LineChart, Series};
 use memlens_measure::stats::pearson;
-use memlens_measure::sysinfo::{caches, Cache};
+use memlens_measure::sysinfo::{caches, tlbs, Cache, Tlb};
 use memlens_measure::units::format_size;
 use serde::Serialize;
 
@@ -110,7 +110,7 @@ fn latency_table(r: &Results) -> Table {
                         num(p.tsc_cycles.median),
                         if p.ns.rel_spread() > NOISY { "*" } else { "" }
                     ),
-                    None => NOT_MEASURED.into(),
+                    None => NOT_APPLICABLE.into(),
                 });
             }
             row
@@ -133,7 +133,16 @@ fn level_series(r: &Results) -> Option<(Order, u64)> {
         .or_else(|| s.first().copied())
 }
 
-fn detect_levels(r: &Results, cs: &[Cache]) -> Option<((Order, u64), Vec<Level>)> {
+/// The page size the lists were backed with: 2 MiB when --hugepages got transparent huge pages for
+/// most of the lists, else 4 KiB.
+fn page_bytes(r: &Results) -> u64 {
+    match r.huge_pages_check {
+        Some((mapped, huge)) if r.config.hugepages && huge >= mapped / 2 => 2 << 20,
+        _ => 4 << 10,
+    }
+}
+
+fn detect_levels(r: &Results, cs: &[Cache], tlbs: &[Tlb]) -> Option<((Order, u64), Vec<Level>)> {
     let (o, e) = level_series(r)?;
     let pts: Vec<(u64, f64, f64)> = r
         .config
@@ -141,13 +150,13 @@ fn detect_levels(r: &Results, cs: &[Cache]) -> Option<((Order, u64), Vec<Level>)
         .iter()
         .filter_map(|&ws| find(r, o, e, ws).map(|p| (ws, p.ns.median, p.tsc_cycles.median)))
         .collect();
-    Some(((o, e), levels::detect(&pts, cs)))
+    Some(((o, e), levels::detect(&pts, cs, tlbs, page_bytes(r))))
 }
 
 fn levels_table(lv: &[Level]) -> Table {
     let mut t = Table::new(&["level", "working sets"])
         .topic("time", &["ns/elem", "TSC cyc/elem"])
-        .topic("cache", &["fits in (sysfs)"]);
+        .topic("named", &["cache (sysfs), TLB reach (CPUID)"]);
     t.rows = lv
         .iter()
         .enumerate()
@@ -176,9 +185,19 @@ const COUNTER_COLS: [&str; 9] = [
     "task-clock ns/elem",
 ];
 
-/// The working set the counter and representativeness tables use: the largest measured.
-fn reference_ws(r: &Results) -> u64 {
-    r.config.working_sets.last().copied().unwrap_or(0)
+/// The largest working set of the published study (2^28 bytes).
+pub const STUDY_MAX_WS: u64 = 1 << 28;
+
+/// The working set the counter and representativeness tables use: where the study stopped (256M),
+/// or the largest measured below it — normalising at 1G instead doubles random/8 B's figure.
+pub fn reference_ws(r: &Results) -> u64 {
+    let ws = &r.config.working_sets;
+    ws.iter()
+        .rev()
+        .find(|&&w| w <= STUDY_MAX_WS)
+        .or(ws.first())
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Metrics that are n/a on every point, with the reason (shown once under the table).
@@ -530,6 +549,7 @@ fn verdict(
 
 pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     let cs = caches();
+    let tl = tlbs();
     let cfg = &r.config;
     let mut lat = Section::new("Latency per element").note(format!(
         "Linked-list chase, reading only the 8-byte next pointer (dependent loads). {} thread(s), {} pages, {} repeats interleaved across orders, ~{:.0} ms per timed chase. \
@@ -547,8 +567,11 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         lat = lat.note("page order: one element per 4 KiB page at a random offset, pages in a random cycle; its working set is the memory the pages span.");
     }
     lat = lat.table(latency_table(r));
-    for s in &r.skipped {
-        lat = lat.note(format!("not measured: {s}"));
+    if !r.skipped.is_empty() {
+        lat = lat.note(format!(
+            "{NOT_APPLICABLE}: not measured, {}",
+            r.skipped.join("; ")
+        ));
     }
     if let Some((mapped, huge)) = r.huge_pages_check {
         lat = lat.note(format!(
@@ -574,13 +597,30 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let levels = detect_levels(r, &cs);
+    let levels = detect_levels(r, &cs, &tl);
+    let page = page_bytes(r);
+    let tlbs_declared = tl
+        .iter()
+        .filter(|t| t.page_bytes == page)
+        .map(|t| {
+            format!(
+                "L{} {} entries × {} = {}",
+                t.level,
+                t.entries,
+                format_size(t.page_bytes),
+                format_size(t.reach())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     if let Some(((o, e), lv)) = &levels {
         doc.sections.push(
             Section::new("Detected levels")
                 .note(format!(
-                    "Levels (plateaus within ±15%) of the {} series; caches declared by sysfs: {declared}.",
-                    series_name(*o, *e)
+                    "Levels (plateaus within ±15%) of the {} series, named by the smallest cache that holds the level's largest working set (DRAM past the last), the TLB reach it exceeds, and the cache size or TLB reach crossed before the next level (what ends it). Caches declared by sysfs: {declared}; data TLBs for the {} pages used, from CPUID: {}.",
+                    series_name(*o, *e),
+                    format_size(page),
+                    if tlbs_declared.is_empty() { "not declared".to_string() } else { tlbs_declared }
                 ))
                 .table(levels_table(lv)),
         );
@@ -599,7 +639,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         }
         if !repr.is_empty() {
             sec = sec
-                .note("Representativeness, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.")
+                .note(format!("Representativeness at {}, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf, largest working set 2^28 = 256M; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.", format_size(reference_ws(r))))
                 .table(repr_table(&repr));
         }
         sec = sec
@@ -613,6 +653,8 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     #[derive(Serialize)]
     struct Out<'a> {
         results: &'a Results,
+        /// Where the counter and representativeness tables were taken (≤ 256M, the study's largest).
+        reference_working_set: u64,
         levels: Option<(String, &'a Vec<Level>)>,
         representativeness: &'a [ReprRow],
         representativeness_metrics: [&'static str; 5],
@@ -621,6 +663,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     if let Some(p) = &a.out.json {
         let out = Out {
             results: r,
+            reference_working_set: reference_ws(r),
             levels: levels.as_ref().map(|((o, e), l)| (series_name(*o, *e), l)),
             representativeness: &repr,
             representativeness_metrics: REPR_METRICS,

@@ -16,8 +16,14 @@ pub enum Kernel {
     TriadTranslated,
     /// The same triad with the translation hoisted out of the loop.
     TriadHoisted,
-    /// Triad over a libpmemobj pool, `pmemobj_direct` per element access.
+    /// Triad over a libpmemobj pool, the exported `pmemobj_direct` called per element access.
     PmemDirect,
+    /// Triad over a libpmemobj pool, `pmemobj_direct_inline` (D_RO/D_RW) per element access: the
+    /// study's code path.
+    PmemInline,
+    /// The same with the arrays kept in the cache (a small part of them, processed again and
+    /// again): the loop's own speed when memory is not the limit.
+    PmemInlineCached,
     /// Triad over a libpmemobj pool, `pmemobj_direct` hoisted (the PMDK recipe).
     PmemHoisted,
 }
@@ -31,7 +37,9 @@ impl Kernel {
             Kernel::Triad => "triad",
             Kernel::TriadTranslated => "triad, translate per element",
             Kernel::TriadHoisted => "triad, translation hoisted",
-            Kernel::PmemDirect => "pmemobj triad, pmemobj_direct per element",
+            Kernel::PmemDirect => "pmemobj triad, exported pmemobj_direct per element",
+            Kernel::PmemInline => "pmemobj triad, D_RO/D_RW (inline) per element",
+            Kernel::PmemInlineCached => "pmemobj triad, D_RO/D_RW per element, arrays in cache",
             Kernel::PmemHoisted => "pmemobj triad, pmemobj_direct hoisted",
         }
     }
@@ -87,7 +95,10 @@ impl Slices {
             Kernel::Triad => triad(b, c, a),
             Kernel::TriadHoisted => triad_hoisted(self),
             Kernel::TriadTranslated => triad_translated(self),
-            Kernel::PmemDirect | Kernel::PmemHoisted => unreachable!("pmem kernels run in pmem.rs"),
+            Kernel::PmemDirect
+            | Kernel::PmemInline
+            | Kernel::PmemInlineCached
+            | Kernel::PmemHoisted => unreachable!("pmem kernels run in pmem.rs"),
         }
     }
 }

@@ -86,6 +86,81 @@ fn compact(v: f64) -> String {
     }
 }
 
+/// Label of a log axis: only at 1, 2 and 5 times a power of ten (the other key points keep their
+/// grid line but no text), so a log axis reads 1, 2, 5, 10, 20, 50… instead of only 10 and 100.
+fn log_label(v: f64) -> String {
+    if !(v.is_finite() && v > 0.0) {
+        return String::new();
+    }
+    let mantissa = v / 10f64.powf(v.log10().floor());
+    if [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|m| (mantissa - m).abs() < 1e-6)
+    {
+        compact(v)
+    } else {
+        String::new()
+    }
+}
+
+/// Key points to ask of a log axis over [lo, hi]: ten per decade makes plotters place one at every
+/// 1…9 × 10^k (fewer gives only the powers of ten, a hundred or more per decade a grey smear).
+fn log_key_points(lo: f64, hi: f64) -> usize {
+    10 * ((hi / lo).log10().floor().max(1.0) as usize)
+}
+
+/// Label of an axis of counts: whole numbers only.
+fn integer_label(v: f64) -> String {
+    if v.fract().abs() < 1e-9 {
+        compact(v)
+    } else {
+        String::new()
+    }
+}
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy)]
+enum Swatch {
+    Line,
+    Dashed,
+    Bar,
+}
+
+/// Width of the legend column for these names: it sits right of the plot, so it never covers data.
+fn legend_width<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
+    let longest = names.map(|n| n.chars().count()).max().unwrap_or(0) as u32;
+    (40 + longest * 7).clamp(90, 280)
+}
+
+/// The legend, one entry per line, in its own area beside the plot.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[(String, RGBColor, Swatch)],
+) -> Result<()> {
+    let font = ("sans-serif", 13).into_font();
+    for (i, (name, col, kind)) in entries.iter().enumerate() {
+        let y = 60 + 20 * i as i32;
+        let style = ShapeStyle::from(col).stroke_width(2);
+        match kind {
+            Swatch::Line => area
+                .draw(&PathElement::new(vec![(6, y), (26, y)], style))
+                .map_err(err)?,
+            Swatch::Dashed => {
+                for x in [6, 16] {
+                    area.draw(&PathElement::new(vec![(x, y), (x + 6, y)], style))
+                        .map_err(err)?;
+                }
+            }
+            Swatch::Bar => area
+                .draw(&Rectangle::new([(8, y - 5), (22, y + 5)], col.filled()))
+                .map_err(err)?,
+        }
+        area.draw(&Text::new(name.clone(), (32, y - 7), font.clone()))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 /// Axis range of `vals`; a linear axis starts at zero when `from_zero` (values compared to a baseline
 /// read better from zero), log axes get a margin on both sides.
 fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f64) {
@@ -116,15 +191,36 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
+        let (plot, legend) =
+            root.split_horizontally(W - legend_width(c.series.iter().map(|s| s.name.as_str())));
+        let entries: Vec<(String, RGBColor, Swatch)> = c
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let kind = if s.dashed {
+                    Swatch::Dashed
+                } else {
+                    Swatch::Line
+                };
+                (s.name.clone(), color(i), kind)
+            })
+            .collect();
+        draw_legend(&legend, &entries)?;
         let xs = c
             .series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0))
             .chain(c.markers.iter().map(|m| m.0));
         let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let integral_x = c
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .all(|p| p.0.fract() == 0.0);
         let (x0, x1) = range(xs, c.log_x, false);
         let (y0, y1) = range(ys, c.log_y, true);
-        let mut b = ChartBuilder::on(&root);
+        let mut b = ChartBuilder::on(&plot);
         b.caption(&c.title, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(40)
@@ -134,14 +230,27 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart;
-                chart
-                    .configure_mesh()
-                    .x_desc(&c.x_label)
+                let label = |log: bool| if log { log_label } else { compact };
+                let (fx, fy) = (label(c.log_x), label(c.log_y));
+                // Counts (threads) on a linear x axis: no label at 1.1, 1.2…
+                let fx = if !c.log_x && integral_x {
+                    integer_label
+                } else {
+                    fx
+                };
+                let (fx, fy) = (move |v: &f64| fx(*v), move |v: &f64| fy(*v));
+                let mut mesh = chart.configure_mesh();
+                mesh.x_desc(&c.x_label)
                     .y_desc(&c.y_label)
-                    .x_label_formatter(&|v| compact(*v))
-                    .y_label_formatter(&|v| compact(*v))
-                    .draw()
-                    .map_err(err)?;
+                    .x_label_formatter(&fx)
+                    .y_label_formatter(&fy);
+                if c.log_x {
+                    mesh.x_labels(log_key_points(x0, x1));
+                }
+                if c.log_y {
+                    mesh.y_labels(log_key_points(y0, y1));
+                }
+                mesh.draw().map_err(err)?;
                 for (x, label) in &c.markers {
                     let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
                     chart
@@ -175,24 +284,13 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                         chart
                             .draw_series(LineSeries::new(pts.clone(), style))
                             .map_err(err)?
-                    }
-                    .label(&s.name)
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                    });
+                    };
                     if !s.dashed {
                         chart
                             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
                             .map_err(err)?;
                     }
                 }
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK)
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .draw()
-                    .map_err(err)?;
             }};
         }
         match (c.log_x, c.log_y) {
@@ -218,6 +316,15 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
+        let (plot, legend) =
+            root.split_horizontally(W - legend_width(c.series.iter().map(|s| s.0.as_str())));
+        let entries: Vec<(String, RGBColor, Swatch)> = c
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.0.clone(), color(i), Swatch::Bar))
+            .collect();
+        draw_legend(&legend, &entries)?;
         let ncat = c.categories.len().max(1);
         let nser = c.series.len().max(1);
         let (_, ymax) = range(
@@ -225,7 +332,7 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
             false,
             true,
         );
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(&plot)
             .caption(&c.title, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(40)
@@ -249,7 +356,7 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
             .draw()
             .map_err(err)?;
         let w = 0.8 / nser as f64;
-        for (si, (name, vals)) in c.series.iter().enumerate() {
+        for (si, (_, vals)) in c.series.iter().enumerate() {
             let col = color(si);
             chart
                 .draw_series(vals.iter().enumerate().filter(|(_, v)| v.is_finite()).map(
@@ -258,17 +365,8 @@ pub fn bar_chart(c: &BarChart) -> Result<String> {
                         Rectangle::new([(x, 0.0), (x + w * 0.9, *v)], col.filled())
                     },
                 ))
-                .map_err(err)?
-                .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
+                .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(err)?;
         root.present().map_err(err)?;
     }
     Ok(svg)

@@ -15,6 +15,26 @@ pub struct Cache {
     pub line_bytes: u64,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One data TLB (or unified second-level TLB) for one page size, as CPUID declares it.
+pub struct Tlb {
+    /// 1 or 2.
+    pub level: u32,
+    /// `Data` or `Unified`.
+    pub kind: String,
+    /// The page size its entries map.
+    pub page_bytes: u64,
+    /// Number of entries.
+    pub entries: u64,
+}
+
+impl Tlb {
+    /// Memory its entries map at once: entries × page size.
+    pub fn reach(&self) -> u64 {
+        self.entries * self.page_bytes
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 /// The facts of the machine a result was measured on.
 pub struct SysInfo {
@@ -34,6 +54,8 @@ pub struct SysInfo {
     pub virtualized: bool,
     /// Caches of CPU 0.
     pub caches: Vec<Cache>,
+    /// Data TLBs (CPUID), by level and page size; empty where the CPU does not say.
+    pub tlbs: Vec<Tlb>,
     /// Transparent huge pages setting.
     pub thp: String,
     /// Calibrated TSC rate.
@@ -87,6 +109,88 @@ pub fn caches() -> Vec<Cache> {
         });
     }
     out.sort_by_key(|c| c.level);
+    out
+}
+
+fn cpuid(leaf: u32, sub: u32) -> [u32; 4] {
+    // CPUID exists on every x86-64 CPU; leaves above the maximum return zeros or the highest
+    // leaf's data, so the callers check against the maximum first.
+    let r = std::arch::x86_64::__cpuid_count(leaf, sub);
+    [r.eax, r.ebx, r.ecx, r.edx]
+}
+
+/// AMD: CPUID 0x80000005 (L1 TLBs) and 0x80000006 (L2 TLBs), for 4 KiB and 2 MiB pages.
+fn amd_tlbs() -> Vec<Tlb> {
+    let mut out = Vec::new();
+    if cpuid(0x8000_0000, 0)[0] < 0x8000_0006 {
+        return out;
+    }
+    let tlb = |level, kind: &str, page_bytes, entries: u32| Tlb {
+        level,
+        kind: kind.into(),
+        page_bytes,
+        entries: entries as u64,
+    };
+    let l1 = cpuid(0x8000_0005, 0);
+    // EBX: 4 KiB pages, EAX: 2 MiB pages; data TLB entries in bits 23:16.
+    out.push(tlb(1, "Data", 4 << 10, (l1[1] >> 16) & 0xff));
+    out.push(tlb(1, "Data", 2 << 20, (l1[0] >> 16) & 0xff));
+    let l2 = cpuid(0x8000_0006, 0);
+    // The same for the L2 TLB: entries in bits 27:16, associativity 0 = no such TLB.
+    for (reg, page) in [(l2[1], 4u64 << 10), (l2[0], 2 << 20)] {
+        if reg >> 28 != 0 {
+            out.push(tlb(2, "Unified", page, (reg >> 16) & 0xfff));
+        }
+    }
+    out
+}
+
+/// Intel: CPUID leaf 0x18 (deterministic address translation parameters).
+fn intel_tlbs() -> Vec<Tlb> {
+    let mut out = Vec::new();
+    if cpuid(0, 0)[0] < 0x18 {
+        return out;
+    }
+    let max_sub = cpuid(0x18, 0)[0];
+    for sub in 0..=max_sub.min(16) {
+        let [_, ebx, ecx, edx] = cpuid(0x18, sub);
+        let kind = match edx & 0x1f {
+            1 => "Data",
+            3 => "Unified",
+            4 => "Data", // load-only TLB
+            _ => continue,
+        };
+        let level = (edx >> 5) & 7;
+        let entries = ((ebx >> 16) & 0xffff) as u64 * ecx as u64;
+        for (bit, page) in [(0, 4u64 << 10), (1, 2 << 20)] {
+            if ebx & (1 << bit) != 0 && entries > 0 {
+                out.push(Tlb {
+                    level,
+                    kind: kind.into(),
+                    page_bytes: page,
+                    entries,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The data TLBs CPUID declares (AMD leaves 0x80000005/6, Intel leaf 0x18), smallest level first,
+/// entries > 0 only. A hypervisor may hide or rewrite these; empty when nothing is declared.
+pub fn tlbs() -> Vec<Tlb> {
+    let v = cpuid(0, 0);
+    let vendor: Vec<u8> = [v[1], v[3], v[2]]
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .collect();
+    let mut out = match &vendor[..] {
+        b"AuthenticAMD" | b"HygonGenuine" => amd_tlbs(),
+        _ => intel_tlbs(),
+    };
+    out.retain(|t| t.entries > 0);
+    out.sort_by_key(|t| (t.level, t.page_bytes));
+    out.dedup();
     out
 }
 
@@ -180,6 +284,7 @@ pub fn collect() -> SysInfo {
         glibc: glibc_version(),
         virtualized: cpuinfo.contains(" hypervisor"),
         caches: caches(),
+        tlbs: tlbs(),
         thp,
         tsc_hz: clock.hz,
         tsc_invariant: clock.invariant,
@@ -215,6 +320,26 @@ impl SysInfo {
             ),
             ("memory".into(), format_size(self.memory_bytes)),
             ("caches".into(), caches),
+            (
+                "data TLBs".into(),
+                if self.tlbs.is_empty() {
+                    "not declared by CPUID".into()
+                } else {
+                    self.tlbs
+                        .iter()
+                        .map(|t| {
+                            format!(
+                                "L{} {} × {} (reach {})",
+                                t.level,
+                                t.entries,
+                                format_size(t.page_bytes),
+                                format_size(t.reach())
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
             (
                 "kernel / glibc".into(),
                 format!("{} / {}", self.kernel, self.glibc),

@@ -27,7 +27,8 @@ pub fn parse_size(s: &str) -> Result<u64> {
             "'{s}' is not a size (use e.g. 4096, 64K, 512KiB, 2M, 1GiB)"
         ))
     })?;
-    if !v.is_finite() || v < 0.0 || v * mult as f64 > u64::MAX as f64 {
+    // u64::MAX as f64 rounds up to 2^64: compare with >= so that nothing saturates silently.
+    if !v.is_finite() || v < 0.0 || v * mult as f64 >= u64::MAX as f64 {
         return Err(usage(format!("size '{s}' is out of range")));
     }
     Ok((v * mult as f64).round() as u64)
@@ -73,7 +74,11 @@ pub fn parse_count_list(s: &str) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// Parse a duration: `500ms`, `10s`, `2m`, `1h`, or plain seconds `1.5`.
+/// The longest duration a command accepts: ten years. Anything longer is a typo, and a deadline
+/// that far ahead would overflow the clock (`Instant + d`).
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Parse a duration: `500ms`, `10s`, `2m`, `1h`, or plain seconds `1.5`; at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let t = s.trim();
     let split = t
@@ -94,8 +99,11 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
             )))
         }
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(usage(format!("duration '{s}' is out of range")));
+    if !secs.is_finite() || secs < 0.0 || secs > MAX_DURATION.as_secs_f64() {
+        return Err(usage(format!(
+            "duration '{s}' is out of range (at most {}h, ten years)",
+            MAX_DURATION.as_secs() / 3600
+        )));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -157,5 +165,20 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("3 weeks").is_err());
+        // Too large to be meant, or to be added to a clock: an error, never a panic.
+        for huge in ["99999999999999999h", "1e300", "87601h"] {
+            assert!(
+                crate::error::is_usage(&parse_duration(huge).unwrap_err()),
+                "{huge}"
+            );
+        }
+        assert_eq!(parse_duration("87600h").unwrap(), MAX_DURATION);
+    }
+
+    #[test]
+    fn sizes_that_do_not_fit() {
+        assert!(parse_size("18446744073709551615").is_err());
+        assert!(parse_size("16777216T").is_err());
+        assert_eq!(parse_size("9223372036854775808").unwrap(), 1 << 63);
     }
 }

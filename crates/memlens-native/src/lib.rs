@@ -126,6 +126,11 @@ pub fn path(name: &str) -> Result<PathBuf> {
     Ok(dest)
 }
 
+/// The embedded bytes of an artifact (to check a copy of it made elsewhere).
+pub fn bytes(name: &str) -> Option<&'static [u8]> {
+    ARTIFACTS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+}
+
 /// Path of `libmemlens.so`.
 pub fn runtime() -> Result<PathBuf> {
     path(RUNTIME)

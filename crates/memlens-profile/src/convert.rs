@@ -1,11 +1,13 @@
 //! Raw dump → symbolized profile model, and loading any supported input file.
+use crate::agg::U64Hash;
 use crate::model::{Function, Line, Location, Mapping, Profile, Sample};
 use crate::raw::{Module, RawDump};
-use crate::symbolize::{SymFrame, Symbolizer};
+use crate::symbolize::{Frames, SymFrame, Symbolizer};
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What `convert_raw` produced, for `memlens run` to print.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -26,16 +28,29 @@ pub struct ConvertSummary {
     pub truncated_share: f64,
     /// Samples the runtime lost (tables full).
     pub dropped: u64,
+    /// Of those, samples of new stacks the full stack table could not take.
+    pub table_full: u64,
+    /// The stack table's limit (distinct stacks).
+    pub max_stacks: u64,
+    /// Samples counted as allocated but not tracked live (an address-space limit).
+    pub untracked: u64,
     /// Modules whose addresses stay raw (binary absent, different build ID, no symbols).
     pub unsymbolized_modules: usize,
     /// One line per problem met while symbolizing (already printed on stderr).
     pub warnings: Vec<String>,
 }
 
-/// Read the raw dump `raw`, symbolize it and write it as gzipped pprof to `out`.
+/// Read the raw dump `raw`, symbolize it and write it as gzipped pprof to `out` (and the peak set
+/// beside it), with the process's shared symbolizer ([`Symbolizer::global`]).
 pub fn convert_raw(raw: &Path, out: &Path) -> Result<ConvertSummary> {
+    convert_raw_with(raw, out, Symbolizer::global())
+}
+
+/// [`convert_raw`] with the symbolizer `sym`.
+pub fn convert_raw_with(raw: &Path, out: &Path, sym: &Symbolizer) -> Result<ConvertSummary> {
     let dump = crate::raw::read(raw)?;
-    let (profile, warnings) = symbolize_dump(&dump);
+    let (profile, warnings) = symbolize_dump_with(&dump, sym);
+    drop(dump);
     crate::pprof::write(&profile, out)?;
     if let Some(peak) = crate::life::peak_profile(&profile) {
         crate::pprof::write(&peak, &crate::life::peak_path(out))?;
@@ -56,29 +71,44 @@ pub fn summary(p: &Profile, warnings: Vec<String>) -> ConvertSummary {
         inuse_bytes: p.total(InuseSpace),
         truncated_share: p.meta.truncated_share(),
         dropped: p.meta.dropped,
+        table_full: p.meta.table_full,
+        max_stacks: p.meta.max_stacks,
+        untracked: p.meta.untracked,
         unsymbolized_modules: unsymbolized,
         warnings,
     }
 }
 
-/// Load a profile from a raw dump or a pprof file (gzipped or not). Symbolization problems of a
-/// raw dump are printed once per module as warnings; they never fail the load.
+/// Load a profile from a raw dump or a pprof file (gzipped or not), bounded in size and time
+/// ([`crate::input`]). Symbolization problems of a raw dump are printed once per module as
+/// warnings; they never fail the load. Raw dumps are symbolized with [`Symbolizer::global`].
 pub fn load(path: &Path) -> Result<Profile> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if bytes.is_empty() {
+    load_with(path, Symbolizer::global())
+}
+
+/// [`load`] with the symbolizer `sym`.
+pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
+    let input = crate::input::open(path)?;
+    if input.head.is_empty() {
         return Err(anyhow!("{} is empty (not a profile)", path.display()));
     }
-    if crate::raw::looks_raw(&bytes) {
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| anyhow!("{}: raw dump is not valid UTF-8", path.display()))?;
-        let dump = crate::raw::parse(text).with_context(|| path.display().to_string())?;
-        return Ok(symbolize_dump(&dump).0);
+    let shown = path.display().to_string();
+    if crate::raw::looks_raw(&input.head) {
+        let dump = crate::raw::read_from(input.reader()).with_context(|| shown.clone())?;
+        let (p, warnings) = symbolize_dump_with(&dump, sym);
+        for w in &warnings {
+            eprintln!("memlens: warning: {w}");
+        }
+        return Ok(p);
     }
-    crate::pprof::decode(&bytes).with_context(|| {
-        format!(
-            "cannot load {}: neither a memlens raw dump nor a pprof profile",
-            path.display()
-        )
+    crate::pprof_read::read(input.reader(), crate::input::budget()).map_err(|e| {
+        if e.downcast_ref::<crate::input::OverBudget>().is_some() {
+            e.context(format!("cannot load {shown}"))
+        } else {
+            e.context(format!(
+                "cannot load {shown}: neither a memlens raw dump nor a pprof profile"
+            ))
+        }
     })
 }
 
@@ -93,35 +123,29 @@ fn is_virtual(path: &str) -> bool {
     path.is_empty() || path.contains("vdso") || path.starts_with('[')
 }
 
-/// Build the symbolized model of a raw dump. Returns it with the warnings printed on stderr.
-pub fn symbolize_dump(d: &RawDump) -> (Profile, Vec<String>) {
+/// The symbolized model of a raw dump and the warnings (not printed), one per module that cannot
+/// be symbolized.
+pub fn symbolize_dump_with(d: &RawDump, sym: &Symbolizer) -> (Profile, Vec<String>) {
     let mut warnings = Vec::new();
-    let p = build(d, &mut Symbolizer::new(), &mut warnings);
-    for w in &warnings {
-        eprintln!("memlens: warning: {w}");
-    }
+    let p = build(d, sym, &mut warnings);
     (p, warnings)
 }
 
-/// Build the symbolized models of many raw dumps with one symbolizer, so that each module's
-/// symbols and debug info are read once for all of them (the runs of one program, compared with
-/// each other). Returns the profiles in the order of `dumps` and the warnings, one per module that
+/// Build the symbolized models of many raw dumps (the runs of one program, compared with each
+/// other). Returns the profiles in the order of `dumps` and the warnings, one per module that
 /// cannot be symbolized; they are not printed. Stacks of different dumps compare by their frames'
-/// function names ([`crate::agg::stacks`]): unsymbolized frames are named `module+0xOFFSET`,
-/// stable across processes.
+/// function names ([`crate::agg::Stacks`]): unsymbolized frames are named `module+0xOFFSET`, stable
+/// across processes.
 pub fn symbolize_dumps(dumps: &[RawDump]) -> (Vec<Profile>, Vec<String>) {
-    let mut sym = Symbolizer::new();
+    let sym = Symbolizer::global();
     let mut warnings = Vec::new();
-    let profiles = dumps
-        .iter()
-        .map(|d| build(d, &mut sym, &mut warnings))
-        .collect();
+    let profiles = dumps.iter().map(|d| build(d, sym, &mut warnings)).collect();
     (profiles, warnings)
 }
 
 /// The model of `d`, symbolized by `sym`; a warning per module not symbolized (and not already
 /// in `warnings`) is appended.
-fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profile {
+fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     let mut b = Builder {
         p: Profile {
             meta: d.meta.clone(),
@@ -131,7 +155,7 @@ fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profi
     };
     // Unique pcs per module, in a stable order.
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut module_of: HashMap<u64, Option<usize>> = HashMap::new();
+    let mut module_of: HashMap<u64, Option<usize>, U64Hash> = HashMap::default();
     for s in &d.stacks {
         for &pc in &s.pcs {
             module_of.entry(pc).or_insert_with(|| {
@@ -143,7 +167,7 @@ fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profi
             });
         }
     }
-    let mut loc_of: HashMap<u64, u64> = HashMap::new();
+    let mut loc_of: HashMap<u64, u64, U64Hash> = HashMap::default();
     for (&mi, pcs) in &by_module {
         let m = &d.modules[mi];
         let addrs: Vec<u64> = pcs
@@ -160,7 +184,7 @@ fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profi
                 if !is_virtual(&m.path) && !warnings.contains(&w) {
                     warnings.push(w);
                 }
-                vec![Vec::new(); pcs.len()]
+                vec![Frames::from([]); pcs.len()]
             }
         };
         for (pc, fr) in pcs.iter().zip(frames) {
@@ -201,7 +225,7 @@ fn build(d: &RawDump, sym: &mut Symbolizer, warnings: &mut Vec<String>) -> Profi
             life: s
                 .life
                 .as_ref()
-                .map(|l| crate::life::life_of(l, d.views.as_ref())),
+                .map(|l| Box::new(crate::life::life_of(l, d.views.as_ref()))),
         });
     }
     b.p.views = d.views.as_ref().map(crate::life::views_of);
@@ -221,7 +245,8 @@ struct Builder {
     p: Profile,
     /// (module base, segment vaddr) → mapping id.
     mappings: HashMap<(u64, u64, String), u64>,
-    functions: HashMap<(String, String), u64>,
+    /// (name, file) → function id; the names are the symbolizer's shared strings.
+    functions: HashMap<(Arc<str>, Arc<str>), u64>,
 }
 
 impl Builder {
@@ -255,9 +280,9 @@ impl Builder {
             return id;
         }
         self.p.functions.push(Function {
-            name: f.name.clone(),
-            system_name: f.name.clone(),
-            filename: f.file.clone(),
+            name: f.name.to_string(),
+            system_name: f.name.to_string(),
+            filename: f.file.to_string(),
             start_line: 0,
         });
         let id = self.p.functions.len() as u64;

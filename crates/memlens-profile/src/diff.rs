@@ -13,11 +13,14 @@
 //!                    "cum_base", "cum_new", "cum_delta" } … ],          // by flat_delta, desc
 //!   "stacks": [ { "base", "new", "delta", "frames": [ { "function", "file", "line", "inlined" } … ] } … ] }
 //! ```
-use crate::agg::{self, fmt_value, pct, share};
+use crate::agg::{
+    self, fmt_value, pct, share, FrameId, Frames, Merged, NameId, SerSeq, Stack, Stacks,
+};
 use crate::model::{Frame, Location, Profile, Sample, SampleIndex};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -46,7 +49,7 @@ pub struct DiffArgs {
     #[arg(long, value_enum)]
     pub sample_index: Option<SampleIndex>,
     /// Number of functions and stacks shown
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Also write NEW − BASE as a gzipped pprof profile (negative values where memory shrank)
     #[arg(short = 'o', long = "output", value_name = "DIFF.pb.gz")]
@@ -57,7 +60,7 @@ pub struct DiffArgs {
 }
 
 /// One stack's values in both profiles.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct StackDelta {
     /// Value in the base profile.
     pub base: f64,
@@ -65,8 +68,9 @@ pub struct StackDelta {
     pub new: f64,
     /// new − base.
     pub delta: f64,
-    /// Innermost first.
-    pub frames: Vec<Frame>,
+    /// Where its frames are (0 = base, 1 = new), and its merged stack there.
+    side: usize,
+    stack: Stack,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -88,69 +92,62 @@ pub struct FuncDelta {
     pub cum_delta: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
-/// The difference of two profiles for one sample index.
-pub struct Diff {
-    /// Base file.
-    pub base: String,
-    /// New file.
-    pub new: String,
-    /// The value compared.
-    pub sample_index: SampleIndex,
-    /// Its unit (`bytes` or `count`).
-    pub unit: &'static str,
-    /// Total of the base profile.
-    pub base_total: f64,
-    /// Total of the new profile.
-    pub new_total: f64,
-    /// new − base of the totals.
-    pub delta: f64,
-    /// Functions, by growth.
-    pub functions: Vec<FuncDelta>,
-    /// Stacks, by growth.
+/// Two profiles compared on one value: their merged stacks (frames interned in one table, so they
+/// match by ids), the stacks and the functions by growth.
+pub struct Compared<'p> {
+    /// The frames of both profiles.
+    pub frames: Frames,
+    sides: [Stacks<'p>; 2],
+    /// Stacks, by growth (largest first).
     pub stacks: Vec<StackDelta>,
+    /// Functions, by flat growth.
+    pub functions: Vec<FuncDelta>,
+}
+
+impl Compared<'_> {
+    /// A stack's frames, innermost first.
+    pub fn frames_of(&self, d: &StackDelta) -> Vec<Frame> {
+        self.frames.resolve(self.ids_of(d))
+    }
+
+    fn ids_of(&self, d: &StackDelta) -> impl Iterator<Item = FrameId> + '_ {
+        self.sides[d.side].frames(&d.stack)
+    }
 }
 
 /// Compare two profiles on one value.
-pub fn compare(
-    base: &Profile,
-    new: &Profile,
-    idx: SampleIndex,
-) -> (Vec<StackDelta>, Vec<FuncDelta>) {
-    let (bs, ns) = (agg::stacks(base), agg::stacks(new));
-    let mut stacks: Vec<StackDelta> = Vec::new();
-    let mut at: HashMap<Vec<String>, usize> = HashMap::new();
-    for (side, list) in [(0, &bs), (1, &ns)] {
-        for s in list.iter() {
-            let i = *at.entry(s.key()).or_insert_with(|| {
-                stacks.push(StackDelta {
-                    base: 0.0,
-                    new: 0.0,
-                    delta: 0.0,
-                    frames: s.frames.clone(),
-                });
-                stacks.len() - 1
-            });
-            if side == 0 {
-                stacks[i].base += s.get(idx);
-            } else {
-                stacks[i].new += s.get(idx);
-            }
+pub fn compare<'p>(base: &'p Profile, new: &'p Profile, idx: SampleIndex) -> Compared<'p> {
+    let mut fr = Frames::default();
+    let sides = [Stacks::new(base, &mut fr), Stacks::new(new, &mut fr)];
+    let mut merged = Merged::default();
+    let all = [&sides[0], &sides[1]];
+    for (side, st) in all.iter().enumerate() {
+        for s in &st.list {
+            merged.add(&all, &fr, side, s, s.get(idx));
         }
     }
-    for s in &mut stacks {
-        s.delta = s.new - s.base;
-    }
+    let mut stacks: Vec<StackDelta> = merged
+        .entries
+        .into_iter()
+        .map(|(side, stack, v)| StackDelta {
+            base: v[0],
+            new: v[1],
+            delta: v[1] - v[0],
+            side,
+            stack,
+        })
+        .collect();
     stacks.sort_by(|a, b| b.delta.total_cmp(&a.delta));
     let k = idx as usize;
-    let (bf, nf) = (agg::functions(&bs), agg::functions(&ns));
+    let per_side =
+        all.map(|st| agg::functions(&fr, st.list.iter().map(|s| (st.frames(s), s.values))));
     let mut funcs: Vec<FuncDelta> = Vec::new();
-    let mut fat: HashMap<String, usize> = HashMap::new();
-    for (side, list) in [(0, &bf), (1, &nf)] {
-        for f in list.iter() {
-            let i = *fat.entry(f.name.clone()).or_insert_with(|| {
+    let mut fat: HashMap<NameId, usize> = HashMap::new();
+    for (side, list) in per_side.iter().enumerate() {
+        for f in list {
+            let i = *fat.entry(f.name).or_insert_with(|| {
                 funcs.push(FuncDelta {
-                    function: f.name.clone(),
+                    function: fr.str(f.name).to_string(),
                     flat_base: 0.0,
                     flat_new: 0.0,
                     flat_delta: 0.0,
@@ -177,7 +174,12 @@ pub fn compare(
             .total_cmp(&a.flat_delta)
             .then(b.cum_delta.total_cmp(&a.cum_delta))
     });
-    (stacks, funcs)
+    Compared {
+        frames: fr,
+        sides,
+        stacks,
+        functions: funcs,
+    }
 }
 
 /// NEW − BASE as one profile: NEW's samples, then BASE's (with its own locations, functions and
@@ -232,23 +234,37 @@ fn default_index(base: &Profile, new: &Profile) -> SampleIndex {
     }
 }
 
+#[derive(Serialize)]
+/// The difference of two profiles for one sample index, as JSON writes it.
+struct Diff<'a, S> {
+    base: String,
+    new: String,
+    sample_index: SampleIndex,
+    unit: &'static str,
+    base_total: f64,
+    new_total: f64,
+    delta: f64,
+    functions: &'a [FuncDelta],
+    stacks: S,
+}
+
+#[derive(Serialize)]
+struct JsonStackDelta<F> {
+    base: f64,
+    new: f64,
+    delta: f64,
+    frames: F,
+}
+
 /// Run `memlens diff`; returns the exit status.
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
     let base = crate::convert::load(&a.base)?;
     let new = crate::convert::load(&a.new)?;
     let idx = a.sample_index.unwrap_or_else(|| default_index(&base, &new));
-    let (stacks, functions) = compare(&base, &new, idx);
-    let d = Diff {
-        base: a.base.display().to_string(),
-        new: a.new.display().to_string(),
-        sample_index: idx,
-        unit: idx.unit(),
-        base_total: base.total(idx),
-        new_total: new.total(idx),
-        delta: new.total(idx) - base.total(idx),
-        functions,
-        stacks,
-    };
+    for (p, f) in [(&base, &a.base), (&new, &a.new)] {
+        p.require(idx)
+            .with_context(|| format!("cannot compare {}", f.display()))?;
+    }
     if let Some(out) = &a.output {
         crate::pprof::write(&difference_profile(&base, &new), out)?;
         eprintln!(
@@ -257,15 +273,38 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
             out.display()
         );
     }
+    let c = compare(&base, &new, idx);
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     match a.format {
-        DiffFormat::Table => print!("{}", table(&d, a.top, &a.base, &a.new)),
-        DiffFormat::Json => println!("{}", serde_json::to_string_pretty(&d)?),
+        DiffFormat::Table => w.write_all(table(&c, idx, a.top, &a.base, &a.new).as_bytes())?,
+        DiffFormat::Json => {
+            let d = Diff {
+                base: a.base.display().to_string(),
+                new: a.new.display().to_string(),
+                sample_index: idx,
+                unit: idx.unit(),
+                base_total: base.total(idx),
+                new_total: new.total(idx),
+                delta: new.total(idx) - base.total(idx),
+                functions: &c.functions,
+                stacks: SerSeq::new(c.stacks.iter().map(|s| JsonStackDelta {
+                    base: s.base,
+                    new: s.new,
+                    delta: s.delta,
+                    frames: crate::report::json_frames(&c.frames, c.ids_of(s)),
+                })),
+            };
+            serde_json::to_writer_pretty(&mut w, &d)?;
+            w.write_all(b"\n")?;
+        }
     }
+    w.flush()?;
     Ok(0)
 }
 
-fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
-    let idx = d.sample_index;
+fn table(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path) -> String {
+    let total = |side: usize| c.sides[side].profile.total(idx);
     let v = |x: f64| fmt_value(x, idx, false);
     let dv = |x: f64| fmt_value(x, idx, true);
     let width = memlens_measure::doc::terminal_width();
@@ -274,15 +313,15 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
             "{}: base {} = {}, new {} = {}, change {}\n",
             idx.name(),
             base.display(),
-            v(d.base_total),
+            v(total(0)),
             new.display(),
-            v(d.new_total),
-            dv(d.delta)
+            v(total(1)),
+            dv(total(1) - total(0))
         ),
         width,
         "  ",
     );
-    let growth: f64 = d
+    let growth: f64 = c
         .stacks
         .iter()
         .filter(|x| x.delta > 0.0)
@@ -292,7 +331,7 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
         s += "nothing grew\n";
     } else {
         s += "\nfunctions that grew most (flat: allocated in the function itself; share of all growth)\n";
-        let rows: Vec<Vec<String>> = d
+        let rows: Vec<Vec<String>> = c
             .functions
             .iter()
             .filter(|f| f.flat_delta > 0.0)
@@ -313,7 +352,7 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
             &rows,
         );
         s += "\n\nstacks that grew most (innermost frame first)\n";
-        let rows: Vec<Vec<String>> = d
+        let rows: Vec<Vec<String>> = c
             .stacks
             .iter()
             .filter(|x| x.delta > 0.0)
@@ -324,17 +363,17 @@ fn table(d: &Diff, top: usize, base: &Path, new: &Path) -> String {
                     pct(share(x.delta, growth)),
                     v(x.base),
                     v(x.new),
-                    crate::report::stack_cell(&x.frames, 8),
+                    crate::report::stack_cell(&c.frames_of(x), 8),
                 ]
             })
             .collect();
         s += &memlens_measure::output::fit_table(&["Δ", "share", "base", "new", "stack"], &rows);
         s += "\n";
     }
-    let shrank: Vec<&StackDelta> = d.stacks.iter().filter(|x| x.delta < 0.0).collect();
+    let shrank: Vec<&StackDelta> = c.stacks.iter().filter(|x| x.delta < 0.0).collect();
     if let Some(most) = shrank.last() {
-        let f = most.frames.first().map_or("?".into(), |f| {
-            memlens_measure::names::short_name(&f.function)
+        let f = c.ids_of(most).next().map_or("?".into(), |f| {
+            memlens_measure::names::short_name(c.frames.name(f))
         });
         s += &memlens_measure::doc::wrap(
             &format!(

@@ -4,7 +4,8 @@
 //! * [`raw`]: strict reader of the runtime's raw dump.
 //! * [`symbolize`]: module + ELF address → functions, files, lines, inlined frames (blazesym).
 //! * [`model`]: the profile every input becomes and every output is made from.
-//! * [`pprof`]: profile.proto writer and reader (gzip).
+//! * [`pprof`]: profile.proto writer and reader (gzip); [`pprof_read`]: the streamed, bounded read.
+//! * [`input`]: opening a profile, bounded in size, time and kind.
 //! * [`convert`]: raw dump → symbolized profile ([`convert_raw`] is what `memlens run` calls).
 //! * [`life`] and [`views`]: peak set, lifetimes, leaks, timeline and `memlens report --view`.
 //! * [`agg`]: stacks merged by function names, flat/cum per function.
@@ -13,11 +14,14 @@
 pub mod agg;
 pub mod convert;
 pub mod diff;
+pub mod input;
 pub mod life;
 pub mod model;
 pub mod pprof;
+pub mod pprof_read;
 pub mod raw;
 pub mod report;
+pub mod state;
 pub mod symbolize;
 pub mod views;
 

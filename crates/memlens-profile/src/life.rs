@@ -87,7 +87,15 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
     if v.peak_bytes <= 0.0 {
         return None;
     }
-    let mut q = p.clone();
+    // Everything but the samples (cloning those only to replace them cost a copy of the profile).
+    let mut q = Profile {
+        meta: p.meta.clone(),
+        mappings: p.mappings.clone(),
+        functions: p.functions.clone(),
+        locations: p.locations.clone(),
+        samples: Vec::new(),
+        views: None,
+    };
     q.meta.view = "peak".into();
     q.meta.time_ns = v.peak_ns;
     q.samples = p
@@ -103,7 +111,6 @@ pub fn peak_profile(p: &Profile) -> Option<Profile> {
             })
         })
         .collect();
-    q.views = None;
     Some(q)
 }
 

@@ -86,10 +86,24 @@ pub struct Meta {
     pub max_depth: u32,
     /// Estimated bytes of the dropped samples (their weight times their size).
     pub dropped_bytes: u64,
+    /// The runtime's stack table limit (distinct stacks; 0 = not said).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub max_stacks: u64,
+    /// Dropped samples of new stacks the full stack table could not take (part of `dropped`).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub table_full: u64,
+    /// Samples counted as allocated but not tracked live: the sampled-blocks range could not grow
+    /// (an address-space limit), so their frees are not seen and `inuse_*` leaves them out.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub untracked: u64,
     /// Which view of the process this profile is: empty for the dump itself, `peak` for the live set
     /// at the heap's high-water mark (`<stem>.peak.pb.gz`).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub view: String,
+    /// Heap sample types the file did not have (a profile written by another tool): their values
+    /// read 0 in the samples, and are printed as n/a, never as a measured 0.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<SampleIndex>,
     /// What profiling had cost the process when the dump was written, by the runtime's own
     /// account (0 from a runtime that does not keep it): ns in its sampled path, allocation calls
     /// made while sampling (estimated from the samples), and the process's CPU ns.
@@ -200,8 +214,9 @@ pub struct Sample {
     /// A negated sample of the base profile in a difference profile (pprof label
     /// `pprof::base=true`, which makes pprof use the base total for percentages, as `-diff_base`).
     pub diff_base: bool,
-    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them.
-    pub life: Option<Life>,
+    /// Peak set, lifetimes and live age of this stack, when the runtime tracked them (boxed: a
+    /// profile without them pays one word per sample, not the whole record).
+    pub life: Option<Box<Life>>,
 }
 
 /// Lifetime decades: bucket i holds what was freed at an age below `LIFE_BOUNDS_NS[i]` (and at
@@ -406,11 +421,37 @@ pub struct Frame {
     pub inlined: bool,
 }
 
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
 fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
 impl Profile {
+    /// Whether the profile has values of sample type `i` (see [`Meta::absent`]).
+    pub fn has(&self, i: SampleIndex) -> bool {
+        !self.meta.absent.contains(&i)
+    }
+
+    /// An error when the profile has no values of sample type `i`, naming those it has.
+    pub fn require(&self, i: SampleIndex) -> anyhow::Result<()> {
+        if self.has(i) {
+            return Ok(());
+        }
+        let has: Vec<&str> = SampleIndex::ALL
+            .iter()
+            .filter(|&&x| self.has(x))
+            .map(|x| x.name())
+            .collect();
+        anyhow::bail!(
+            "this profile has no {} values (its heap sample types: {}): choose one with --sample-index",
+            i.name(),
+            has.join(", ")
+        )
+    }
+
     /// Sum of one value over all samples.
     pub fn total(&self, i: SampleIndex) -> f64 {
         self.samples.iter().map(|s| s.value(i)).sum()

@@ -10,7 +10,7 @@ use crate::model::{
 };
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A profile's path without `.gz` and `.pb`: the stem the files written beside it are named after
@@ -189,6 +189,41 @@ const BASE_LABEL: &str = "pprof::base";
 
 /// Translate the model into profile.proto messages.
 pub fn to_proto(p: &Profile) -> proto::Profile {
+    let (mut m, enc) = proto_without_samples(p);
+    m.sample = p.samples.iter().map(|s| enc.sample(s)).collect();
+    m
+}
+
+/// How samples become messages: the string ids of their labels, fixed before any sample is written.
+struct SampleEncoder {
+    has_life: bool,
+    life_keys: LifeKeys,
+    samples_key: i64,
+    count: i64,
+    base_key: i64,
+    yes: i64,
+}
+
+impl SampleEncoder {
+    fn sample(&self, s: &Sample) -> proto::Sample {
+        let mut value: Vec<i64> = s.values().iter().map(|v| v.round() as i64).collect();
+        let mut label = labels(s, self.samples_key, self.count, self.base_key, self.yes);
+        if self.has_life {
+            let l = s.life.as_deref().cloned().unwrap_or_default();
+            value.extend(life_values(&l).iter().map(|v| v.round() as i64));
+            label.extend(self.life_keys.labels(&l));
+        }
+        proto::Sample {
+            location_id: s.locations.clone(),
+            value,
+            label,
+        }
+    }
+}
+
+/// Everything of the message but the samples, and how to write those. Samples add no strings, so
+/// the string table is the same whether they are written with the rest or streamed in between.
+fn proto_without_samples(p: &Profile) -> (proto::Profile, SampleEncoder) {
     let mut st = Strings::new();
     let vt = |st: &mut Strings, t: &str, u: &str| proto::ValueType {
         r#type: st.id(t),
@@ -211,24 +246,14 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     } else {
         (0, 0)
     };
-    let sample = p
-        .samples
-        .iter()
-        .map(|s| {
-            let mut value: Vec<i64> = s.values().iter().map(|v| v.round() as i64).collect();
-            let mut label = labels(s, samples_key, count, base_key, yes);
-            if has_life {
-                let l = s.life.clone().unwrap_or_default();
-                value.extend(life_values(&l).iter().map(|v| v.round() as i64));
-                label.extend(life_keys.labels(&l));
-            }
-            proto::Sample {
-                location_id: s.locations.clone(),
-                value,
-                label,
-            }
-        })
-        .collect();
+    let enc = SampleEncoder {
+        has_life,
+        life_keys,
+        samples_key,
+        count,
+        base_key,
+        yes,
+    };
     let mapping = p
         .mappings
         .iter()
@@ -289,9 +314,9 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
     } else {
         SampleIndex::AllocSpace.name()
     });
-    proto::Profile {
+    let m = proto::Profile {
         sample_type,
-        sample,
+        sample: Vec::new(),
         mapping,
         location,
         function,
@@ -305,7 +330,8 @@ pub fn to_proto(p: &Profile) -> proto::Profile {
         comment,
         default_sample_type,
         memlens_timeline: p.views.as_ref().map(timeline_values).unwrap_or_default(),
-    }
+    };
+    (m, enc)
 }
 
 /// The process facts on one comment line (pprof prints comments in its header); `exe` goes last
@@ -461,36 +487,49 @@ fn parse_views_comment(v: &mut Option<Views>, c: &str) {
     }
 }
 
-/// A sample's lifetimes from its extra values (`cols`: where each of LIFE_TYPES sits) and labels.
-fn read_life(x: &proto::Sample, cols: &[Option<usize>; 5], st: &[String]) -> Option<Life> {
+/// A sample's lifetimes from its extra values (`cols`: where each of LIFE_TYPES sits) and labels
+/// (key, num).
+fn read_life(
+    value: &[i64],
+    label: &[(i64, i64)],
+    cols: &[Option<usize>; 5],
+    st: &[String],
+) -> Option<Life> {
     cols.iter().any(Option::is_some).then_some(())?;
-    let val = |i: usize| cols[i].map_or(0.0, |k| x.value[k] as f64);
+    let val = |i: usize| cols[i].map_or(0.0, |k| value[k] as f64);
     let mut l = Life {
         peak_objects: val(0),
         peak_bytes: val(1),
         ..Life::default()
     };
-    for lab in &x.label {
-        let Some(key) = usize::try_from(lab.key).ok().and_then(|k| st.get(k)) else {
+    for &(key, num) in label {
+        let Some(key) = usize::try_from(key).ok().and_then(|k| st.get(k)) else {
             continue;
         };
         if let Some(k) = DECADE_NAMES.iter().position(|n| n == key) {
-            l.freed[k] = lab.num as f64;
+            l.freed[k] = num as f64;
         } else if key == "live_age" {
-            l.live_age_ns = lab.num as f64;
+            l.live_age_ns = num as f64;
         } else if key == "inuse_prev" {
-            l.prev_inuse_bytes = lab.num as f64;
+            l.prev_inuse_bytes = num as f64;
         }
     }
     Some(l)
 }
 
 fn meta_comments(m: &Meta) -> Vec<String> {
-    let view = if m.view.is_empty() {
+    let mut view = if m.view.is_empty() {
         String::new()
     } else {
         format!(" view={}", m.view)
     };
+    // Only when it happened: the comment of every other profile stays as it was.
+    if m.table_full > 0 {
+        view += &format!(" table_full={} max_stacks={}", m.table_full, m.max_stacks);
+    }
+    if m.untracked > 0 {
+        view += &format!(" untracked={}", m.untracked);
+    }
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
          truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
@@ -570,6 +609,9 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "dropped_bytes" => m.dropped_bytes = n(),
             "max_depth" => m.max_depth = n() as u32,
             "view" => m.view = v.to_string(),
+            "table_full" => m.table_full = n(),
+            "max_stacks" => m.max_stacks = n(),
+            "untracked" => m.untracked = n(),
             _ => {}
         }
     }
@@ -577,39 +619,102 @@ fn parse_comment(m: &mut Meta, c: &str) {
 
 /// Write `p` as gzipped pprof to `path`.
 pub fn write(p: &Profile, path: &Path) -> Result<()> {
-    let bytes = encode_gz(p)?;
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    let f =
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+    write_gz(p, &mut w)
+        .and_then(|_| Ok(w.flush()?))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The gzipped protobuf bytes of `p`.
 pub fn encode_gz(p: &Profile) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    write_gz(p, &mut out)?;
+    Ok(out)
+}
+
+/// Write `p` gzipped to `w`, one sample at a time: the bytes are those of
+/// `to_proto(p).encode_to_vec()` (prost writes fields in tag order, so the sample types, then
+/// every sample, then the rest), without the whole message in memory.
+pub fn write_gz(p: &Profile, w: &mut dyn Write) -> Result<()> {
+    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+    write_plain(p, &mut gz)?;
+    gz.finish()?;
+    Ok(())
+}
+
+/// [`write_gz`] without the gzip.
+pub fn write_plain(p: &Profile, w: &mut dyn Write) -> Result<()> {
     use prost::Message;
-    let raw = to_proto(p).encode_to_vec();
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&raw)?;
-    Ok(gz.finish()?)
+    let (mut rest, enc) = proto_without_samples(p);
+    let head = proto::Profile {
+        sample_type: std::mem::take(&mut rest.sample_type),
+        ..Default::default()
+    };
+    let mut buf = head.encode_to_vec();
+    for s in &p.samples {
+        prost::encoding::message::encode(2, &enc.sample(s), &mut buf);
+        if buf.len() >= 1 << 16 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
+    w.write_all(&rest.encode_to_vec())?;
+    Ok(())
 }
 
 /// Decode pprof bytes (gzipped or not) into the model.
 pub fn decode(bytes: &[u8]) -> Result<Profile> {
-    use prost::Message;
-    let plain;
-    let data = if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| anyhow!("corrupt gzip data ({e})"))?;
-        plain = out;
-        &plain[..]
-    } else {
-        bytes
-    };
-    let msg = proto::Profile::decode(data).map_err(|e| anyhow!("not a pprof profile ({e})"))?;
-    from_proto(&msg)
+    crate::pprof_read::read(bytes, crate::input::budget())
+}
+
+/// Samples as read, before the string table and the locations they refer to are known (pprof
+/// writes samples first): location ids as in the file, values and labels raw. What a streamed read
+/// holds until the end of the input.
+#[derive(Default)]
+pub(crate) struct Pending {
+    samples: Vec<Sample>,
+    values: Vec<i64>,
+    value_end: Vec<usize>,
+    /// (key, num) of every label; pprof's `str` is only needed to tell `pprof::base`, by its key.
+    labels: Vec<(i64, i64)>,
+    label_end: Vec<usize>,
+}
+
+impl Pending {
+    /// Keep one sample; returns the bytes now held for it.
+    pub(crate) fn push(&mut self, x: proto::Sample) -> u64 {
+        let held = std::mem::size_of::<Sample>()
+            + 2 * std::mem::size_of::<usize>()
+            + 8 * (x.location_id.len() + x.value.len())
+            + 16 * x.label.len();
+        self.values.extend_from_slice(&x.value);
+        self.value_end.push(self.values.len());
+        self.labels.extend(x.label.iter().map(|l| (l.key, l.num)));
+        self.label_end.push(self.labels.len());
+        let mut locations = x.location_id;
+        locations.shrink_to_fit();
+        self.samples.push(Sample {
+            locations,
+            ..Sample::default()
+        });
+        held as u64
+    }
 }
 
 /// Translate profile.proto messages into the model, validating every reference.
 pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
+    let mut pending = Pending::default();
+    for x in &m.sample {
+        pending.push(x.clone());
+    }
+    build(m, pending)
+}
+
+/// The model of `m` (whose own `sample` is ignored) with the samples of `pending`.
+pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
     let st = &m.string_table;
     if st.first().is_none_or(|s| !s.is_empty()) {
         bail!("not a pprof profile (string table does not start with \"\")");
@@ -651,6 +756,12 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
     let mut meta = Meta {
         interval: m.period.max(0) as u64,
         time_ns: m.time_nanos.max(0) as u64,
+        absent: SampleIndex::ALL
+            .iter()
+            .zip(col)
+            .filter(|(_, c)| c.is_none())
+            .map(|(&i, _)| i)
+            .collect(),
         ..Meta::default()
     };
     meta.start_ns = meta.time_ns.saturating_sub(m.duration_nanos.max(0) as u64);
@@ -676,12 +787,22 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         .enumerate()
         .map(|(i, x)| (x.id, i as u64 + 1))
         .collect();
-    let loc_ids: HashMap<u64, u64> = m
+    // Files written by memlens and Go number locations 1, 2, …: no map needed then.
+    let dense = m
         .location
         .iter()
         .enumerate()
-        .map(|(i, x)| (x.id, i as u64 + 1))
-        .collect();
+        .all(|(i, x)| x.id == i as u64 + 1);
+    let loc_ids: HashMap<u64, u64> = if dense {
+        HashMap::new()
+    } else {
+        m.location
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (x.id, i as u64 + 1))
+            .collect()
+    };
+    let nloc = m.location.len() as u64;
     let mappings = m
         .mapping
         .iter()
@@ -744,42 +865,40 @@ pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
         .collect::<Result<_>>()?;
     let key_of = |name: &str| st.iter().position(|x| x == name).map(|i| i as i64);
     let (samples_key, base_key) = (key_of(SAMPLES_LABEL), key_of(BASE_LABEL));
-    let samples = m
-        .sample
-        .iter()
-        .map(|x| {
-            if x.value.len() != m.sample_type.len() {
-                bail!(
-                    "sample has {} values for {} sample types",
-                    x.value.len(),
-                    m.sample_type.len()
-                );
-            }
-            let locations = x
-                .location_id
-                .iter()
-                .map(|id| {
-                    loc_ids
-                        .get(id)
-                        .copied()
-                        .ok_or_else(|| anyhow!("sample refers to unknown location {id}"))
-                })
-                .collect::<Result<_>>()?;
-            let mut out = Sample {
-                locations,
-                ..Sample::default()
+    let Pending {
+        mut samples,
+        values,
+        value_end,
+        labels,
+        label_end,
+    } = pending;
+    let (mut v0, mut l0) = (0, 0);
+    for (i, out) in samples.iter_mut().enumerate() {
+        let (value, label) = (&values[v0..value_end[i]], &labels[l0..label_end[i]]);
+        (v0, l0) = (value_end[i], label_end[i]);
+        if value.len() != m.sample_type.len() {
+            bail!(
+                "sample has {} values for {} sample types",
+                value.len(),
+                m.sample_type.len()
+            );
+        }
+        for id in out.locations.iter_mut() {
+            let known = if dense {
+                (1..=nloc).contains(id).then_some(*id)
+            } else {
+                loc_ids.get(id).copied()
             };
-            out.set_values(col.map(|c| c.map_or(0.0, |k| x.value[k] as f64)));
-            out.samples = x
-                .label
-                .iter()
-                .find(|l| Some(l.key) == samples_key)
-                .map_or(0, |l| l.num.max(0) as u64);
-            out.diff_base = x.label.iter().any(|l| Some(l.key) == base_key);
-            out.life = read_life(x, &life_col, st);
-            Ok(out)
-        })
-        .collect::<Result<_>>()?;
+            *id = known.ok_or_else(|| anyhow!("sample refers to unknown location {id}"))?;
+        }
+        out.set_values(col.map(|c| c.map_or(0.0, |k| value[k] as f64)));
+        out.samples = label
+            .iter()
+            .find(|l| Some(l.0) == samples_key)
+            .map_or(0, |l| l.1.max(0) as u64);
+        out.diff_base = label.iter().any(|l| Some(l.0) == base_key);
+        out.life = read_life(value, label, &life_col, st).map(Box::new);
+    }
     Ok(Profile {
         meta,
         mappings,
@@ -813,7 +932,11 @@ mod tests {
                 unwind_fallbacks: 0,
                 max_depth: 64,
                 dropped_bytes: 4096,
+                max_stacks: 1024,
+                table_full: 3,
+                untracked: 2,
                 view: String::new(),
+                absent: Vec::new(),
                 cost: crate::model::Cost {
                     sampled_ns: 430_942,
                     calls: 249_077,
@@ -898,14 +1021,14 @@ mod tests {
         let mut freed = [0.0; LIFE_BUCKETS];
         freed[2] = 4096.0;
         freed[7] = 100.0;
-        p.samples[0].life = Some(Life {
+        p.samples[0].life = Some(Box::new(Life {
             peak_objects: 2.0,
             peak_bytes: 2048.0,
             freed,
             live_age_ns: 5e8,
             prev_inuse_bytes: 512.0,
-        });
-        p.samples[1].life = Some(Life::default());
+        }));
+        p.samples[1].life = Some(Box::default());
         let point = |t: u64, h: f64| TimePoint {
             time_ns: t,
             heap_bytes: h,
@@ -933,6 +1056,21 @@ mod tests {
                 .collect()
         };
         assert!(names.ends_with(&["freed_1ms_space".into(), "freed_1s_space".into()]));
+    }
+
+    #[test]
+    fn streamed_bytes_are_the_whole_message() {
+        use prost::Message;
+        let mut p = sample_profile();
+        p.samples[0].life = Some(Box::new(Life {
+            peak_bytes: 7.0,
+            ..Life::default()
+        }));
+        for p in [sample_profile(), p] {
+            let mut streamed = Vec::new();
+            write_plain(&p, &mut streamed).unwrap();
+            assert_eq!(streamed, to_proto(&p).encode_to_vec());
+        }
     }
 
     #[test]
@@ -1024,6 +1162,25 @@ mod tests {
         };
         let e = format!("{:#}", decode(&cpu.encode_to_vec()).unwrap_err());
         assert!(e.contains("not a heap profile (sample types: cpu)"), "{e}");
+        // A heap profile with only some of the four types: the others are absent, not zero.
+        let space = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+            string_table: vec!["".into(), "inuse_space".into(), "bytes".into()],
+            ..Default::default()
+        };
+        let p = decode(&space.encode_to_vec()).unwrap();
+        assert!(p.has(SampleIndex::InuseSpace) && !p.has(SampleIndex::AllocSpace));
+        assert_eq!(p.meta.absent.len(), 3);
+        let e = format!("{:#}", p.require(SampleIndex::AllocObjects).unwrap_err());
+        assert!(
+            e.contains("no alloc_objects values") && e.contains("inuse_space"),
+            "{e}"
+        );
+        assert!(from_proto(&to_proto(&sample_profile()))
+            .unwrap()
+            .meta
+            .absent
+            .is_empty());
         // Dangling references.
         let mut bad = to_proto(&sample_profile());
         bad.sample[0].location_id.push(99);

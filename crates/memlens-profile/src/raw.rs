@@ -8,6 +8,7 @@
 //! so a file name with a newline cannot forge records; bytes that are not UTF-8 (in paths or
 //! the maps section) are read as U+FFFD instead of rejecting the dump.
 use anyhow::{anyhow, bail, Context, Result};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// One PT_LOAD program header of a module.
@@ -129,18 +130,49 @@ pub struct RawDump {
     pub views: Option<RawViews>,
 }
 
-/// Read and parse a raw dump file.
+/// Read and parse a raw dump file (bounded like every input: [`crate::input`]).
 pub fn read(path: &Path) -> Result<RawDump> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if !looks_raw(&bytes) {
+    let input = crate::input::open(path)?;
+    if !looks_raw(&input.head) {
         bail!(
             "{}: not a memlens raw dump (first line is not 'memlens-raw 1')",
             path.display()
         );
     }
-    // A path that is not UTF-8 must not cost the whole profile: such bytes become U+FFFD.
-    let text = String::from_utf8_lossy(&bytes);
-    parse(&text).with_context(|| format!("{}", path.display()))
+    read_from(input.reader()).with_context(|| format!("{}", path.display()))
+}
+
+/// The longest line a raw dump may have (a stack of 128 frames is about 2.5 KB, a path 4 KB).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Parse a raw dump from a reader, a line at a time.
+pub fn read_from(r: impl Read) -> Result<RawDump> {
+    let mut r = BufReader::with_capacity(1 << 16, r);
+    let mut p = Parser::default();
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        let got = (&mut r)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)?;
+        if got == 0 {
+            break;
+        }
+        if buf.len() > MAX_LINE {
+            bail!(
+                "line {n} is longer than {} KiB: not a raw dump",
+                MAX_LINE >> 10
+            );
+        }
+        let mut line = &buf[..];
+        line = line.strip_suffix(b"\n").unwrap_or(line);
+        line = line.strip_suffix(b"\r").unwrap_or(line);
+        // A path that is not UTF-8 must not cost the whole profile: such bytes become U+FFFD.
+        if p.line(n, &String::from_utf8_lossy(line))? {
+            return Ok(p.d);
+        }
+    }
+    p.end()
 }
 
 /// True when `bytes` start like a raw dump (used to pick the reader).
@@ -148,8 +180,10 @@ pub fn looks_raw(bytes: &[u8]) -> bool {
     bytes.starts_with(b"memlens-raw ")
 }
 
-#[derive(PartialEq)]
+#[derive(PartialEq, Default)]
 enum Part {
+    #[default]
+    Magic,
     Header,
     Maps,
     Stacks,
@@ -157,34 +191,61 @@ enum Part {
 
 /// Parse the text of a raw dump.
 pub fn parse(text: &str) -> Result<RawDump> {
-    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-    match lines.next() {
-        Some((_, "memlens-raw 1")) => {}
-        Some((_, l)) if l.starts_with("memlens-raw ") => {
-            bail!(
-                "unsupported raw dump version '{}' (this memlens reads version 1)",
-                &l[12..]
-            )
+    let mut p = Parser::default();
+    for (i, line) in text.lines().enumerate() {
+        if p.line(i + 1, line)? {
+            return Ok(p.d);
         }
-        _ => bail!("not a memlens raw dump (first line is not 'memlens-raw 1')"),
     }
-    let mut d = RawDump::default();
-    let mut part = Part::Header;
-    let mut seen = Seen::default();
-    for (n, line) in lines {
+    p.end()
+}
+
+/// The parser's state between lines.
+#[derive(Default)]
+struct Parser {
+    d: RawDump,
+    part: Part,
+    seen: Seen,
+}
+
+impl Parser {
+    /// The input ended before the `end` line.
+    fn end(self) -> Result<RawDump> {
+        if self.part == Part::Magic {
+            bail!("not a memlens raw dump (first line is not 'memlens-raw 1')");
+        }
+        bail!(
+            "truncated raw dump (no final 'end' line: the process may have died while writing it)"
+        )
+    }
+
+    /// Take line `n`; true at the final `end`.
+    fn line(&mut self, n: usize, line: &str) -> Result<bool> {
+        let d = &mut self.d;
         let at = || format!("line {n}");
-        match part {
-            Part::Maps if line == "end maps" => part = Part::Stacks,
+        match self.part {
+            Part::Magic => {
+                match line {
+                    "memlens-raw 1" => {}
+                    l if l.starts_with("memlens-raw ") => bail!(
+                        "unsupported raw dump version '{}' (this memlens reads version 1)",
+                        &l[12..]
+                    ),
+                    _ => bail!("not a memlens raw dump (first line is not 'memlens-raw 1')"),
+                }
+                self.part = Part::Header;
+            }
+            Part::Maps if line == "end maps" => self.part = Part::Stacks,
             Part::Maps => d.maps.push(line.to_string()),
             _ if line == "end" => {
-                seen.check().with_context(at)?;
-                return Ok(d);
+                self.seen.check().with_context(at)?;
+                return Ok(true);
             }
             _ if line == "maps" => {
-                if part == Part::Stacks {
+                if self.part == Part::Stacks {
                     bail!("line {n}: second 'maps' section");
                 }
-                part = Part::Maps;
+                self.part = Part::Maps;
             }
             _ => {
                 let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -209,15 +270,15 @@ pub fn parse(text: &str) -> Result<RawDump> {
                             .ok_or_else(|| anyhow!("line {n}: 'segment' before any 'module'"))?;
                         m.segments.push(parse_segment(rest).with_context(at)?);
                     }
-                    _ if part == Part::Header => {
-                        header(&mut d.meta, &mut seen, key, rest).with_context(at)?
+                    _ if self.part == Part::Header => {
+                        header(&mut d.meta, &mut self.seen, key, rest).with_context(at)?
                     }
                     _ => bail!("line {n}: unexpected record '{key}' after the maps section"),
                 }
             }
         }
+        Ok(false)
     }
-    bail!("truncated raw dump (no final 'end' line: the process may have died while writing it)")
 }
 
 /// Which required header fields were present.
@@ -260,6 +321,9 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "unwind_fallbacks" => m.unwind_fallbacks = num(v, key)?,
         "max_depth" => m.max_depth = num(v, key)?,
         "dropped_bytes" => m.dropped_bytes = num(v, key)?,
+        "max_stacks" => m.max_stacks = num(v, key)?,
+        "table_full" => m.table_full = num(v, key)?,
+        "untracked" => m.untracked = num(v, key)?,
         "cost_ns" => m.cost.sampled_ns = num(v, key)?,
         "cost_calls" => m.cost.calls = num(v, key)?,
         "cpu_ns" => m.cost.cpu_ns = num(v, key)?,
@@ -358,18 +422,26 @@ fn parse_segment(rest: &str) -> Result<Segment> {
 }
 
 fn parse_stack(rest: &str) -> Result<RawStack> {
-    let f: Vec<&str> = rest.split(' ').filter(|s| !s.is_empty()).collect();
-    if f.len() < 6 {
-        bail!("stack line needs: samples alloc_objects_fx alloc_bytes inuse_objects_fx inuse_bytes flags pc…");
-    }
+    let mut f = rest.split(' ').filter(|s| !s.is_empty());
+    let mut next = || {
+        f.next().ok_or_else(|| {
+            anyhow!("stack line needs: samples alloc_objects_fx alloc_bytes inuse_objects_fx inuse_bytes flags pc…")
+        })
+    };
+    let samples = num(next()?, "samples")?;
+    let alloc_objects_fx = counter(next()?, "alloc_objects_fx")?;
+    let alloc_bytes = counter(next()?, "alloc_bytes")?;
+    let inuse_objects_fx = num(next()?, "inuse_objects_fx")?;
+    let inuse_bytes = num(next()?, "inuse_bytes")?;
+    let flags = num(next()?, "flags")?;
     Ok(RawStack {
-        samples: num(f[0], "samples")?,
-        alloc_objects_fx: counter(f[1], "alloc_objects_fx")?,
-        alloc_bytes: counter(f[2], "alloc_bytes")?,
-        inuse_objects_fx: num(f[3], "inuse_objects_fx")?,
-        inuse_bytes: num(f[4], "inuse_bytes")?,
-        flags: num(f[5], "flags")?,
-        pcs: f[6..].iter().map(|p| hex(p, "pc")).collect::<Result<_>>()?,
+        samples,
+        alloc_objects_fx,
+        alloc_bytes,
+        inuse_objects_fx,
+        inuse_bytes,
+        flags,
+        pcs: f.map(|p| hex(p, "pc")).collect::<Result<_>>()?,
         life: None,
     })
 }

@@ -16,13 +16,14 @@
 //! Frames are innermost first (`frames[0]` called the allocator); `inlined` marks a frame inlined into
 //! the next one. `file`/`line` are omitted when unknown; unsymbolized frames are named `module+0xOFF`.
 //! Shares are fractions (0..1) of the total of the chosen sample index.
-use crate::agg::{self, fmt_value, pct, share, Func, Stack};
+use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Func, SerSeq, Stacks};
 use crate::model::{Frame, Meta, Profile, SampleIndex};
 use anyhow::{Context, Result};
 use memlens_measure::doc::{terminal_width, wrap};
 use memlens_measure::names::short_name;
 use memlens_measure::output::fit_table;
 use serde::Serialize;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,17 +42,20 @@ pub enum Format {
 #[command(
     after_help = "Example:\n  memlens report memlens.server.1234.pb.gz --sample-index inuse_space --top 20\n  \
     memlens report p.pb.gz --format folded > p.folded\n  memlens report p.pb.gz --flamegraph p.svg\n  \
-    memlens report p.pb.gz --view peak --flamegraph peak.svg --html p.html"
+    memlens report p.pb.gz --view peak --flamegraph peak.svg --html p.html\n  \
+    memlens report /dev/shm/memlens-0/nginx.1234.5f3a9c01   (a run directory: the profiles of its \
+    processes that have ended since memlens run returned)"
 )]
 pub struct ReportArgs {
-    /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw)
+    /// Profile to read: gzipped or plain pprof (.pb.gz, .pb) or a memlens raw dump (.raw); or a run
+    /// directory `memlens run` named: writes the profiles of its processes that have ended
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Value to rank by
     #[arg(long, value_enum, default_value = "alloc_space")]
     pub sample_index: SampleIndex,
     /// Number of functions and stacks shown in the table
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     pub top: usize,
     /// Output: a table, JSON (every function and stack; shape in the docs), or folded stacks
     #[arg(long, value_enum, default_value = "table")]
@@ -101,23 +105,23 @@ impl From<[f64; 4]> for Values {
 }
 
 #[derive(Serialize)]
-struct JsonStack<'a> {
+struct JsonStack<F> {
     value: f64,
     share: f64,
     samples: u64,
     values: Values,
-    frames: &'a [Frame],
+    frames: F,
 }
 
 #[derive(Serialize)]
-struct JsonReport<'a> {
+struct JsonReport<'a, F, S> {
     file: String,
     sample_index: SampleIndex,
     unit: &'static str,
     meta: &'a Meta,
     totals: Values,
-    functions: Vec<JsonFunc<'a>>,
-    stacks: Vec<JsonStack<'a>>,
+    functions: F,
+    stacks: S,
 }
 
 /// Run `memlens report`; returns the exit status.
@@ -128,12 +132,23 @@ pub fn run_report(a: ReportArgs) -> Result<i32> {
         std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;
         eprintln!("memlens: HTML report written to {}", out.display());
     }
-    print!("{}", render(&p, &a)?);
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    render_to(&p, &a, &mut w)?;
+    w.flush().context("cannot write the report")?;
     Ok(0)
 }
 
 /// The report of `p` as `a` asks (stdout text), writing the flamegraph when asked.
 pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
+    let mut out = Vec::new();
+    render_to(p, a, &mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// [`render`] written to `w` as it is made (JSON and folded stacks of every stack are not built
+/// in memory first).
+pub fn render_to(p: &Profile, a: &ReportArgs, w: &mut dyn Write) -> Result<()> {
     use crate::views::View;
     let idx = match a.view {
         None => a.sample_index,
@@ -141,12 +156,18 @@ pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
         Some(View::Inuse) => SampleIndex::InuseSpace,
         Some(v) => {
             let fg = a.flamegraph.as_deref();
-            return crate::views::render(p, &a.file, v, a.format, a.top, fg);
+            let text = crate::views::render(p, &a.file, v, a.format, a.top, fg)?;
+            return Ok(w.write_all(text.as_bytes())?);
         }
     };
-    let mut stacks = agg::stacks_by_line(p); // two call sites of a function: two rows
-    stacks.sort_by(|x, y| y.get(idx).total_cmp(&x.get(idx)));
-    let mut funcs = agg::functions(&stacks);
+    p.require(idx)?;
+    let mut fr = Frames::default();
+    let mut stacks = Stacks::by_line(p, &mut fr); // two call sites of a function: two rows
+    stacks.sort_by(idx);
+    let mut funcs = agg::functions(
+        &fr,
+        stacks.list.iter().map(|s| (stacks.frames(s), s.values)),
+    );
     let i = idx as usize;
     funcs.sort_by(|x, y| {
         y.flat[i]
@@ -154,26 +175,54 @@ pub fn render(p: &Profile, a: &ReportArgs) -> Result<String> {
             .then(y.cum[i].total_cmp(&x.cum[i]))
     });
     if let Some(out) = &a.flamegraph {
-        flamegraph(p, &stacks, idx, out)?;
+        flamegraph(p, &fr, &stacks, idx, out)?;
     }
-    Ok(match a.format {
-        Format::Table => table(p, &a.file, &stacks, &funcs, idx, a.top),
-        Format::Folded => folded(&stacks, idx),
-        Format::Json => json(p, &a.file, &stacks, &funcs, idx)? + "\n",
-    })
+    match a.format {
+        Format::Table => {
+            w.write_all(table(p, &a.file, &fr, &stacks, &funcs, idx, a.top).as_bytes())?
+        }
+        Format::Folded => folded_by(&fr, &stacks, idx, w)?,
+        Format::Json => {
+            json(p, &a.file, &fr, &stacks, &funcs, idx, w)?;
+            w.write_all(b"\n")?;
+        }
+    }
+    Ok(())
 }
 
 fn totals(p: &Profile) -> [f64; 4] {
     SampleIndex::ALL.map(|i| p.total(i))
 }
 
+/// One function of the JSON report, names resolved.
+pub(crate) fn json_func<'a>(fr: &'a Frames, f: &Func, i: usize, total: f64) -> JsonFunc<'a> {
+    JsonFunc {
+        function: fr.str(f.name),
+        file: fr.str(f.file),
+        flat: f.flat[i],
+        flat_share: share(f.flat[i], total),
+        cum: f.cum[i],
+        cum_share: share(f.cum[i], total),
+    }
+}
+
+/// The frames of a stack as JSON writes them, resolved while written.
+pub(crate) fn json_frames<'a>(
+    fr: &'a Frames,
+    it: impl Iterator<Item = FrameId> + 'a,
+) -> SerSeq<impl Iterator<Item = Frame> + 'a> {
+    SerSeq::new(it.map(|f| fr.frame(f)))
+}
+
 fn json(
     p: &Profile,
     file: &Path,
-    stacks: &[Stack],
+    fr: &Frames,
+    stacks: &Stacks,
     funcs: &[Func],
     idx: SampleIndex,
-) -> Result<String> {
+    w: &mut dyn Write,
+) -> Result<()> {
     let total = p.total(idx);
     let i = idx as usize;
     let r = JsonReport {
@@ -182,66 +231,95 @@ fn json(
         unit: idx.unit(),
         meta: &p.meta,
         totals: totals(p).into(),
-        functions: funcs
-            .iter()
-            .map(|f| JsonFunc {
-                function: &f.name,
-                file: &f.file,
-                flat: f.flat[i],
-                flat_share: share(f.flat[i], total),
-                cum: f.cum[i],
-                cum_share: share(f.cum[i], total),
-            })
-            .collect(),
-        stacks: stacks
-            .iter()
-            .map(|s| JsonStack {
-                value: s.get(idx),
-                share: share(s.get(idx), total),
-                samples: s.samples,
-                values: s.values.into(),
-                frames: &s.frames,
-            })
-            .collect(),
+        functions: SerSeq::new(funcs.iter().map(|f| json_func(fr, f, i, total))),
+        stacks: SerSeq::new(stacks.list.iter().map(|s| JsonStack {
+            value: s.get(idx),
+            share: share(s.get(idx), total),
+            samples: s.samples,
+            values: s.values.into(),
+            frames: json_frames(fr, stacks.frames(s)),
+        })),
     };
-    Ok(serde_json::to_string_pretty(&r)?)
+    serde_json::to_writer_pretty(w, &r)?;
+    Ok(())
 }
 
-/// `root;…;leaf value` lines, values rounded to integers (what flamegraph tools expect).
-pub fn folded(stacks: &[Stack], idx: SampleIndex) -> String {
-    let mut out = String::new();
-    for s in stacks {
-        let v = s.get(idx).round() as i64;
+/// `root;…;leaf value` lines of the stacks (each: its frames and its value) whose value rounds to
+/// non-zero (what flamegraph tools expect).
+pub fn folded<I>(
+    fr: &Frames,
+    stacks: impl Iterator<Item = (I, f64)>,
+    w: &mut dyn Write,
+) -> Result<()>
+where
+    I: Iterator<Item = FrameId>,
+{
+    let mut names: Vec<&str> = Vec::new();
+    for (frames, value) in stacks {
+        let v = value.round() as i64;
         if v == 0 {
             continue;
         }
-        let names: Vec<&str> = s.frames.iter().rev().map(|f| f.function.as_str()).collect();
-        // `;` separates frames in the folded format; keep it out of C++ names.
-        let line = names
-            .iter()
-            .map(|n| n.replace(';', ":"))
-            .collect::<Vec<_>>()
-            .join(";");
-        out.push_str(&format!("{line} {v}\n"));
+        names.clear();
+        names.extend(frames.map(|f| fr.name(f)));
+        for (k, n) in names.iter().rev().enumerate() {
+            if k > 0 {
+                w.write_all(b";")?;
+            }
+            // `;` separates frames in the folded format; keep it out of C++ names.
+            if n.contains(';') {
+                w.write_all(n.replace(';', ":").as_bytes())?;
+            } else {
+                w.write_all(n.as_bytes())?;
+            }
+        }
+        writeln!(w, " {v}")?;
     }
-    out
+    Ok(())
 }
 
-fn flamegraph(p: &Profile, stacks: &[Stack], idx: SampleIndex, out: &Path) -> Result<()> {
-    let text = folded(stacks, idx);
-    let mut opt = inferno::flamegraph::Options::default();
+/// [`folded`] of the merged stacks by one value.
+fn folded_by(fr: &Frames, stacks: &Stacks, idx: SampleIndex, w: &mut dyn Write) -> Result<()> {
+    folded(
+        fr,
+        stacks.list.iter().map(|s| (stacks.frames(s), s.get(idx))),
+        w,
+    )
+}
+
+fn flamegraph(
+    p: &Profile,
+    fr: &Frames,
+    stacks: &Stacks,
+    idx: SampleIndex,
+    out: &Path,
+) -> Result<()> {
+    let mut text = Vec::new();
+    folded_by(fr, stacks, idx, &mut text)?;
     let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
-    opt.title = format!("memlens: {} {}", idx.name(), exe)
-        .trim_end()
-        .to_string();
-    opt.count_name = idx.unit().to_string();
-    let mut svg = Vec::new();
+    let title = format!("memlens: {} {}", idx.name(), exe);
+    write_flamegraph(&text, title.trim_end(), idx.unit(), out).map_err(|e| {
+        if text.is_empty() {
+            anyhow::anyhow!(
+                "cannot draw a flamegraph: the profile has no {} values",
+                idx.name()
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// Draw folded stacks `text` as a flamegraph SVG to `out`.
+pub(crate) fn write_flamegraph(text: &[u8], title: &str, count: &str, out: &Path) -> Result<()> {
     if text.is_empty() {
-        anyhow::bail!(
-            "cannot draw a flamegraph: the profile has no {} values",
-            idx.name()
-        );
+        anyhow::bail!("nothing to draw");
     }
+    let mut opt = inferno::flamegraph::Options::default();
+    opt.title = title.to_string();
+    opt.count_name = count.to_string();
+    let mut svg = Vec::new();
+    let text = String::from_utf8_lossy(text);
     inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
         .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
     std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
@@ -277,15 +355,35 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
                 fmt_value(m.dropped_bytes as f64, SampleIndex::AllocSpace, false)
             );
         }
+        if m.table_full > 0 {
+            s += &format!(
+                "; {} of them because the stack table was full ({} stacks: raise --max-stacks)",
+                m.table_full, m.max_stacks
+            );
+        }
+        if m.untracked > 0 {
+            s += &format!(
+                "; {} not tracked live (an address-space limit: in use leaves them out)",
+                m.untracked
+            );
+        }
     }
     s += "\n";
     let t = totals(p);
+    let v = |k: usize| {
+        let i = SampleIndex::ALL[k];
+        if p.has(i) {
+            fmt_value(t[k], i, false)
+        } else {
+            "n/a".into()
+        }
+    };
     s += &format!(
         "totals: alloc {} in {} objects, in use {} in {} objects\n",
-        fmt_value(t[1], SampleIndex::AllocSpace, false),
-        fmt_value(t[0], SampleIndex::AllocObjects, false),
-        fmt_value(t[3], SampleIndex::InuseSpace, false),
-        fmt_value(t[2], SampleIndex::InuseObjects, false),
+        v(1),
+        v(0),
+        v(3),
+        v(2)
     );
     if m.interval == 0 && m.samples > 0 && t[3] == 0.0 && idx.name().starts_with("inuse") {
         s += "note: exact mode does not track live blocks; inuse values are 0\n";
@@ -321,7 +419,8 @@ pub fn stack_cell(frames: &[Frame], max: usize) -> String {
 fn table(
     p: &Profile,
     file: &Path,
-    stacks: &[Stack],
+    fr: &Frames,
+    stacks: &Stacks,
     funcs: &[Func],
     idx: SampleIndex,
     top: usize,
@@ -347,13 +446,14 @@ fn table(
                 pct(share(f.flat[i], total)),
                 fmt_value(f.cum[i], idx, false),
                 pct(share(f.cum[i], total)),
-                short_name(&f.name),
+                short_name(fr.str(f.name)),
             ]
         })
         .collect();
     s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {} (innermost frame first)\n", idx.name());
     let rows: Vec<Vec<String>> = stacks
+        .list
         .iter()
         .filter(|st| st.get(idx) != 0.0)
         .take(top)
@@ -362,7 +462,7 @@ fn table(
                 fmt_value(st.get(idx), idx, false),
                 pct(share(st.get(idx), total)),
                 st.samples.to_string(),
-                stack_cell(&st.frames, 8),
+                stack_cell(&fr.resolve(stacks.frames(st)), 8),
             ]
         })
         .collect();

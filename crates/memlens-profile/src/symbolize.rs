@@ -5,27 +5,73 @@
 //! module on disk we check that its build ID matches the one the runtime recorded: a rebuilt or
 //! foreign binary would give plausible but wrong names. Demangling is done here, once per unique
 //! name, because it is the expensive part of symbolization.
+//!
+//! A [`Symbolizer`] is a cache meant to live as long as the memlens process: every address of a
+//! module is symbolized once, keyed by the module's build ID (by path and file identity when it has
+//! none), so the hundreds of dumps of a forking program, a server's repeated scrapes and the two
+//! sides of a diff pay for each binary once. Clones share the cache; [`Symbolizer::global`] is the
+//! process's own, which [`crate::convert_raw`] and [`crate::load`] use.
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One frame at an address, as the debug info describes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SymFrame {
     /// Function name, demangled.
-    pub name: String,
+    pub name: Arc<str>,
     /// Source file.
-    pub file: String,
+    pub file: Arc<str>,
     /// Source line (0 = unknown).
     pub line: u32,
 }
 
-/// Symbolizes module addresses offline, caching what it read.
+/// The frames at one address, innermost (inlined callee) first; empty when no symbol covers it.
+pub type Frames = Arc<[SymFrame]>;
+
+/// Cached addresses beyond which the cache starts over (a long-lived server that profiles ever new
+/// binaries must not grow without bound): about 200 MB at worst.
+const MAX_CACHED: usize = 1 << 21;
+
+/// Symbolizes module addresses offline, caching what it read. Cheap to clone; clones share the cache
+/// and may be used from several threads.
+#[derive(Clone)]
 pub struct Symbolizer {
-    inner: blazesym::symbolize::Symbolizer,
-    demangled: HashMap<String, String>,
-    /// Build ID on disk per path: a library dlopen'ed in a loop appears once per load.
-    build_ids: HashMap<String, Result<Option<String>, String>>,
+    cache: Arc<Mutex<Cache>>,
+    /// The blazesym worker (blazesym's symbolizer is not `Send`, so it lives on a thread of its own).
+    worker: mpsc::Sender<Job>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Per module key (build ID, or path and file identity): address → frames.
+    modules: HashMap<String, HashMap<u64, Frames>>,
+    cached: usize,
+    /// Build ID on disk per path, with the file identity it was read from.
+    build_ids: HashMap<String, (FileId, Result<Option<String>, String>)>,
+    /// Demangled names and file names, one allocation per distinct string.
+    strings: HashMap<String, Arc<str>>,
+}
+
+/// What identifies a file's content without reading it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_ns: i64,
+}
+
+/// One blazesym call: the raw frames (mangled name, file, line) per address, innermost first.
+type RawFrames = Vec<Vec<(String, String, u32)>>;
+struct Job {
+    path: String,
+    addrs: Vec<u64>,
+    reply: mpsc::Sender<Result<RawFrames, String>>,
 }
 
 impl Default for Symbolizer {
@@ -34,50 +80,176 @@ impl Default for Symbolizer {
     }
 }
 
+impl std::fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = lock(&self.cache);
+        write!(
+            f,
+            "Symbolizer({} modules, {} addresses)",
+            c.modules.len(),
+            c.cached
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Symbolizer {
-    /// A symbolizer with code info and inlined frames on.
+    /// A symbolizer with an empty cache (code info and inlined frames on).
     pub fn new() -> Self {
-        let inner = blazesym::symbolize::Symbolizer::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(true)
-            .enable_demangling(false)
-            .build();
+        let (tx, rx) = mpsc::channel::<Job>();
+        // The worker ends when the last clone is dropped (the channel closes).
+        std::thread::Builder::new()
+            .name("memlens-symbolize".into())
+            .spawn(move || {
+                let blaze = blazesym::symbolize::Symbolizer::builder()
+                    .enable_code_info(true)
+                    .enable_inlined_fns(true)
+                    .enable_demangling(false)
+                    .build();
+                for job in rx {
+                    job.reply
+                        .send(run_blazesym(&blaze, &job.path, &job.addrs))
+                        .ok();
+                }
+            })
+            .expect("cannot start the symbolizer thread");
         Symbolizer {
-            inner,
-            demangled: HashMap::new(),
-            build_ids: HashMap::new(),
+            cache: Arc::default(),
+            worker: tx,
         }
     }
 
-    /// Symbolize ELF virtual addresses of the module at `path`. Returns, per address, its frames
-    /// innermost first (empty when no symbol covers it). `Err` holds why the whole module cannot be
-    /// symbolized (file absent, build ID differs, not ELF): the caller keeps raw addresses.
-    pub fn module(
-        &mut self,
-        path: &str,
-        build_id: &str,
-        addrs: &[u64],
-    ) -> Result<Vec<Vec<SymFrame>>, String> {
-        let have = self
-            .build_ids
-            .entry(path.to_string())
-            .or_insert_with(|| file_build_id(path))
-            .clone()?;
-        check_build_id(path, have, build_id)?;
-        let src = Source::Elf(Elf::new(path));
-        let syms = self
-            .inner
-            .symbolize(&src, Input::VirtOffset(addrs))
-            .map_err(|e| format!("{e}"))?;
-        let mut out = Vec::with_capacity(syms.len());
-        let mut raw: Vec<Vec<(String, String, u32)>> = Vec::with_capacity(syms.len());
-        for s in syms {
+    /// The process's shared symbolizer: what `convert_raw`, `load` and their callers use, so that
+    /// every profile of a memlens process shares one cache.
+    pub fn global() -> &'static Symbolizer {
+        static GLOBAL: OnceLock<Symbolizer> = OnceLock::new();
+        GLOBAL.get_or_init(Symbolizer::new)
+    }
+
+    /// Symbolize ELF virtual addresses of the module at `path` whose build ID the runtime recorded
+    /// as `build_id` (empty: unknown). Returns, per address, its frames innermost first (empty
+    /// when no symbol covers it); each address is looked up once per module for the life of the
+    /// cache. `Err` holds why the whole module cannot be symbolized (file absent, build ID differs,
+    /// not ELF): the caller keeps raw addresses.
+    pub fn module(&self, path: &str, build_id: &str, addrs: &[u64]) -> Result<Vec<Frames>, String> {
+        let id = file_id(path)?;
+        // One lock for the whole call: the worker is one thread anyway, and a cache that another
+        // caller starts over in between could otherwise lose addresses found missing here.
+        let mut c = lock(&self.cache);
+        let have = match c.build_ids.get(path) {
+            Some((was, have)) if *was == id => have.clone(),
+            _ => {
+                let have = file_build_id(path);
+                c.build_ids.insert(path.to_string(), (id, have.clone()));
+                have
+            }
+        }?;
+        check_build_id(path, have.as_deref(), build_id)?;
+        let key = match have {
+            Some(b) if !b.is_empty() => format!("b {b}"),
+            _ => format!("p {path} {id:?}"),
+        };
+        let mut missing = missing_of(c.modules.get(&key), addrs);
+        if c.cached > 0 && c.cached + missing.len() > MAX_CACHED {
+            c.modules.clear();
+            c.strings.clear();
+            c.cached = 0;
+            missing = missing_of(None, addrs);
+        }
+        if !missing.is_empty() {
+            let raw = self.blazesym(path, &missing)?;
+            let cooked: Vec<Frames> = raw.into_iter().map(|fr| c.cook(fr)).collect();
+            c.cached += missing.len();
+            let m = c.modules.entry(key.clone()).or_default();
+            m.extend(missing.into_iter().zip(cooked));
+        }
+        let m = &c.modules[&key];
+        Ok(addrs.iter().map(|a| m[a].clone()).collect())
+    }
+
+    fn blazesym(&self, path: &str, addrs: &[u64]) -> Result<RawFrames, String> {
+        let (tx, rx) = mpsc::channel();
+        let job = Job {
+            path: path.to_string(),
+            addrs: addrs.to_vec(),
+            reply: tx,
+        };
+        let dead = || "the symbolizer thread is gone".to_string();
+        self.worker.send(job).map_err(|_| dead())?;
+        rx.recv().map_err(|_| dead())?
+    }
+
+    /// Demangled form of a C++ or Rust symbol, computed once per unique name.
+    pub fn demangle(&self, name: &str) -> Arc<str> {
+        lock(&self.cache).demangled(name)
+    }
+}
+
+impl Cache {
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(s.to_string(), a.clone());
+        a
+    }
+
+    fn demangled(&mut self, name: &str) -> Arc<str> {
+        // Mangled and demangled names share the table: a demangled name never starts with `_Z`,
+        // and a Rust one loses its hash, so the two cannot be confused.
+        let key = format!("\0{name}");
+        if let Some(a) = self.strings.get(&key) {
+            return a.clone();
+        }
+        let d = self.intern(&demangle(name));
+        self.strings.insert(key, d.clone());
+        d
+    }
+
+    fn cook(&mut self, raw: Vec<(String, String, u32)>) -> Frames {
+        raw.into_iter()
+            .map(|(n, file, line)| SymFrame {
+                name: self.demangled(&n),
+                file: self.intern(&file),
+                line,
+            })
+            .collect()
+    }
+}
+
+/// The distinct addresses of `addrs` that `known` lacks, sorted.
+fn missing_of(known: Option<&HashMap<u64, Frames>>, addrs: &[u64]) -> Vec<u64> {
+    let mut m: Vec<u64> = addrs
+        .iter()
+        .copied()
+        .filter(|a| known.is_none_or(|k| !k.contains_key(a)))
+        .collect();
+    m.sort_unstable();
+    m.dedup();
+    m
+}
+
+fn run_blazesym(
+    blaze: &blazesym::symbolize::Symbolizer,
+    path: &str,
+    addrs: &[u64],
+) -> Result<RawFrames, String> {
+    let src = Source::Elf(Elf::new(path));
+    let syms = blaze
+        .symbolize(&src, Input::VirtOffset(addrs))
+        .map_err(|e| format!("{e}"))?;
+    Ok(syms
+        .into_iter()
+        .map(|s| {
             let Symbolized::Sym(sym) = s else {
-                raw.push(Vec::new());
-                continue;
+                return Vec::new();
             };
-            // blazesym lists the outer function first, then the inlined calls it contains, each with
-            // its own line; pprof wants the innermost first.
+            // blazesym lists the outer function first, then the inlined calls it contains, each
+            // with its own line; pprof wants the innermost first.
             let mut frames = Vec::with_capacity(1 + sym.inlined.len());
             let (file, line) = code(sym.code_info.as_deref());
             frames.push((sym.name.to_string(), file, line));
@@ -86,32 +258,9 @@ impl Symbolizer {
                 frames.push((f.name.to_string(), file, line));
             }
             frames.reverse();
-            raw.push(frames);
-        }
-        for frames in raw {
-            out.push(
-                frames
-                    .into_iter()
-                    .map(|(n, file, line)| SymFrame {
-                        name: self.demangle(&n),
-                        file,
-                        line,
-                    })
-                    .collect(),
-            );
-        }
-        Ok(out)
-    }
-
-    /// Demangled form of a C++ or Rust symbol, computed once per unique name.
-    pub fn demangle(&mut self, name: &str) -> String {
-        if let Some(d) = self.demangled.get(name) {
-            return d.clone();
-        }
-        let d = demangle(name);
-        self.demangled.insert(name.to_string(), d.clone());
-        d
-    }
+            frames
+        })
+        .collect())
 }
 
 fn code(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (String, u32) {
@@ -119,6 +268,17 @@ fn code(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (String, u32) {
         Some(c) => (c.to_path().display().to_string(), c.line.unwrap_or(0)),
         None => (String::new(), 0),
     }
+}
+
+fn file_id(path: &str) -> Result<FileId, String> {
+    let m = std::fs::metadata(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    Ok(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime: m.mtime(),
+        mtime_ns: m.mtime_nsec(),
+    })
 }
 
 /// Rust (legacy and v0) and Itanium C++ demangling; other names unchanged.
@@ -146,7 +306,7 @@ pub fn file_build_id(path: &str) -> Result<Option<String>, String> {
     Ok(id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()))
 }
 
-fn check_build_id(path: &str, have: Option<String>, want: &str) -> Result<(), String> {
+fn check_build_id(path: &str, have: Option<&str>, want: &str) -> Result<(), String> {
     match have {
         _ if want.is_empty() => Ok(()),
         Some(h) if h == want => Ok(()),

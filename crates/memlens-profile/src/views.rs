@@ -17,15 +17,14 @@
 //! "peak_bytes", "peak_time_s", "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
 //! "allocator_in_use", "allocator_footprint" } … ] }` (time from the start of profiling; a figure the
 //! process did not expose is null).
-use crate::agg::{self, fmt_value, pct, share, Stack};
+use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
 use crate::report::{stack_cell, Format, JsonFunc, Values};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use memlens_measure::doc::{terminal_width, wrap, Table};
 use memlens_measure::names::short_name;
 use memlens_measure::output::fit_table;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// What `memlens report` shows.
@@ -51,19 +50,11 @@ const YOUNG_NS: f64 = 1e6;
 /// Live bytes older than this share of the run are suspected leaks.
 const OLD_SHARE: f64 = 0.25;
 
-/// One stack of a view: the report's stack plus the merged views' columns.
+/// One stack of a view: the report's merged stack, its views' columns and the view's value.
 struct VStack {
     st: Stack,
     life: Life,
-    /// Sum of live age × live bytes (for the bytes-weighted mean age of merged stacks).
-    age_weight: f64,
     value: f64,
-}
-
-impl VStack {
-    fn live_age_ns(&self) -> f64 {
-        share(self.age_weight, self.st.get(SampleIndex::InuseSpace))
-    }
 }
 
 fn need_views(p: &Profile, view: View) -> Result<()> {
@@ -82,8 +73,8 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: exact mode, \
-         MEMLENS_VIEWS=0, or an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, in \
+         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",
@@ -92,55 +83,37 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
     )
 }
 
-/// Stacks merged by their frames' functions and lines (two call sites of one function are two
-/// rows, as in `go tool pprof -lines` and heaptrack), with the view's value.
-fn vstacks(p: &Profile, view: View) -> Vec<VStack> {
-    let mut out: Vec<VStack> = Vec::new();
-    let mut index: HashMap<Vec<Frame>, usize> = HashMap::new();
-    for s in &p.samples {
-        let frames = p.frames(s);
-        let key = frames.clone();
-        let life = s.life.clone().unwrap_or_default();
-        let aw = life.live_age_ns * s.inuse_bytes;
-        let i = *index.entry(key).or_insert_with(|| {
-            out.push(VStack {
-                st: Stack {
-                    frames,
-                    values: [0.0; 4],
-                    samples: 0,
-                },
-                life: Life::default(),
-                age_weight: 0.0,
-                value: 0.0,
-            });
-            out.len() - 1
-        });
-        let v = &mut out[i];
-        for (a, b) in v.st.values.iter_mut().zip(s.values()) {
-            *a += b;
-        }
-        v.st.samples += s.samples;
-        v.life.add(&life);
-        v.age_weight += aw;
-    }
-    for v in &mut out {
-        v.life.live_age_ns = v.live_age_ns();
-        v.value = match view {
-            View::Alloc => v.st.get(SampleIndex::AllocSpace),
-            View::Inuse | View::Leaks => v.st.get(SampleIndex::InuseSpace),
-            View::Peak => v.life.peak_bytes,
-            View::Temporaries => {
-                let young = v.life.freed_within(YOUNG_NS);
-                if young > 0.0 && young >= 0.5 * v.life.freed_total() {
-                    young
-                } else {
-                    0.0
+/// The stacks merged by their frames' functions and lines (two call sites of one function are two
+/// rows, as in `go tool pprof -lines` and heaptrack; [`Stacks::by_line`], one pass for every view)
+/// with the view's value, largest first, those without any left out.
+fn vstacks(stacks: &Stacks, view: View) -> Vec<VStack> {
+    let mut out: Vec<VStack> = stacks
+        .list
+        .iter()
+        .map(|st| {
+            let life = stacks.life_of(st);
+            let value = match view {
+                View::Alloc => st.get(SampleIndex::AllocSpace),
+                View::Inuse | View::Leaks => st.get(SampleIndex::InuseSpace),
+                View::Peak => life.peak_bytes,
+                View::Temporaries => {
+                    let young = life.freed_within(YOUNG_NS);
+                    if young > 0.0 && young >= 0.5 * life.freed_total() {
+                        young
+                    } else {
+                        0.0
+                    }
                 }
+                View::Timeline => 0.0,
+            };
+            VStack {
+                st: *st,
+                life,
+                value,
             }
-            View::Timeline => 0.0,
-        };
-    }
-    out.retain(|v| v.value > 0.0);
+        })
+        .filter(|v| v.value > 0.0)
+        .collect();
     out.sort_by(|a, b| b.value.total_cmp(&a.value));
     out
 }
@@ -156,15 +129,14 @@ fn value_name(view: View) -> &'static str {
     }
 }
 
-/// Agg stacks carrying the view's value in the alloc_space slot (for functions and folded stacks).
-fn as_stacks(vs: &[VStack]) -> Vec<Stack> {
+/// The view's stacks as (frames, values) with the view's value in the alloc_space slot (for
+/// functions and folded stacks).
+fn view_values<'a>(
+    stacks: &'a Stacks,
+    vs: &'a [VStack],
+) -> impl Iterator<Item = (impl Iterator<Item = FrameId> + 'a, [f64; 4])> + 'a {
     vs.iter()
-        .map(|v| Stack {
-            frames: v.st.frames.clone(),
-            values: [0.0, v.value, 0.0, 0.0],
-            samples: v.st.samples,
-        })
-        .collect()
+        .map(|v| (stacks.frames(&v.st), [0.0, v.value, 0.0, 0.0]))
 }
 
 fn bytes(v: f64) -> String {
@@ -230,34 +202,52 @@ pub fn render(
             Format::Table => Ok(timeline_table(p, file, top)),
         };
     }
-    let vs = vstacks(p, view);
+    let mut fr = Frames::default();
+    let stacks = Stacks::by_line(p, &mut fr);
+    let c = Ctx {
+        p,
+        fr: &fr,
+        stacks: &stacks,
+    };
+    let vs = vstacks(&stacks, view);
     if let Some(out) = flamegraph {
-        write_flamegraph(p, &vs, view, out)?;
+        write_flamegraph(&c, &vs, view, out)?;
     }
     Ok(match format {
-        Format::Folded => crate::report::folded(&as_stacks(&vs), SampleIndex::AllocSpace),
-        Format::Json => json(p, file, view, &vs)? + "\n",
-        Format::Table => table(p, file, view, &vs, top),
+        Format::Folded => {
+            let mut text = Vec::new();
+            let folded = vs.iter().map(|v| (stacks.frames(&v.st), v.value));
+            crate::report::folded(&fr, folded, &mut text)?;
+            String::from_utf8_lossy(&text).into_owned()
+        }
+        Format::Json => json(&c, file, view, &vs)? + "\n",
+        Format::Table => table(&c, file, view, &vs, top),
     })
 }
 
-fn write_flamegraph(p: &Profile, vs: &[VStack], view: View, out: &Path) -> Result<()> {
-    let text = crate::report::folded(&as_stacks(vs), SampleIndex::AllocSpace);
+/// A profile and its merged stacks, what a view is made from.
+struct Ctx<'a, 'p> {
+    p: &'p Profile,
+    fr: &'a Frames,
+    stacks: &'a Stacks<'p>,
+}
+
+impl Ctx<'_, '_> {
+    fn frames(&self, v: &VStack) -> Vec<Frame> {
+        self.fr.resolve(self.stacks.frames(&v.st))
+    }
+}
+
+fn write_flamegraph(c: &Ctx, vs: &[VStack], view: View, out: &Path) -> Result<()> {
+    let mut text = Vec::new();
+    let folded = vs.iter().map(|v| (c.stacks.frames(&v.st), v.value));
+    crate::report::folded(c.fr, folded, &mut text)?;
     if text.is_empty() {
         bail!("cannot draw a flamegraph: the {view:?} view is empty for this profile");
     }
-    let mut opt = inferno::flamegraph::Options::default();
-    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
-    opt.title = format!("memlens: {} {exe}", value_name(view))
-        .trim_end()
-        .to_string();
-    opt.count_name = "bytes".into();
-    let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
-        .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
-    std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
-    eprintln!("memlens: flamegraph written to {}", out.display());
-    Ok(())
+    let exe = c.p.meta.exe.rsplit('/').next().unwrap_or("");
+    let title = format!("memlens: {} {exe}", value_name(view));
+    crate::report::write_flamegraph(&text, title.trim_end(), "bytes", out)
 }
 
 fn run_ns(m: &Meta) -> f64 {
@@ -276,15 +266,16 @@ fn summary(p: &Profile, view: View) -> String {
     };
     match view {
         View::Peak => format!(
-            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{})",
+            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{}){}",
             bytes(v.peak_bytes),
             at(v.peak_ns),
             bytes(v.heap_max_bytes),
-            at(v.heap_max_ns)
+            at(v.heap_max_ns),
+            sampling_error(p, v.peak_bytes, true)
         ),
         View::Leaks => format!(
-            "leaks: {} still live {} (run {}); suspect = live bytes older than {:.0}% of the run on \
-             average, or grown since the previous dump",
+            "leaks: {} still live {} (run {}){}; suspect = live bytes older than {:.0}% of the run \
+             on average, or grown since the previous dump",
             bytes(p.total(SampleIndex::InuseSpace)),
             if p.meta.reason.contains("exit") {
                 "at exit"
@@ -292,6 +283,7 @@ fn summary(p: &Profile, view: View) -> String {
                 "at the dump"
             },
             fmt_ns(run_ns(&p.meta)),
+            sampling_error(p, p.total(SampleIndex::InuseSpace), false),
             OLD_SHARE * 100.0
         ),
         View::Temporaries => format!(
@@ -300,6 +292,33 @@ fn summary(p: &Profile, view: View) -> String {
         ),
         _ => String::new(),
     }
+}
+
+/// How far a live-heap estimate of `heap` bytes may be from the truth, as a clause for a summary.
+/// A block of s bytes is sampled with probability p = 1 − e^(−s/R) and weighs s/p, so its variance
+/// is s²/(e^(s/R) − 1) ≤ s·R: the standard error of a heap of H bytes is at most √(H·R), whatever
+/// its blocks' sizes. Nothing is said in exact mode or when the error is under 5%. The highest
+/// estimate over a run (`peak`) is the top of a noisy curve and leans high by about that much.
+fn sampling_error(p: &Profile, heap: f64, peak: bool) -> String {
+    let r = p.meta.interval as f64;
+    if r <= 0.0 || heap <= 0.0 {
+        return String::new();
+    }
+    let rel = (heap * r).sqrt() / heap;
+    if rel < 0.05 {
+        return String::new();
+    }
+    format!(
+        "; sampling error up to ±{:.0}% (one standard error at interval {}){}",
+        rel * 100.0,
+        bytes(r),
+        if peak {
+            ", and the highest estimate of a run leans high: profile with a smaller --interval \
+             for a closer peak"
+        } else {
+            ""
+        }
+    )
 }
 
 fn suspect(p: &Profile, v: &VStack) -> bool {
@@ -359,8 +378,8 @@ fn heading(p: &Profile, file: &Path, summary: &str) -> String {
 }
 
 /// The functions of the view's stacks, most of the view's value (in column 1) first.
-fn functions(vs: &[VStack]) -> Vec<agg::Func> {
-    let mut funcs = agg::functions(&as_stacks(vs));
+fn functions(c: &Ctx, vs: &[VStack]) -> Vec<agg::Func> {
+    let mut funcs = agg::functions(c.fr, view_values(c.stacks, vs));
     funcs.sort_by(|x, y| {
         y.flat[1]
             .total_cmp(&x.flat[1])
@@ -369,7 +388,8 @@ fn functions(vs: &[VStack]) -> Vec<agg::Func> {
     funcs
 }
 
-fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
+    let p = c.p;
     let name = value_name(view);
     let mut s = heading(p, file, &summary(p, view));
     let total: f64 = vs.iter().map(|v| v.value).sum();
@@ -377,7 +397,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
         s += &format!("no stacks with {name} in this profile\n");
         return s;
     }
-    let funcs = functions(vs);
+    let funcs = functions(c, vs);
     s += &format!("\ntop functions by {name} (flat: allocated here; cum: here or in callees)\n");
     let rows: Vec<Vec<String>> = funcs
         .iter()
@@ -389,7 +409,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
                 pct(share(f.flat[1], total)),
                 bytes(f.cum[1]),
                 pct(share(f.cum[1], total)),
-                short_name(&f.name),
+                short_name(c.fr.str(f.name)),
             ]
         })
         .collect();
@@ -408,7 +428,7 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
             pct(share(v.value, total)),
         ];
         r.extend(extra_cells(p, view, v));
-        r.push(stack_cell(&v.st.frames, 8));
+        r.push(stack_cell(&c.frames(v), 8));
         t.push(r);
     }
     s += &t.to_text(terminal_width());
@@ -417,12 +437,12 @@ fn table(p: &Profile, file: &Path, view: View, vs: &[VStack], top: usize) -> Str
 }
 
 #[derive(Serialize, Default)]
-struct JsonStack<'a> {
+struct JsonStack {
     value: f64,
     share: f64,
     samples: u64,
     values: Option<Values>,
-    frames: &'a [Frame],
+    frames: Vec<Frame>,
     #[serde(skip_serializing_if = "Option::is_none")]
     peak_objects: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -455,16 +475,17 @@ struct JsonView<'a> {
     meta: &'a Meta,
     totals: Values,
     functions: Vec<JsonFunc<'a>>,
-    stacks: Vec<JsonStack<'a>>,
+    stacks: Vec<JsonStack>,
 }
 
 fn values(v: [f64; 4]) -> Values {
     Values::from(v)
 }
 
-fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+    let p = c.p;
     let total: f64 = vs.iter().map(|v| v.value).sum();
-    let funcs = functions(vs);
+    let funcs = functions(c, vs);
     let run = run_ns(&p.meta);
     let r = JsonView {
         file: file.display().to_string(),
@@ -475,14 +496,7 @@ fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
         totals: values(SampleIndex::ALL.map(|i| p.total(i))),
         functions: funcs
             .iter()
-            .map(|f| JsonFunc {
-                function: &f.name,
-                file: &f.file,
-                flat: f.flat[1],
-                flat_share: share(f.flat[1], total),
-                cum: f.cum[1],
-                cum_share: share(f.cum[1], total),
-            })
+            .map(|f| crate::report::json_func(c.fr, f, 1, total))
             .collect(),
         stacks: vs
             .iter()
@@ -493,7 +507,7 @@ fn json(p: &Profile, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
                     share: share(v.value, total),
                     samples: v.st.samples,
                     values: Some(values(v.st.values)),
-                    frames: &v.st.frames,
+                    frames: c.frames(v),
                     ..JsonStack::default()
                 };
                 match view {
@@ -719,6 +733,13 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
     }
     sections.push(head);
     let has_life = p.samples.iter().any(|s| s.life.is_some());
+    let mut fr = Frames::default();
+    let stacks = Stacks::by_line(p, &mut fr);
+    let c = Ctx {
+        p,
+        fr: &fr,
+        stacks: &stacks,
+    };
     for view in [
         View::Peak,
         View::Leaks,
@@ -729,7 +750,7 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
         if !has_life && matches!(view, View::Peak | View::Leaks | View::Temporaries) {
             continue;
         }
-        let vs = vstacks(p, view);
+        let vs = vstacks(&stacks, view);
         let total: f64 = vs.iter().map(|v| v.value).sum();
         let mut header: Vec<String> = vec![value_name(view).into(), "share".into()];
         header.extend(extra_header(view).iter().map(|s| s.to_string()));
@@ -740,7 +761,7 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
             .map(|v| {
                 let mut r = vec![bytes(v.value), pct(share(v.value, total))];
                 r.extend(extra_cells(p, view, v));
-                r.push(stack_cell(&v.st.frames, 6).replace('\n', " ← "));
+                r.push(stack_cell(&c.frames(v), 6).replace('\n', " ← "));
                 r
             })
             .collect();
@@ -759,4 +780,32 @@ pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
         title: format!("memlens heap profile: {exe} ({})", file.display()),
         sections,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_interval(interval: u64) -> Profile {
+        let mut p = Profile::default();
+        p.meta.interval = interval;
+        p
+    }
+
+    #[test]
+    fn sampling_error_is_the_bound_of_one_standard_error() {
+        // Two 256 KiB buffers at 512K: each sampled with p = 1 − e^(−1/2) weighs 655 KiB, so
+        // estimates of 0, 655 KiB or 1.28 MiB for a heap of 512 KiB; √(H·R)/H at H = 1.28 MiB.
+        let p = at_interval(512 << 10);
+        let s = sampling_error(&p, 1.28 * 1048576.0, true);
+        assert!(s.contains("±62%") && s.contains("512 KiB"), "{s}");
+        assert!(s.contains("leans high"), "{s}");
+        assert!(!sampling_error(&p, 1.28 * 1048576.0, false).contains("leans high"));
+        // 400 intervals: ±5%, said; beyond that, not.
+        assert!(sampling_error(&p, 400.0 * 524288.0, false).contains("±5%"));
+        assert_eq!(sampling_error(&p, 500.0 * 524288.0, false), "");
+        // Exact mode and an empty heap: nothing to say.
+        assert_eq!(sampling_error(&at_interval(0), 1e6, true), "");
+        assert_eq!(sampling_error(&p, 0.0, true), "");
+    }
 }

@@ -30,13 +30,14 @@ fn growth_is_found_per_stack_and_function_across_processes() {
         memlens_profile::load(&a).unwrap(),
         memlens_profile::load(&b).unwrap(),
     );
-    let (stacks, funcs) = compare(&pa, &pb, SampleIndex::InuseSpace);
+    let c = compare(&pa, &pb, SampleIndex::InuseSpace);
+    let (stacks, funcs) = (&c.stacks, &c.functions);
     assert_eq!(
         stacks.len(),
         4,
         "stacks of two processes must match by names"
     );
-    assert_eq!(stacks[0].frames[0].function, "lib_site");
+    assert_eq!(c.frames_of(&stacks[0])[0].function, "lib_site");
     assert_eq!(stacks[0].delta, 900000.0);
     assert!(stacks[1..].iter().all(|s| s.delta == 0.0));
     assert_eq!(funcs[0].function, "lib_site");

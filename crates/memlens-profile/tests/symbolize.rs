@@ -237,9 +237,12 @@ fn dumps_of_several_processes_symbolized_together_compare_by_names() {
         raw::parse(&String::from_utf8(again.stdout).unwrap()).unwrap(),
     ];
     let keys = |p: &Profile| {
-        let mut k: Vec<(Vec<String>, f64)> = agg::stacks(p)
+        let mut fr = agg::Frames::default();
+        let st = agg::Stacks::new(p, &mut fr);
+        let mut k: Vec<(Vec<String>, f64)> = st
+            .list
             .iter()
-            .map(|s| (s.key(), s.get(SampleIndex::AllocSpace)))
+            .map(|s| (st.key(s, &fr), s.get(SampleIndex::AllocSpace)))
             .collect();
         k.sort_by(|a, b| a.0.cmp(&b.0));
         k
@@ -258,4 +261,40 @@ fn dumps_of_several_processes_symbolized_together_compare_by_names() {
     let lib = keys(&ps[0]);
     let lib = lib.iter().find(|(_, b)| *b == 3000.0).unwrap();
     assert!(lib.0[0].starts_with("libsite.so+0x"), "{lib:?}");
+}
+
+/// One symbolizer looks each address of a build up once, whatever path the build is found at, and
+/// reads a file again when it changed on disk (a rebuilt binary is not served from the cache).
+#[test]
+fn one_symbolizer_serves_a_build_once_and_rereads_a_changed_file() {
+    use memlens_profile::symbolize::{file_build_id, Symbolizer};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    common::build_and_dump(dir.path());
+    let exe = dir.path().join("fakeprof");
+    let exe_s = exe.display().to_string();
+    let bid = file_build_id(&exe_s).unwrap().unwrap();
+    let nm = Command::new("nm").arg(&exe).output().unwrap();
+    let main = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(" T main"))
+        .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+        .expect("main in nm's output");
+    let sym = Symbolizer::new();
+    let a = sym.module(&exe_s, &bid, &[main]).unwrap();
+    assert_eq!(&*a[0][0].name, "main");
+    let b = sym.clone().module(&exe_s, &bid, &[main, main]).unwrap();
+    assert!(Arc::ptr_eq(&a[0], &b[0]) && Arc::ptr_eq(&a[0], &b[1]));
+    // The same build at another path: from the cache.
+    let copy = dir.path().join("copy");
+    std::fs::copy(&exe, &copy).unwrap();
+    let c = sym
+        .module(&copy.display().to_string(), &bid, &[main])
+        .unwrap();
+    assert!(Arc::ptr_eq(&a[0], &c[0]));
+    // Another file now at the path: its build ID is read again, and it is not the profiled one.
+    std::fs::remove_file(&exe).unwrap();
+    std::fs::copy(dir.path().join("libsite.so"), &exe).unwrap();
+    let e = sym.module(&exe_s, &bid, &[main]).unwrap_err();
+    assert!(e.contains("build id"), "{e}");
 }

@@ -1,7 +1,7 @@
 //! `memlens ctl PID …`: one request to the control socket of a process running under the runtime
 //! (the client is [`memlens_target::Target`]), its reply printed for a person.
 use anyhow::{Context, Result};
-use memlens_measure::units::{format_size, parse_size};
+use memlens_measure::units::format_size;
 use memlens_target::{default_dump_name, parse_pid, Reply, Target};
 use std::path::{Path, PathBuf};
 
@@ -59,7 +59,10 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
     let t = Target::find(pid)?;
     match args.action {
         CtlAction::Start { interval } => {
-            let iv = interval.as_deref().map(parse_size).transpose()?;
+            let iv = interval
+                .as_deref()
+                .map(|s| memlens_target::parse_interval(s, "--interval"))
+                .transpose()?;
             let r = t.start(iv)?;
             let was = if r.get("was") == Some("1") {
                 " (it was already on)"
@@ -155,13 +158,20 @@ fn print_status(t: &Target, r: &Reply) {
         .map(format_size)
         .unwrap_or_else(|| "n/a".into());
     println!("  allocated      {bytes} (estimated from the samples)");
-    println!("  stacks         {}", n("stacks"));
+    let limit = r
+        .num("max_stacks")
+        .map_or(String::new(), |m| format!(" (table holds {m})"));
+    println!("  stacks         {}{limit}", n("stacks"));
     println!("  truncated      {} ({share})", n("truncated"));
     let dropped_bytes = match r.num("dropped_bytes") {
         Some(b) if b > 0 => format!(" ({} not in the profile)", format_size(b)),
         _ => String::new(),
     };
-    println!("  dropped        {}{dropped_bytes}", n("dropped"));
+    let full = match r.num("table_full") {
+        Some(f) if f > 0 => format!("; {f} because the stack table was full (raise --max-stacks)"),
+        _ => String::new(),
+    };
+    println!("  dropped        {}{dropped_bytes}{full}", n("dropped"));
     // the runtime's own account of what profiling has cost so far (runtime/src/cost.c)
     if let (Some(ns), Some(cpu)) = (r.num("cost_ns"), r.num("cpu_ns")) {
         let share = if cpu > 0 {

@@ -1,16 +1,21 @@
 //! memlens run / memlens ctl: start programs under the runtime and control running ones.
 //!
-//! * `run.rs`: `memlens run`: launch under the runtime, wait, turn its raw dumps into profiles.
+//! * `run.rs`: `memlens run`: launch under the runtime, wait (as the subreaper of all it starts).
+//! * `rundir.rs`: the run directory every process of a run leaves its dumps in.
+//! * `collect.rs`: a profile for every process of a run, or why there is none (also `memlens report
+//!   RUNDIR`).
 //! * `ctl.rs`: `memlens ctl` (its client is `memlens_target::Target`).
 //! * `live.rs`: the options of profiling on demand (`--inactive`, `--start-on-growth`,
 //!   `--profile-for`, `--dump-every`) and their plan.
 //! * `watcher.rs`: the thread that carries that plan out while the program runs.
 #![warn(missing_docs)]
+mod collect;
 mod ctl;
 mod live;
 mod run;
+mod rundir;
 mod watcher;
 
 pub use ctl::{run_ctl, CtlArgs};
 pub use live::LiveArgs;
-pub use run::{run_run, RunArgs};
+pub use run::{run_collect, run_run, RunArgs};

@@ -48,9 +48,13 @@ impl LiveArgs {
         let profile_for = self
             .profile_for
             .as_deref()
-            .map(parse_duration)
+            .map(|s| duration("--profile-for", s))
             .transpose()?;
-        let dump_every = self.dump_every.as_deref().map(parse_duration).transpose()?;
+        let dump_every = self
+            .dump_every
+            .as_deref()
+            .map(|s| duration("--dump-every", s))
+            .transpose()?;
         if dump_every.is_some_and(|d| d < POLL) {
             return Err(usage("--dump-every must be at least 100ms"));
         }
@@ -74,14 +78,19 @@ impl LivePlan {
     }
 }
 
+/// A duration option's value; the error names the option.
+fn duration(flag: &str, s: &str) -> Result<Duration> {
+    parse_duration(s).map_err(|e| usage(format!("bad {flag}: {e:#}")))
+}
+
 fn parse_growth(s: &str) -> Result<(u64, Duration)> {
     let (size, dur) = s.split_once('/').ok_or_else(|| {
         usage(format!(
             "--start-on-growth wants SIZE/DURATION (e.g. 200M/10s), got '{s}'"
         ))
     })?;
-    let size = parse_size(size)?;
-    let dur = parse_duration(dur)?;
+    let size = parse_size(size).map_err(|e| usage(format!("bad --start-on-growth: {e:#}")))?;
+    let dur = duration("--start-on-growth", dur)?;
     if size == 0 || dur < POLL {
         return Err(usage(format!(
             "--start-on-growth '{s}': SIZE must be > 0 and DURATION at least 100ms"

@@ -3,22 +3,23 @@
 //!
 //! Built for extension: [`spawn`] returns a [`Launch`], [`wait`] polls it and calls a hook on every
 //! tick (for periodic dumps, timed profiling windows…), then [`collect`] converts the dumps.
-use anyhow::{Context, Result};
+use crate::collect::collect;
+use crate::rundir::{Plan, RunDir};
+use anyhow::Result;
 use memlens_measure::error::usage;
-use memlens_target::{raw_dumps, Dump};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 /// Run a command under the sampling heap profiler and write a pprof profile at exit
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  memlens run -- ./server --port 8080\n  \
 memlens run --interval 64K -o heap.pb.gz -- python3 script.py\n  \
-memlens run --exact --unwinder libgcc -- ./a.out")]
+memlens run --exact --unwinder libgcc -- ./a.out\n  \
+memlens run --max-stacks 2M -- ./compiler big.c\n  \
+memlens run --wait-all -o pg.pb.gz -- pg_ctl -D data start   (waits for the postmaster pg_ctl leaves running)")]
 pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]
@@ -30,6 +31,10 @@ pub struct RunArgs {
     /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub unwinder: Option<String>,
+    /// Distinct stacks the runtime's table holds (1K … 32M; about 230 bytes + 8 per frame each,
+    /// used as stacks appear); samples of new stacks beyond it are dropped and counted
+    #[arg(long, value_name = "N", default_value = "256K")]
+    pub max_stacks: String,
     /// Profile of the main process [default: memlens.CMD.PID.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -43,24 +48,23 @@ pub struct RunArgs {
     /// on HOST:PORT while it runs, as `memlens serve --pid` does
     #[arg(long, value_name = "HOST:PORT")]
     pub serve: Option<String>,
+    /// Wait until every process of the run has ended, daemons included, then write all profiles
+    /// [default: return when the program ends and name the processes it left running]
+    #[arg(long)]
+    pub wait_all: bool,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
-/// The runtime's dumps go to `<Launch::dumps>/d.<pid>.<seq>.raw`.
-const DUMP_STEM: &str = "d";
-
 /// A program started under the runtime.
 pub struct Launch {
-    /// The running program.
-    pub child: Child,
-    /// Its process id.
+    /// The program's process id (memlens reaps it, and every orphan of the run, itself).
     pub pid: u32,
     /// Basename of the program, for default file names.
     pub name: String,
-    /// Private directory the runtime dumps into (`MEMLENS_OUT=<dir>/`[`DUMP_STEM`]); removed on drop.
-    pub dumps: tempfile::TempDir,
+    /// Where the run's processes leave their dumps (`MEMLENS_OUT=<dir>/d`).
+    pub dir: RunDir,
 }
 
 /// Sampling interval in bytes from the command line.
@@ -68,8 +72,20 @@ pub fn interval_bytes(args: &RunArgs) -> Result<u64> {
     if args.exact {
         return Ok(0);
     }
-    memlens_measure::units::parse_size(&args.interval)
-        .map_err(|e| usage(format!("bad --interval '{}': {e:#}", args.interval)))
+    memlens_target::parse_interval(&args.interval, "--interval")
+}
+
+/// The stack table's size from the command line (the runtime's MEMLENS_MAX_STACKS).
+pub fn max_stacks(args: &RunArgs) -> Result<u64> {
+    let n = memlens_measure::units::parse_size(&args.max_stacks)
+        .map_err(|e| usage(format!("bad --max-stacks '{}': {e:#}", args.max_stacks)))?;
+    if !(1024..=1 << 25).contains(&n) {
+        return Err(usage(format!(
+            "--max-stacks {} is out of range (1K … 32M stacks)",
+            args.max_stacks
+        )));
+    }
+    Ok(n)
 }
 
 /// What went wrong starting the program, as the one-line message and exit code a shell would use.
@@ -103,18 +119,18 @@ impl std::fmt::Display for SpawnError {
 impl std::error::Error for SpawnError {}
 
 /// Start `args.command` with the runtime preloaded. `env` adds MEMLENS_* settings (e.g. MEMLENS_ACTIVE=0).
+/// memlens becomes the subreaper of everything the program starts: a daemon that forks away from
+/// its parent is still ours to wait for and to name.
 pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     let interval = interval_bytes(args)?;
-    let runtime = memlens_native::runtime().context("cannot extract the memlens runtime")?;
-    let dumps = tempfile::Builder::new()
-        .prefix("memlens-run-")
-        .tempdir()
-        .context("cannot create a temporary directory for the profile dumps")?;
+    let max_stacks = max_stacks(args)?;
+    let runtime = crate::rundir::runtime_for_run()?;
     let prog = &args.command[0];
     let name = Path::new(prog)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "prog".into());
+    let dir = RunDir::create(&name)?;
     let mut preload = OsString::from(runtime.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(" ");
@@ -124,7 +140,9 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     cmd.args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env("MEMLENS_INTERVAL", interval.to_string())
-        .env("MEMLENS_OUT", dumps.path().join(DUMP_STEM))
+        .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
+        .env("MEMLENS_OUT", dir.dump_prefix())
+        .env("MEMLENS_RUN_DIR", &dir.path)
         .env("MEMLENS_ACTIVE", "1");
     match &args.unwinder {
         Some(u) => cmd.env("MEMLENS_UNWINDER", u),
@@ -134,17 +152,18 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
         cmd.env(k, v);
     }
     install_forwarding();
-    let child = cmd.spawn().map_err(|e| {
-        let (message, code) = spawn_failure(prog, &e);
-        anyhow::Error::new(SpawnError { message, code })
-    })?;
+    // SAFETY: prctl on ourselves; a failure only means orphans go to init as before.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            dir.remove();
+            let (message, code) = spawn_failure(prog, &e);
+            return Err(anyhow::Error::new(SpawnError { message, code }));
+        }
+    };
     let pid = child.id();
-    Ok(Launch {
-        child,
-        pid,
-        name,
-        dumps,
-    })
+    Ok(Launch { pid, name, dir })
 }
 
 // ---- signal forwarding ----
@@ -190,132 +209,136 @@ fn forward_pending(pid: u32) {
     }
 }
 
-/// Wait for the program, forwarding signals; `tick` runs about every 20 ms while it runs.
-pub fn wait(
-    launch: &mut Launch,
-    tick: &mut dyn FnMut(&Launch) -> Result<()>,
-) -> Result<ExitStatus> {
+extern "C" fn on_child(_: libc::c_int) {}
+
+/// SIGCHLD interrupts our wait (a handler without SA_RESTART), so an orphan's end is seen at once.
+fn install_child_wakeup() {
+    // SAFETY: installs a handler that does nothing.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_child as *const () as usize;
+        sa.sa_flags = libc::SA_NOCLDSTOP;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+}
+
+/// How the processes memlens waited for ended.
+#[derive(Debug, Default)]
+pub struct Ended {
+    /// The program's raw wait status.
+    pub main: i32,
+    /// Every process memlens reaped (the program and orphans of the run): raw wait status.
+    pub all: BTreeMap<u32, i32>,
+    /// Some child of memlens (a descendant of the program) was still running.
+    pub children_left: bool,
+}
+
+/// Reap every child that has ended; false when there is none left at all.
+fn reap(ended: &mut BTreeMap<u32, i32>) -> bool {
     loop {
-        forward_pending(launch.pid);
-        if let Some(st) = launch
-            .child
-            .try_wait()
-            .context("cannot wait for the program")?
-        {
-            return Ok(st);
-        }
-        tick(launch)?;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The exit code a shell would report for `st`.
-pub fn exit_code(st: ExitStatus) -> i32 {
-    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
-}
-
-// ---- turning dumps into profiles ----
-
-/// Where each dump's profile goes: the main process's last image to `main_out`, everything else to
-/// `<stem>.<pid>[.<seq>].pb.gz` beside it (the sequence only when a pid left several dumps).
-pub fn plan(dumps: &[Dump], main_pid: u32, main_out: &Path) -> Vec<(Dump, PathBuf)> {
-    let stem = memlens_profile::profile_stem(main_out);
-    let stem = stem.file_name().unwrap_or_default().to_string_lossy();
-    let dir = main_out.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut by_pid: BTreeMap<u32, Vec<&Dump>> = BTreeMap::new();
-    for d in dumps {
-        by_pid.entry(d.pid).or_default().push(d);
-    }
-    let mut out = Vec::new();
-    for (pid, list) in by_pid {
-        for (i, d) in list.iter().enumerate() {
-            let last = i + 1 == list.len();
-            let path = if pid == main_pid && last {
-                main_out.to_path_buf()
-            } else if last {
-                dir.join(format!("{stem}.{pid}.pb.gz"))
-            } else {
-                dir.join(format!("{stem}.{pid}.{}.pb.gz", d.seq))
-            };
-            out.push(((*d).clone(), path));
-        }
-    }
-    out
-}
-
-/// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
-fn convert(raw: &Path, out: &Path) -> Result<String> {
-    use memlens_measure::units::format_size;
-    let s = memlens_profile::convert_raw(raw, out)?;
-    Ok(format!(
-        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use",
-        s.samples,
-        s.stacks,
-        s.truncated_share * 100.0,
-        format_size(s.alloc_bytes.max(0.0) as u64),
-        format_size(s.inuse_bytes.max(0.0) as u64),
-    ))
-}
-
-/// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
-/// it is the image a forked child replaced by exec without a sample of its own: what it held was
-/// inherited from its parent (already in the parent's profile) and the exec discards it.
-fn worth_a_profile(raw: &Path) -> bool {
-    let Ok(t) = std::fs::read_to_string(raw) else {
-        return true; // let the conversion report the problem
-    };
-    let header = |key: &str| {
-        t.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .map(str::trim)
-    };
-    let sampled = header("samples").and_then(|v| v.parse::<u64>().ok()) != Some(0);
-    t.contains("\nstack ") && (sampled || header("reason") != Some("exec"))
-}
-
-/// Convert every dump of `launch`; returns how many profiles were written. A dump that cannot be
-/// converted is a warning: the program's exit status stays what memlens reports.
-pub fn collect(launch: &Launch, main_out: &Path, keep_raw: Option<&Path>) -> Result<usize> {
-    let dumps = raw_dumps(&launch.dumps.path().join(DUMP_STEM))?;
-    if let Some(dir) = keep_raw {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for d in &dumps {
-            let dest = dir.join(d.path.file_name().unwrap_or_default());
-            std::fs::copy(&d.path, &dest)
-                .with_context(|| format!("cannot write {}", dest.display()))?;
-        }
-    }
-    if !dumps.iter().any(|d| d.pid == launch.pid) {
-        eprintln!(
-            "memlens: warning: {} left no profile (killed by a signal, statically linked, or it cleared LD_PRELOAD)",
-            launch.name
-        );
-    }
-    let mut written = 0;
-    for (d, out) in plan(&dumps, launch.pid, main_out) {
-        // An image that allocated nothing worth a sample (typically a forked child that exec'd at
-        // once) leaves an empty dump; only the main program's profile is written even when empty.
-        if out != main_out && !worth_a_profile(&d.path) {
+        let mut st = 0;
+        // SAFETY: waitpid writes the status into `st`.
+        let r = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::__WALL) };
+        if r > 0 {
+            ended.insert(r as u32, st);
             continue;
         }
-        match convert(&d.path, &out) {
-            Ok(summary) => {
-                eprintln!(
-                    "memlens: profile of pid {} written to {} ({summary})",
-                    d.pid,
-                    out.display()
-                );
-                written += 1;
+        return !(r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD));
+    }
+}
+
+/// Wait for the program (and, with `all`, for every process of the run), forwarding signals to it.
+/// Woken by the program's end (a pidfd) or any child's (SIGCHLD), never by a fixed sleep: a short
+/// program returns as soon as it has ended.
+pub fn wait(launch: &mut Launch, all: bool) -> Result<Ended> {
+    install_child_wakeup();
+    // SAFETY: pidfd_open on our own child; -1 (an old kernel) falls back to the timeout.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, launch.pid as libc::pid_t, 0) } as i32;
+    let mut ended = BTreeMap::new();
+    let mut main = None;
+    loop {
+        if main.is_none() {
+            forward_pending(launch.pid);
+        }
+        let any_left = reap(&mut ended);
+        if main.is_none() {
+            main = ended.get(&launch.pid).copied();
+        }
+        if let Some(st) = main {
+            if !all || !any_left {
+                break Ok::<(i32, bool), anyhow::Error>((st, any_left));
             }
-            Err(e) => {
-                eprintln!(
-                    "memlens: warning: cannot convert the dump of pid {}: {e:#}",
-                    d.pid
-                );
+        }
+        let mut p = libc::pollfd {
+            fd: if main.is_none() { pidfd } else { -1 },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd (a negative fd is ignored).
+        unsafe { libc::poll(&mut p, 1, 100) };
+    }
+    .map(|(st, children_left)| {
+        if pidfd >= 0 {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(pidfd) };
+        }
+        Ended {
+            main: st,
+            all: ended,
+            children_left,
+        }
+    })
+}
+
+/// The exit code a shell would report for a raw wait status.
+pub fn exit_code_of(st: i32) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else if libc::WIFSIGNALED(st) {
+        128 + libc::WTERMSIG(st)
+    } else {
+        1
+    }
+}
+
+/// Live processes below `pid` (its children, theirs, …) that run the memlens runtime.
+fn descendants_with_runtime(pid: u32) -> Vec<u32> {
+    let mut parent: BTreeMap<u32, u32> = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            if let Some(pp) = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1)?.parse().ok())
+            {
+                parent.insert(p, pp);
             }
         }
     }
-    Ok(written)
+    let below = |mut p: u32| {
+        for _ in 0..4096 {
+            match parent.get(&p) {
+                Some(&pp) if pp == pid => return true,
+                Some(&pp) if pp > 1 => p = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    parent
+        .keys()
+        .copied()
+        .filter(|&p| {
+            below(p) && crate::collect::alive(p) && memlens_target::runtime_loaded(p as i32)
+        })
+        .collect()
 }
 
 /// The whole `memlens run`.
@@ -346,39 +369,61 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("memlens.{}.{}.pb.gz", launch.name, launch.pid)));
+    let mut plan = Plan {
+        main_pid: launch.pid,
+        output: std::path::absolute(&main_out).unwrap_or(main_out.clone()),
+        keep_raw: args
+            .keep_raw
+            .as_ref()
+            .map(|k| std::path::absolute(k).unwrap_or(k.clone())),
+        ..Plan::default()
+    };
+    // Written at once: if memlens itself is killed, `memlens report RUNDIR` still collects the run.
+    launch.dir.write_plan(&plan)?;
     if let Some(ep) = serve {
         ep.spawn_for(launch.pid as i32);
     }
     let watcher = crate::watcher::Watcher::spawn(&live, launch.pid as i32, &main_out);
-    let status = wait(&mut launch, &mut |_| Ok(()));
+    let ended = wait(&mut launch, args.wait_all);
     watcher.finish();
-    let status = status?;
-    collect(&launch, &main_out, args.keep_raw.as_deref())?;
-    Ok(exit_code(status))
+    let ended = ended?;
+    plan.ended = ended.all;
+    // Every live descendant is a child of ours (we are their subreaper) or below one: with none
+    // left, there is nothing to look for.
+    let running = if ended.children_left {
+        descendants_with_runtime(std::process::id())
+    } else {
+        Vec::new()
+    };
+    let c = collect(&launch.dir, &plan, &running, true)?;
+    if c.running.is_empty() {
+        launch.dir.remove();
+    } else {
+        // what is left to collect later: the processes still running (how the others ended is
+        // said already)
+        plan.running = c.running;
+        plan.ended.clear();
+        launch.dir.write_plan(&plan)?;
+    }
+    Ok(exit_code_of(ended.main))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dump(reason: &str, samples: u64, stack: bool) -> tempfile::NamedTempFile {
-        let f = tempfile::NamedTempFile::new().unwrap();
-        let mut t = format!("memlens-raw 1\npid 7\nreason {reason}\nsamples {samples}\n");
-        if stack {
-            t.push_str("stack 0 0 0 65536 4096 0 0x1234\n");
-        }
-        t.push_str("end\n");
-        std::fs::write(f.path(), t).unwrap();
-        f
+/// `memlens report RUNDIR`: collect what a run's processes left once they have ended.
+pub fn run_collect(path: &Path) -> Result<i32> {
+    let dir = RunDir::open(path)?;
+    let mut plan = dir.read_plan()?;
+    let running: Vec<u32> = plan
+        .running
+        .iter()
+        .copied()
+        .filter(|&p| crate::collect::alive(p) && memlens_target::runtime_loaded(p as i32))
+        .collect();
+    let c = collect(&dir, &plan, &running, false)?;
+    if c.running.is_empty() {
+        dir.remove();
+    } else {
+        plan.running = c.running;
+        dir.write_plan(&plan)?;
     }
-
-    #[test]
-    fn which_dumps_get_a_profile() {
-        // The pre-exec image of a forked child: only inherited live blocks, nothing sampled.
-        assert!(!worth_a_profile(dump("exec", 0, true).path()));
-        assert!(worth_a_profile(dump("exec", 3, true).path()));
-        // A forked child that exits without exec keeps its inherited blocks in its own profile.
-        assert!(worth_a_profile(dump("fork-child-exit", 0, true).path()));
-        assert!(!worth_a_profile(dump("exit", 0, false).path()));
-    }
+    Ok(0)
 }

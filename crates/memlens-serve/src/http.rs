@@ -1,16 +1,20 @@
 //! The endpoints: request → reply, independent of the socket (tests call [`handle`] directly).
 //!
-//! Paths follow Go's net/http/pprof so scrape configs written for Go services work unchanged:
-//! `/debug/pprof/heap`, `/debug/pprof/allocs[?seconds=N]`; plus `/targets` (JSON) and `/metrics`
-//! (Prometheus text). Every refusal is an HTTP error with a one-line reason in the body.
-use crate::discovery::{self, Refusal};
+//! Paths and semantics follow Go's net/http/pprof so scrape configs written for Go services work
+//! unchanged: `/debug/pprof/heap`, `/debug/pprof/allocs` (snapshots), either with `?seconds=N`
+//! (the difference over the next N seconds), `/debug/pprof/symbol`; plus `/debug/pprof/lifetimes`
+//! (memlens' own values), `/targets` (JSON), `/metrics` (Prometheus text) and `/sd` (Prometheus
+//! HTTP service discovery). Every refusal is an HTTP error with a one-line reason in the body.
+use crate::discovery;
 use crate::facts;
 use crate::metrics;
-use crate::profiles::{self, Profiler};
-use memlens_profile::model::SampleIndex;
+use crate::profiles::Profiler;
+use crate::served::{self, Kind};
+use crate::symbols::Symbols;
+use memlens_profile::model::Profile;
 use memlens_target::Target;
 
-/// Longest `allocs?seconds=N` window.
+/// Longest `?seconds=N` window.
 pub const MAX_SECONDS: u64 = 600;
 
 /// What the server was asked to serve.
@@ -55,12 +59,22 @@ impl Config {
     }
 }
 
+/// Everything a request may need.
+pub struct State {
+    pub cfg: Config,
+    pub prof: Profiler,
+    pub symbols: Symbols,
+}
+
 /// An HTTP answer.
+#[derive(Debug)]
 pub struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     /// `Content-Disposition` file name of a profile.
     pub file: Option<&'static str>,
+    /// The `Allow` header of a 405.
+    pub allow: Option<&'static str>,
     pub body: Vec<u8>,
 }
 
@@ -70,6 +84,7 @@ impl Reply {
             status,
             content_type,
             file: None,
+            allow: None,
             body: body.into_bytes(),
         }
     }
@@ -78,12 +93,6 @@ impl Reply {
     pub fn error(status: u16, reason: &str) -> Reply {
         let one_line = reason.replace(['\n', '\r'], " ");
         Reply::text(status, "text/plain; charset=utf-8", format!("{one_line}\n"))
-    }
-}
-
-impl From<Refusal> for Reply {
-    fn from(r: Refusal) -> Reply {
-        Reply::error(r.status, &r.reason)
     }
 }
 
@@ -103,24 +112,46 @@ fn param<'a>(q: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
 }
 
 const INDEX: &str = "memlens serve: pprof endpoints of processes running under memlens
-  GET /debug/pprof/heap?pid=PID                live heap now (gzipped pprof)
-  GET /debug/pprof/allocs?pid=PID              allocations since sampling started
-  GET /debug/pprof/allocs?pid=PID&seconds=N    allocations made in the next N seconds
+  GET /debug/pprof/heap?pid=PID[&seconds=N]    live heap now; with seconds, its change over N s
+  GET /debug/pprof/allocs?pid=PID[&seconds=N]  allocations since sampling started; with seconds,
+                                               those made in the next N seconds
+  GET /debug/pprof/lifetimes?pid=PID           live heap now with peak, freed and lifetime values
+  GET|POST /debug/pprof/symbol                 addresses to function names (as Go answers it)
   GET /targets                                 the processes (JSON)
   GET /metrics                                 heap, RSS and sampling counters (Prometheus text)
   GET /sd                                      the processes as scrape targets (Prometheus HTTP SD)
+See docs/serve.md.
 ";
 
 /// Answer one request. `authority` is how the client reached us (its Host header), for `/sd`.
-pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str, authority: &str) -> Reply {
-    if method != "GET" && method != "HEAD" {
-        return Reply::error(405, &format!("method {method} not allowed (use GET)"));
-    }
+pub fn handle(st: &State, method: &str, url: &str, authority: &str, body: &[u8]) -> Reply {
+    let cfg = &st.cfg;
     let (path, q) = query(url);
-    match path.trim_end_matches('/') {
+    let path = path.trim_end_matches('/');
+    if path == "/debug/pprof/symbol" {
+        return match method {
+            "GET" | "HEAD" => Reply::text(
+                200,
+                "text/plain; charset=utf-8",
+                st.symbols
+                    .answer(url.split_once('?').map_or("", |(_, q)| q)),
+            ),
+            "POST" => Reply::text(
+                200,
+                "text/plain; charset=utf-8",
+                st.symbols.answer(&String::from_utf8_lossy(body)),
+            ),
+            _ => not_allowed(method, "GET, HEAD, POST"),
+        };
+    }
+    if method != "GET" && method != "HEAD" {
+        return not_allowed(method, "GET, HEAD");
+    }
+    match path {
         "" | "/debug/pprof" => Reply::text(200, "text/plain; charset=utf-8", INDEX.into()),
-        "/debug/pprof/heap" => heap(cfg, prof, &q),
-        "/debug/pprof/allocs" => allocs(cfg, prof, &q),
+        "/debug/pprof/heap" => profile(st, &q, false),
+        "/debug/pprof/allocs" => profile(st, &q, true),
+        "/debug/pprof/lifetimes" => lifetimes(st, &q),
         "/targets" => {
             let list = metrics::all_facts(cfg.only, cfg.service());
             match serde_json::to_string_pretty(&list) {
@@ -145,6 +176,13 @@ pub fn handle(cfg: &Config, prof: &Profiler, method: &str, url: &str, authority:
             404,
             &format!("no endpoint {path} (try /debug/pprof/heap, /debug/pprof/allocs, /targets, /metrics)"),
         ),
+    }
+}
+
+fn not_allowed(method: &str, allow: &'static str) -> Reply {
+    Reply {
+        allow: Some(allow),
+        ..Reply::error(405, &format!("method {method} not allowed (use {allow})"))
     }
 }
 
@@ -176,104 +214,155 @@ fn target(cfg: &Config, q: &[(&str, &str)]) -> Result<Target, Reply> {
             pid
         }
     };
-    discovery::resolve(pid).map_err(Reply::from)
+    // Whatever the reason (no such process, another user's, not under memlens), the client learns
+    // only that this server does not show it: it may not be allowed to know more of that process.
+    discovery::resolve(pid).map_err(|r| Reply::error(404, &r.public))
 }
 
-fn profile_reply(
-    cfg: &Config,
-    t: &Target,
-    p: anyhow::Result<memlens_profile::Profile>,
-    default: SampleIndex,
-    file: &'static str,
-) -> Reply {
-    let p = match p {
-        Ok(p) => p,
-        // The process may have ended while we talked to it.
-        Err(e) => {
-            return match discovery::resolve(t.pid) {
-                Err(r) => r.into(),
-                Ok(_) => Reply::error(500, &format!("{e:#}")),
-            }
-        }
+/// The `seconds` parameter: None, or a whole number of seconds in 1..=MAX_SECONDS.
+fn seconds(q: &[(&str, &str)]) -> Result<Option<u64>, Reply> {
+    match param(q, "seconds") {
+        None => Ok(None),
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) if (1..=MAX_SECONDS).contains(&n) => Ok(Some(n)),
+            _ => Err(Reply::error(
+                400,
+                &format!("seconds '{s}' must be a whole number from 1 to {MAX_SECONDS}"),
+            )),
+        },
+    }
+}
+
+/// `/heap` or `/allocs`: a snapshot, or with `seconds` the window's difference.
+fn profile(st: &State, q: &[(&str, &str)], allocs: bool) -> Reply {
+    let secs = match seconds(q) {
+        Ok(s) => s,
+        Err(r) => return r,
     };
-    match profiles::encode(&p, default, &cfg.labels_for(t)) {
+    let t = match target(&st.cfg, q) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let r = match secs {
+        None => st.prof.dump(&t).map(|p| {
+            let kind = if allocs { Kind::Allocs } else { Kind::Heap };
+            Some(((*p).clone(), kind))
+        }),
+        Some(n) => st.prof.window(&t, n).map(|w| {
+            w.map(|w| {
+                let kind = Kind::Window {
+                    allocs,
+                    duration_ns: w.duration_ns,
+                };
+                (w.profile, kind)
+            })
+        }),
+    };
+    match r {
+        Ok(Some((p, kind))) => reply(st, &t, p, kind),
+        Ok(None) => Reply::error(503, "memlens serve is stopping; the window was cut short"),
+        Err(e) => failed(&t, e),
+    }
+}
+
+/// `/lifetimes`: every value memlens has, as a snapshot.
+fn lifetimes(st: &State, q: &[(&str, &str)]) -> Reply {
+    if param(q, "seconds").is_some() {
+        return Reply::error(
+            400,
+            "lifetimes is a snapshot and takes no seconds (allocs?seconds=N is the window)",
+        );
+    }
+    let t = match target(&st.cfg, q) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    match st.prof.dump(&t) {
+        Ok(p) => reply(st, &t, (*p).clone(), Kind::Lifetimes),
+        Err(e) => failed(&t, e),
+    }
+}
+
+/// A dump or window that failed: the process may have ended while we talked to it.
+fn failed(t: &Target, e: anyhow::Error) -> Reply {
+    match discovery::resolve(t.pid) {
+        Err(r) => Reply::error(404, &r.public),
+        Ok(_) => Reply::error(500, &format!("{e:#}")),
+    }
+}
+
+fn reply(st: &State, t: &Target, mut p: Profile, kind: Kind) -> Reply {
+    served::name_every_location(&mut p);
+    st.symbols.remember(t.pid, &p);
+    match served::encode(&p, kind, &st.cfg.labels_for(t)) {
         Ok(body) => Reply {
             status: 200,
             content_type: "application/octet-stream",
-            file: Some(file),
+            file: Some(kind.file_name()),
+            allow: None,
             body,
         },
         Err(e) => Reply::error(500, &format!("cannot encode the profile: {e:#}")),
     }
 }
 
-fn heap(cfg: &Config, prof: &Profiler, q: &[(&str, &str)]) -> Reply {
-    let t = match target(cfg, q) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let p = prof.dump(&t);
-    profile_reply(cfg, &t, p, SampleIndex::InuseSpace, "heap")
-}
-
-fn allocs(cfg: &Config, prof: &Profiler, q: &[(&str, &str)]) -> Reply {
-    let secs = match param(q, "seconds") {
-        None => None,
-        Some(s) => match s.parse::<u64>() {
-            Ok(n) if (1..=MAX_SECONDS).contains(&n) => Some(n),
-            _ => {
-                return Reply::error(
-                    400,
-                    &format!("seconds '{s}' must be a whole number from 1 to {MAX_SECONDS}"),
-                )
-            }
-        },
-    };
-    let t = match target(cfg, q) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let p = match secs {
-        Some(n) => prof.window(&t, n),
-        None => prof.dump(&t),
-    };
-    profile_reply(cfg, &t, p, SampleIndex::AllocSpace, "allocs")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stop::Stop;
+    use std::sync::Arc;
 
-    fn cfg(only: Option<i32>) -> Config {
-        Config {
-            only,
-            labels: Vec::new(),
-            host: "h".into(),
+    fn state(only: Option<i32>) -> State {
+        State {
+            cfg: Config {
+                only,
+                labels: Vec::new(),
+                host: "h".into(),
+            },
+            prof: Profiler::new(Arc::new(Stop::default())),
+            symbols: Symbols::default(),
         }
     }
 
     #[test]
     fn refusals() {
-        let p = Profiler::new().unwrap();
-        let c = cfg(None);
+        let s = state(None);
         let r = |url: &str| {
-            let r = handle(&c, &p, "GET", url, "h:1");
+            let r = handle(&s, "GET", url, "h:1", b"");
             (r.status, String::from_utf8(r.body).unwrap())
         };
         assert_eq!(r("/debug/pprof/heap").0, 400);
         assert_eq!(r("/debug/pprof/heap?pid=abc").0, 400);
         assert_eq!(r("/debug/pprof/allocs?pid=1&seconds=0").0, 400);
         assert_eq!(r("/debug/pprof/allocs?pid=1&seconds=x").0, 400);
-        assert_eq!(r("/debug/pprof/allocs?pid=1&seconds=601").0, 400);
+        assert_eq!(r("/debug/pprof/heap?pid=1&seconds=601").0, 400);
+        assert_eq!(r("/debug/pprof/lifetimes?pid=1&seconds=1").0, 400);
         assert_eq!(r("/nope").0, 404);
-        // pid 2^31-1 does not exist.
+        // pid 2^31-1 does not exist; pid 1 is not under memlens: the same answer, naming nothing.
         let (st, body) = r("/debug/pprof/heap?pid=2147483647");
         assert_eq!((st, body.lines().count()), (404, 1), "{body}");
-        assert_eq!(handle(&c, &p, "POST", "/metrics", "h:1").status, 405);
-        let only = cfg(Some(7));
+        let (st1, body1) = r("/debug/pprof/heap?pid=1");
+        assert_eq!(st1, 404);
+        assert_eq!(body1.replace(" 1 ", " 2147483647 "), body);
+        let post = handle(&s, "POST", "/metrics", "h:1", b"");
+        assert_eq!((post.status, post.allow), (405, Some("GET, HEAD")));
         assert_eq!(
-            handle(&only, &p, "GET", "/debug/pprof/heap?pid=8", "h:1").status,
+            handle(&s, "PUT", "/debug/pprof/symbol", "h:1", b"").status,
+            405
+        );
+        let only = state(Some(7));
+        assert_eq!(
+            handle(&only, "GET", "/debug/pprof/heap?pid=8", "h:1", b"").status,
             404
         );
+    }
+
+    #[test]
+    fn symbol_counts_and_names() {
+        let s = state(None);
+        let get = handle(&s, "GET", "/debug/pprof/symbol", "h:1", b"");
+        assert_eq!((get.status, get.body), (200, b"num_symbols: 1\n".to_vec()));
+        let post = handle(&s, "POST", "/debug/pprof/symbol", "h:1", b"0x1234");
+        assert_eq!(post.body, b"num_symbols: 1\n".to_vec());
     }
 }

@@ -1,28 +1,35 @@
 //! `memlens serve`: pprof endpoints of the processes running under memlens, for continuous-profiling
-//! systems (Grafana Pyroscope via Alloy, Parca) and `go tool pprof` to scrape.
+//! systems (Grafana Pyroscope via Alloy, Parca) and `go tool pprof` to scrape. docs/serve.md is
+//! the user's side of it.
 //!
 //! * `discovery.rs`: which processes (the control directory, our user only); refusals of the others.
 //! * `facts.rs`: what is shown of each (name, command line, counters, RSS) and of the host.
-//! * `profiles.rs`: dumps through the control client, one at a time per process; `seconds` windows.
+//! * `profiles.rs`: dumps through the control client, shared by concurrent scrapes; `seconds` windows.
+//! * `served.rs`: a profile in the shape Go's net/http/pprof gives it (snapshot or delta).
+//! * `symbols.rs`: `/debug/pprof/symbol`.
 //! * `http.rs`: the endpoints, request → reply.
 //! * `metrics.rs`: `/targets` JSON and `/metrics` Prometheus text.
+//! * `server.rs`: HTTP/1.1 on TCP with a cap on connections and timeouts; `stop.rs`: signals.
 //!
-//! The server never makes a target wait for a client: a process is only ever asked for a status or
-//! a dump over its control socket, and the reply is sent to the client after that exchange is over,
-//! from the request's own thread.
+//! The server never makes a target wait for a client: a process is only ever asked for a status,
+//! a start/stop or a dump over its control socket, and the reply is sent to the client after that
+//! exchange is over, from the connection's own thread.
 #![warn(missing_docs)]
 mod discovery;
 mod facts;
 mod http;
 mod metrics;
 mod profiles;
+mod served;
+mod server;
+mod stop;
+mod symbols;
 
 use anyhow::{anyhow, Result};
 use memlens_measure::error::usage;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Requests answered at once; more get 503 (a scraper retries at its next interval).
 const MAX_IN_FLIGHT: usize = 64;
@@ -35,11 +42,14 @@ const EXAMPLE: &str = "Example:
   go tool pprof -top 'http://127.0.0.1:6060/debug/pprof/heap?pid=1234'
   memlens serve --pid 1234 --label service=orders   # one process at the bare Go paths
 
-Endpoints: /debug/pprof/heap?pid=PID (live heap now), /debug/pprof/allocs?pid=PID[&seconds=N]
-(allocations; with seconds, those of the next N seconds: sampling is switched on for the window if
-it was off, and off again after), /targets (JSON), /metrics (Prometheus text), /sd (the processes
-as scrape targets for Alloy's discovery.http or Parca's http_sd_configs). Only processes of
-the server's own user are shown (others get 403), whatever its uid.";
+Endpoints (as Go's net/http/pprof: a snapshot has no duration, ?seconds=N is the difference over
+the next N seconds): /debug/pprof/heap?pid=PID (live heap now), /debug/pprof/allocs?pid=PID
+(allocations since sampling started), either with &seconds=N (sampling is switched on for the
+window if it was off, and off again after), /debug/pprof/lifetimes?pid=PID (peak, freed and
+lifetime values too), /debug/pprof/symbol, /targets (JSON), /metrics (Prometheus text), /sd (the
+processes as scrape targets for Alloy's discovery.http or Parca's http_sd_configs). Only processes
+of the server's own user are shown, whatever its uid. At most 128 connections (the longest idle
+one is closed to make room), idle ones closed after 15 s. See docs/serve.md.";
 
 /// Serve pprof endpoints of the processes running under memlens (for Pyroscope, Parca, go tool pprof)
 #[derive(Debug, clap::Args)]
@@ -59,9 +69,8 @@ pub struct ServeArgs {
 
 /// A bound server, not yet serving.
 pub struct Endpoint {
-    server: Arc<tiny_http::Server>,
-    cfg: Arc<http::Config>,
-    prof: Arc<profiles::Profiler>,
+    listener: TcpListener,
+    cfg: http::Config,
 }
 
 fn parse_labels(raw: &[String]) -> Result<Vec<(String, String)>> {
@@ -96,65 +105,48 @@ impl Endpoint {
                     "bad listen address '{listen}': expected HOST:PORT, e.g. 127.0.0.1:6060"
                 ))
             })?;
-        let server =
-            tiny_http::Server::http(addr).map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
+        let listener =
+            TcpListener::bind(addr).map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
         Ok(Endpoint {
-            server: Arc::new(server),
-            cfg: Arc::new(http::Config {
+            listener,
+            cfg: http::Config {
                 only,
                 labels: parse_labels(labels)?,
                 host: facts::host_name(),
-            }),
-            prof: Arc::new(profiles::Profiler::new()?),
+            },
         })
     }
 
     /// The address actually bound (with the port chosen when 0 was asked).
     fn addr(&self) -> String {
-        match self.server.server_addr().to_ip() {
-            Some(a) => a.to_string(),
-            None => "?".into(),
+        match self.listener.local_addr() {
+            Ok(a) => a.to_string(),
+            Err(_) => "?".into(),
         }
     }
 
-    /// Serve until `keep_going` says stop (checked every second); each request in its own thread.
-    fn run(self, keep_going: impl Fn() -> bool) {
-        let in_flight = Arc::new(AtomicUsize::new(0));
+    /// Serve until `keep_going` says stop (checked about every 200 ms) or, with `signals`, a
+    /// signal arrives; each connection in its own thread.
+    fn run(self, keep_going: impl Fn() -> bool, signals: bool) -> Result<()> {
+        let stop = Arc::new(stop::Stop::default());
         let addr = self.addr();
-        while keep_going() {
-            let req = match self.server.recv_timeout(Duration::from_secs(1)) {
-                Ok(Some(r)) => r,
-                Ok(None) => continue,
-                Err(_) => break,
-            };
+        let state = Arc::new(http::State {
+            cfg: self.cfg,
+            prof: profiles::Profiler::new(stop.clone()),
+            symbols: symbols::Symbols::default(),
+        });
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let handler = move |req: &server::Request| -> http::Reply {
             if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
                 in_flight.fetch_sub(1, Ordering::SeqCst);
-                respond(
-                    req,
-                    http::Reply::error(503, "too many requests in flight; retry later"),
-                );
-                continue;
+                return http::Reply::error(503, "too many requests in flight; retry later");
             }
-            let (cfg, prof, n) = (self.cfg.clone(), self.prof.clone(), in_flight.clone());
-            let addr = addr.clone();
-            let spawned = std::thread::Builder::new()
-                .name("memlens-serve".into())
-                .spawn(move || {
-                    let method = req.method().as_str().to_string();
-                    let authority = req
-                        .headers()
-                        .iter()
-                        .find(|h| h.field.equiv("Host"))
-                        .map(|h| h.value.as_str().to_string())
-                        .unwrap_or_else(|| addr.clone());
-                    let reply = http::handle(&cfg, &prof, &method, req.url(), &authority);
-                    n.fetch_sub(1, Ordering::SeqCst);
-                    respond(req, reply);
-                });
-            if spawned.is_err() {
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+            let authority = req.host.as_deref().unwrap_or(&addr);
+            let r = http::handle(&state, &req.method, &req.target, authority, &req.body);
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        };
+        server::serve(self.listener, Arc::new(handler), stop, keep_going, signals)
     }
 
     /// `memlens run --serve`: serve only `pid` (the program, started after the bind so that a bad
@@ -162,35 +154,20 @@ impl Endpoint {
     /// process lives.
     pub fn spawn_for(self, pid: i32) {
         let ep = Endpoint {
-            cfg: Arc::new(http::Config {
+            cfg: http::Config {
                 only: Some(pid),
                 labels: Vec::new(),
                 host: facts::host_name(),
-            }),
+            },
             ..self
         };
         announce(&ep.addr(), Some(pid));
-        std::thread::spawn(move || ep.run(|| true));
+        std::thread::spawn(move || {
+            if let Err(e) = ep.run(|| true, false) {
+                eprintln!("memlens: error: serving process {pid}: {e:#}; no longer serving it");
+            }
+        });
     }
-}
-
-/// Send `r`; a client that went away is not our problem (the target was never waiting on it).
-fn respond(req: tiny_http::Request, r: http::Reply) {
-    let mut resp = tiny_http::Response::from_data(r.body).with_status_code(r.status);
-    let mut add = |k: &str, v: &str| {
-        if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
-            resp.add_header(h);
-        }
-    };
-    add("Content-Type", r.content_type);
-    add("X-Content-Type-Options", "nosniff");
-    if let Some(f) = r.file {
-        add(
-            "Content-Disposition",
-            &format!("attachment; filename=\"{f}\""),
-        );
-    }
-    req.respond(resp).ok();
 }
 
 /// Where the server says it listens (tests and scripts read the port from this line).
@@ -217,10 +194,13 @@ pub fn run_serve(a: ServeArgs) -> Result<i32> {
     }
     let ep = Endpoint::bind(&a.listen, only, &a.labels)?;
     announce(&ep.addr(), only);
+    stop::catch_signals();
     let alive = move || only.is_none_or(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
-    ep.run(alive);
-    if let Some(p) = only {
-        eprintln!("memlens: process {p} has ended; stopping");
+    ep.run(alive, true)?;
+    match (stop::signalled(), only) {
+        (Some(sig), _) => eprintln!("memlens: {sig}: stopped serving"),
+        (None, Some(p)) => eprintln!("memlens: process {p} has ended; stopping"),
+        (None, None) => {}
     }
     Ok(0)
 }

@@ -1,25 +1,42 @@
-//! Profiles of one process as the endpoints serve them: a dump now, or the allocations of a window.
+//! Profiles of one process as the endpoints serve them: a dump now, or the difference of a window.
 //!
-//! Every dump goes through the control client (`Target::dump_pprof`), one at a time per process: a
-//! second scrape waits for the first instead of interleaving with it. A window (`allocs?seconds=N`)
-//! switches sampling on if it was off, and the last window of a process to end switches it off
-//! again, so overlapping windows never cut each other short and the process is left as it was found.
-use anyhow::{Context, Result};
-use memlens_profile::model::{Profile, SampleIndex};
-use memlens_profile::pprof::proto;
+//! Dumps go through the control client, one at a time per process. Scrapes of one process that
+//! arrive while its dump is being taken and symbolized share that dump instead of queueing for
+//! one each: twenty concurrent scrapers cost one dump, not twenty in a row. The raw dump is read
+//! back from the control directory and removed at once; nothing is written anywhere else.
+//!
+//! A window (`?seconds=N`) switches sampling on if it was off, and the last window of a process to
+//! end switches it off again, right when its N seconds are over and before its end dump is
+//! symbolized, so overlapping windows never cut each other short, sampling lasts N seconds and no
+//! longer, and the process is left as it was found.
+use crate::stop::Stop;
+use anyhow::{anyhow, Result};
+use memlens_profile::model::Profile;
+use memlens_profile::raw::RawDump;
+use memlens_profile::symbolize::Symbolizer;
 use memlens_target::Target;
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Per-process serialisation: dumps one at a time, and the count of open windows.
+/// A dump's outcome, shared by every request that waited for it.
+type Shared = Result<Arc<Profile>, String>;
+
+/// Per-process state: the dump in progress and the count of open windows.
 #[derive(Default)]
 struct Slot {
-    dump: Mutex<()>,
+    flight: Mutex<Flight>,
+    landed: Condvar,
     window: Mutex<Window>,
+}
+
+#[derive(Default)]
+struct Flight {
+    /// A dump is being taken and symbolized.
+    running: bool,
+    /// Dumps finished so far (a waiter knows its dump landed when this moves).
+    finished: u64,
+    last: Option<Shared>,
 }
 
 #[derive(Default)]
@@ -36,22 +53,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Dumps and windows of every process the server has touched.
 pub struct Profiler {
     slots: Mutex<HashMap<i32, Arc<Slot>>>,
-    /// Private directory for the converted dumps (removed with the server).
-    tmp: tempfile::TempDir,
-    seq: AtomicU64,
+    /// Modules that could not be symbolized, said once each on stderr (not once per scrape).
+    warned: Mutex<HashSet<String>>,
+    /// Ends windows early when the server stops.
+    stop: Arc<Stop>,
 }
 
 impl Profiler {
-    pub fn new() -> Result<Profiler> {
-        let tmp = tempfile::Builder::new()
-            .prefix("memlens-serve-")
-            .tempdir()
-            .context("cannot create a temporary directory for the dumps")?;
-        Ok(Profiler {
+    pub fn new(stop: Arc<Stop>) -> Profiler {
+        Profiler {
             slots: Mutex::new(HashMap::new()),
-            tmp,
-            seq: AtomicU64::new(0),
-        })
+            warned: Mutex::new(HashSet::new()),
+            stop,
+        }
     }
 
     fn slot(&self, pid: i32) -> Arc<Slot> {
@@ -63,28 +77,68 @@ impl Profiler {
         slots.entry(pid).or_default().clone()
     }
 
-    /// The process's profile now (all four values, symbolized).
-    pub fn dump(&self, t: &Target) -> Result<Profile> {
+    /// The process's profile now, symbolized. A request that arrives while a dump of the same
+    /// process is under way gets that dump.
+    pub fn dump(&self, t: &Target) -> Result<Arc<Profile>> {
         let slot = self.slot(t.pid);
-        let _one_at_a_time = lock(&slot.dump);
-        let out: PathBuf = self.tmp.path().join(format!(
-            "{}.{}.pb.gz",
-            t.pid,
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        ));
-        let r = t.dump_pprof(&out).and_then(|_| memlens_profile::load(&out));
-        std::fs::remove_file(&out).ok();
-        r
+        let mut f = lock(&slot.flight);
+        if f.running {
+            let seen = f.finished;
+            while f.finished == seen {
+                f = slot.landed.wait(f).unwrap_or_else(|p| p.into_inner());
+            }
+            return share(f.last.clone());
+        }
+        f.running = true;
+        drop(f);
+        let mut landing = Landing {
+            slot: &slot,
+            result: Err("the dump was abandoned".into()),
+        };
+        landing.result = t
+            .read_dump()
+            .map(|d| Arc::new(self.symbolize(&d)))
+            .map_err(|e| format!("{e:#}"));
+        share(Some(landing.result.clone()))
     }
 
-    /// What the process allocated during the next `secs` seconds: a dump before and one after, and
-    /// their difference. Sampling is switched on for the window if it was off.
-    pub fn window(&self, t: &Target, secs: u64) -> Result<Profile> {
-        let _w = self.open_window(t)?;
+    /// Symbolize `d` with the process's shared symbolizer, whose cache (per build ID) lives across
+    /// scrapes: a process scraped again costs only its new addresses. Modules that cannot be
+    /// symbolized are said once per server, and their frames named `module+0xOFFSET` when served.
+    fn symbolize(&self, d: &RawDump) -> Profile {
+        let (p, warnings) = memlens_profile::convert::symbolize_dump_with(d, Symbolizer::global());
+        let mut warned = lock(&self.warned);
+        for w in warnings {
+            if warned.insert(w.clone()) {
+                eprintln!("memlens: warning: {w}");
+            }
+        }
+        p
+    }
+
+    /// What the process allocated (and freed) in the next `secs` seconds: a dump now and one at
+    /// the end, and their difference, as Go's `?seconds=N` gives it. Sampling is switched on for
+    /// the window if it was off. `None` when the server stopped before the window ended.
+    pub fn window(&self, t: &Target, secs: u64) -> Result<Option<Delta>> {
+        let w = self.open_window(t)?;
         let base = self.dump(t)?;
-        std::thread::sleep(Duration::from_secs(secs));
+        // The window runs from the base dump's moment in the process; symbolizing it was part of
+        // the wait.
+        let since_base = Duration::from_nanos(wall_ns().saturating_sub(base.meta.time_ns));
+        let whole = self
+            .stop
+            .sleep(Duration::from_secs(secs).saturating_sub(since_base));
+        // Sampling ends now (when this is the last window and it was off before), not after the
+        // end dump has been symbolized.
+        drop(w);
+        if !whole {
+            return Ok(None);
+        }
         let new = self.dump(t)?;
-        Ok(delta(&base, &new))
+        Ok(Some(Delta {
+            duration_ns: new.meta.time_ns.saturating_sub(base.meta.time_ns),
+            profile: delta(&base, &new),
+        }))
     }
 
     fn open_window(&self, t: &Target) -> Result<OpenWindow> {
@@ -108,6 +162,45 @@ impl Profiler {
     }
 }
 
+/// CLOCK_REALTIME now, in nanoseconds (the clock of the runtime's dump times).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Hands a dump's outcome to the requests waiting for it when dropped: also when taking it
+/// panicked, so that they get an error instead of waiting for ever.
+struct Landing<'a> {
+    slot: &'a Slot,
+    result: Shared,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let mut f = lock(&self.slot.flight);
+        f.running = false;
+        f.finished += 1;
+        f.last = Some(self.result.clone());
+        drop(f);
+        self.slot.landed.notify_all();
+    }
+}
+
+fn share(r: Option<Shared>) -> Result<Arc<Profile>> {
+    match r {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(anyhow!(e)),
+        None => Err(anyhow!("the dump was lost")),
+    }
+}
+
+/// A window's profile and how long it lasted (between its two dumps).
+pub struct Delta {
+    pub profile: Profile,
+    pub duration_ns: u64,
+}
+
 /// Closes a window when dropped (also when a dump failed), restoring the state found.
 struct OpenWindow {
     slot: Arc<Slot>,
@@ -126,11 +219,10 @@ impl Drop for OpenWindow {
     }
 }
 
-/// The profile of a window: `new − base` of the cumulative values (what was allocated in between),
-/// stack by stack (stacks are the same addresses in both dumps of one process), and the live heap
-/// as it is at the end of the window, as Grafana's godeltaprof does for Go: a live heap has no
-/// "delta" a backend could add up, and Pyroscope averages inuse values over time. Stacks with
-/// nothing allocated in the window and nothing live are left out.
+/// The profile of a window: `new − base` of every value, stack by stack (stacks are the same
+/// addresses in both dumps of one process), as Go's `serveDeltaProfile` computes it: allocations
+/// made in the window, and the change of the live heap over it (negative where it shrank). Stacks
+/// whose values are all zero are left out (Go's merge drops them too).
 pub fn delta(base: &Profile, new: &Profile) -> Profile {
     let key = |p: &Profile, s: &memlens_profile::model::Sample| -> Vec<u64> {
         s.locations
@@ -158,8 +250,7 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
         let (vals, n) = before.remove(&key(new, s)).unwrap_or(([0.0; 4], 0));
         let mut d = s.clone();
         let mut v = s.values();
-        // alloc_objects and alloc_space are cumulative; inuse_* stay as they are now.
-        for (x, b) in v.iter_mut().zip(vals).take(2) {
+        for (x, b) in v.iter_mut().zip(vals) {
             *x -= b;
         }
         if v.iter().all(|x| x.abs() < 0.5) {
@@ -167,6 +258,28 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
         }
         d.set_values(v);
         d.samples = s.samples.saturating_sub(n);
+        d.life = None;
+        out.samples.push(d);
+    }
+    // Stacks whose blocks were all freed in the window (the base had live ones): a shrinking heap.
+    // Their locations are the base's: add them to the new profile's tables.
+    for s in &base.samples {
+        let Some((vals, _)) = before.remove(&key(base, s)) else {
+            continue;
+        };
+        let gone = [0.0, 0.0, -vals[2], -vals[3]];
+        if gone.iter().all(|x| x.abs() < 0.5) {
+            continue;
+        }
+        let mut d = s.clone();
+        d.locations = s
+            .locations
+            .iter()
+            .map(|&id| import_location(&mut out, base, id))
+            .collect();
+        d.set_values(gone);
+        d.samples = 0;
+        d.life = None;
         out.samples.push(d);
     }
     let m = &mut out.meta;
@@ -175,47 +288,43 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
     m.truncated = new.meta.truncated.saturating_sub(base.meta.truncated);
     m.dropped = new.meta.dropped.saturating_sub(base.meta.dropped);
     m.reason = "window".into();
+    out.views = None;
     out
 }
 
-/// The gzipped pprof bytes a scraper gets: `p` with `labels` on every sample (backends group by
-/// them) and in a comment, and `default` as the sample type pprof shows first.
-pub fn encode(p: &Profile, default: SampleIndex, labels: &[(String, String)]) -> Result<Vec<u8>> {
-    use prost::Message;
-    let mut m = memlens_profile::pprof::to_proto(p);
-    let mut ids: HashMap<String, i64> = m
-        .string_table
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.clone(), i as i64))
-        .collect();
-    let mut id = |m: &mut proto::Profile, s: &str| -> i64 {
-        *ids.entry(s.to_string()).or_insert_with(|| {
-            m.string_table.push(s.to_string());
-            m.string_table.len() as i64 - 1
-        })
+/// The id in `out` of location `id` of `from`, added (with its functions and mapping) when `out`
+/// has no location at that address.
+fn import_location(out: &mut Profile, from: &Profile, id: u64) -> u64 {
+    let Some(loc) = from.locations.get((id as usize).wrapping_sub(1)) else {
+        return 0;
     };
-    let pairs: Vec<(i64, i64)> = labels
-        .iter()
-        .map(|(k, v)| (id(&mut m, k), id(&mut m, v)))
-        .collect();
-    for s in &mut m.sample {
-        for &(key, str) in &pairs {
-            s.label.push(proto::Label {
-                key,
-                str,
-                num: 0,
-                num_unit: 0,
-            });
+    if let Some(i) = out.locations.iter().position(|l| l.address == loc.address) {
+        return i as u64 + 1;
+    }
+    let mut l = loc.clone();
+    l.mapping = match from.mappings.get((loc.mapping as usize).wrapping_sub(1)) {
+        None => 0,
+        Some(m) => match out.mappings.iter().position(|x| x == m) {
+            Some(i) => i as u64 + 1,
+            None => {
+                out.mappings.push(m.clone());
+                out.mappings.len() as u64
+            }
+        },
+    };
+    for line in &mut l.lines {
+        if let Some(f) = from.functions.get((line.function as usize).wrapping_sub(1)) {
+            line.function = match out.functions.iter().position(|x| x == f) {
+                Some(i) => i as u64 + 1,
+                None => {
+                    out.functions.push(f.clone());
+                    out.functions.len() as u64
+                }
+            };
         }
     }
-    let text: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let c = id(&mut m, &format!("memlens serve: {}", text.join(" ")));
-    m.comment.push(c);
-    m.default_sample_type = id(&mut m, default.name());
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&m.encode_to_vec())?;
-    Ok(gz.finish()?)
+    out.locations.push(l);
+    out.locations.len() as u64
 }
 
 #[cfg(test)]
@@ -250,16 +359,17 @@ mod tests {
     }
 
     #[test]
-    fn window_holds_new_allocations_and_the_live_heap_now() {
-        // Location ids differ between the two dumps; addresses match the stacks. 0x20 allocated
-        // nothing in between and holds nothing live: left out.
+    fn a_window_is_the_difference_of_every_value_as_go_computes_it() {
+        // Location ids differ between the two dumps; addresses match the stacks. 0x20 did nothing
+        // in between: left out. 0x40's blocks were all freed: its live heap fell by 50.
         let base = profile(&[
             (0x10, [1.0, 100.0, 1.0, 100.0]),
             (0x20, [2.0, 64.0, 0.0, 0.0]),
+            (0x40, [1.0, 50.0, 1.0, 50.0]),
         ]);
         let new = profile(&[
             (0x20, [2.0, 64.0, 0.0, 0.0]),
-            (0x10, [3.0, 300.0, 2.0, 200.0]),
+            (0x10, [3.0, 300.0, 1.0, 40.0]),
             (0x30, [1.0, 8.0, 1.0, 8.0]),
         ]);
         let d = delta(&base, &new);
@@ -271,34 +381,13 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("f16".to_string(), [2.0, 200.0, 2.0, 200.0]),
+                ("f16".to_string(), [2.0, 200.0, 0.0, -60.0]),
                 ("f48".to_string(), [1.0, 8.0, 1.0, 8.0]),
+                ("f64".to_string(), [0.0, 0.0, -1.0, -50.0]),
             ]
         );
-    }
-
-    #[test]
-    fn labels_on_every_sample() {
-        use prost::Message;
-        use std::io::Read;
-        let p = profile(&[(0x10, [1.0, 100.0, 1.0, 100.0])]);
-        let labels = vec![("service".to_string(), "redis-server".to_string())];
-        let gz = encode(&p, SampleIndex::InuseSpace, &labels).unwrap();
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(&gz[..])
-            .read_to_end(&mut raw)
-            .unwrap();
-        let m = proto::Profile::decode(&raw[..]).unwrap();
-        let st = &m.string_table;
-        assert_eq!(st[m.default_sample_type as usize], "inuse_space");
-        let l = &m.sample[0].label;
-        assert!(l
-            .iter()
-            .any(|l| st[l.key as usize] == "service" && st[l.str as usize] == "redis-server"));
-        // Still a profile our own reader accepts.
-        assert_eq!(
-            memlens_profile::pprof::decode(&gz).unwrap().samples.len(),
-            1
-        );
+        // The live heap of the window adds up to the change: (40 + 8) - (100 + 50).
+        let inuse: f64 = d.samples.iter().map(|s| s.values()[3]).sum();
+        assert_eq!(inuse, 48.0 - 150.0);
     }
 }

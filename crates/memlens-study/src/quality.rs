@@ -10,7 +10,7 @@
 //!
 //! Addresses differ between runs (ASLR): the dumps of a workload are symbolized together by
 //! memlens-profile ([`memlens_profile::convert::symbolize_dumps`]) and a stack is compared across
-//! runs as its sequence of function names ([`memlens_profile::agg::stacks`]).
+//! runs as its sequence of function names ([`memlens_profile::agg::Stacks`]).
 use anyhow::{Context, Result};
 use memlens_measure::names::short_name;
 use memlens_profile::{agg, convert, Profile, SampleIndex};
@@ -110,8 +110,10 @@ impl RunProfile {
     fn add(&mut self, p: &Profile) {
         self.samples += p.meta.samples;
         self.truncated += p.meta.truncated;
-        for s in agg::stacks(p) {
-            *self.stacks.entry(s.key()).or_insert(0.0) += s.get(SampleIndex::AllocSpace);
+        let mut fr = agg::Frames::default();
+        let st = agg::Stacks::new(p, &mut fr);
+        for s in &st.list {
+            *self.stacks.entry(st.key(s, &fr)).or_insert(0.0) += s.get(SampleIndex::AllocSpace);
         }
     }
 

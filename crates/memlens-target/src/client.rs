@@ -191,6 +191,15 @@ impl Target {
         Ok(self.dir.join(name))
     }
 
+    /// Have the process dump, read the raw dump back from the control directory and remove it: the
+    /// dump in memory, and no file left anywhere (for `memlens serve`, which makes one per scrape).
+    pub fn read_dump(&self) -> Result<memlens_profile::raw::RawDump> {
+        let raw = self.dump_in_dir()?;
+        let r = memlens_profile::raw::read(&raw);
+        std::fs::remove_file(&raw).ok();
+        r
+    }
+
     /// Dump to a raw file in the socket directory (the process may write there), convert it to pprof
     /// at `out` (the profile crate's reader, symbolizer and writer), and remove the raw file.
     pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {

@@ -7,14 +7,17 @@
 //! * `socket.rs`: the control directory and the socket's name in it (`<pid>.<pidns>.sock`).
 //! * `client.rs`: [`Target`], one request line and one reply line ([`Reply`]) over that socket.
 //! * `proc.rs`: `/proc/PID` facts: [`ProcStatus`], [`rss_bytes`], whether the runtime is mapped.
+//! * `interval.rs`: the sampling interval the runtime accepts ([`parse_interval`]).
 //! * `dumps.rs`: the raw dumps the runtime writes (`<prefix>.<pid>.<seq>.raw`) and default names.
 #![warn(missing_docs)]
 mod client;
 mod dumps;
+mod interval;
 mod proc;
 mod socket;
 
 pub use client::{Reply, Target};
 pub use dumps::{default_dump_name, raw_dumps, Dump};
-pub use proc::{is_runtime_path, parse_pid, rss_bytes, ProcStatus};
-pub use socket::{ctl_dir, socket_pids};
+pub use interval::{parse_interval, MAX_INTERVAL};
+pub use proc::{is_runtime_path, parse_pid, rss_bytes, runtime_loaded, ProcStatus};
+pub use socket::{ctl_dir, remove_stale_sockets, socket_pids};

@@ -61,7 +61,7 @@ pub fn is_runtime_path(path: &str) -> bool {
 }
 
 /// Is the memlens runtime mapped into `pid`?
-pub(crate) fn runtime_loaded(pid: i32) -> bool {
+pub fn runtime_loaded(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .is_ok_and(|m| m.lines().any(is_runtime_path))
 }

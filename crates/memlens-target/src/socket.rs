@@ -85,6 +85,29 @@ pub fn socket_pids(dir: &Path) -> Vec<i32> {
     pids
 }
 
+/// Remove the control sockets `pid` left in `dir` when it ended without unlinking them (killed,
+/// or gone through `_exit`): only sockets nobody listens on, of a pid that is no longer running.
+pub fn remove_stale_sockets(dir: &Path, pid: u32) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("{pid}.");
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) || !name.ends_with(".sock") {
+            continue;
+        }
+        let path = e.path();
+        let refused = matches!(
+            std::os::unix::net::UnixStream::connect(&path),
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if refused {
+            std::fs::remove_file(&path).ok();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -522,10 +522,12 @@ mod tests {
 
     /// The per-tick counter path really runs: with software events (any machine), every counted
     /// tick adds task-clock nanoseconds to its class (the far one: no runtime here), and the note
-    /// names the events and the measured cost of a read.
+    /// names the events and the measured cost of a read. Blocks of 50 ms: with ten runnable tasks
+    /// on two CPUs a worker can get no CPU at all during a 5 ms block (0 ticks; the study skips
+    /// such blocks, but this test asserts every block counted some).
     #[test]
     fn per_tick_software_counters_are_attributed_to_blocks() {
-        let a = args(&["--rounds", "3", "--block-ms", "5", "--counters", "sw"]);
+        let a = args(&["--rounds", "3", "--block-ms", "50", "--counters", "sw"]);
         let (threads, instruments) = layout(&a).unwrap();
         let events = tick_events(&a.counters).unwrap();
         let (blocks, note) = paired_blocks(

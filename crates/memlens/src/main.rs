@@ -92,6 +92,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Serve(a) => memlens_serve::run_serve(a),
         Cmd::Attach(a) => memlens_attach::run_attach(a),
         Cmd::Detach(a) => memlens_attach::run_detach(a),
+        Cmd::Report(a) if a.file.is_dir() => memlens_run::run_collect(&a.file),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
         Cmd::Study(a) => memlens_study::run_study(*a),
@@ -106,13 +107,24 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
 /// clap's own messages span several lines; the conventions want one: `memlens: error: …`.
 fn one_line_clap_error(e: &clap::Error) -> String {
     let rendered = e.render().to_string();
-    let first = rendered
-        .lines()
-        .find(|l| !l.trim().is_empty())
+    let mut lines = rendered.lines().skip_while(|l| l.trim().is_empty());
+    let mut first = lines
+        .next()
         .unwrap_or("invalid command line")
         .trim_start_matches("error: ")
         .trim()
         .to_string();
+    // "the following required arguments were not provided:" names them on the indented lines
+    // below: without them the line says nothing.
+    if first.ends_with(':') {
+        let named: Vec<&str> = lines
+            .take_while(|l| l.starts_with(' ') && !l.trim().is_empty())
+            .map(str::trim)
+            .collect();
+        if !named.is_empty() {
+            first = format!("{first} {}", named.join(", "));
+        }
+    }
     let tip = rendered
         .lines()
         .find(|l| l.contains("try '"))

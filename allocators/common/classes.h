@@ -1,8 +1,12 @@
 /* Size classes: 16-byte steps up to 128 B, then four classes per power of two (at most 25% waste),
  * up to ML_MAX_CLASS_TOTAL. Sizes here include the block header. */
-#include "ml_alloc.h"
+#ifndef ML_CLASSES_H
+#define ML_CLASSES_H
 
-unsigned ml_class_of(size_t total)
+#include <stddef.h>
+
+/* Inline: both run on every malloc, and a call into another file costs as much as the arithmetic. */
+static inline unsigned ml_class_of(size_t total)
 {
     if (total <= 128)
         return (unsigned)((total - 1) >> 4);
@@ -12,7 +16,7 @@ unsigned ml_class_of(size_t total)
     return 8u + (b - 7u) * 4u + quarter;
 }
 
-size_t ml_class_size(unsigned cls)
+static inline size_t ml_class_size(unsigned cls)
 {
     if (cls < 8)
         return ((size_t)cls + 1) << 4;
@@ -20,3 +24,5 @@ size_t ml_class_size(unsigned cls)
     unsigned quarter = (cls - 8u) % 4u;
     return ((size_t)5 + quarter) << (b - 2);
 }
+
+#endif

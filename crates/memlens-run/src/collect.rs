@@ -1,0 +1,434 @@
+//! Collecting a run: every process that ran under the runtime gets its profile, or a line saying
+//! where it will be (still running) or why there is none. Used by `memlens run` when its program
+//! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
+use crate::rundir::{Plan, RunDir, DUMP_STEM};
+use anyhow::{Context, Result};
+use memlens_profile::state::Status;
+use memlens_target::{raw_dumps, Dump};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The profile of `pid` (of its image `seq`, when it is not the last): `main_out` for the main
+/// process, `<stem>.<pid>[.<seq>].pb.gz` beside it for the others.
+fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> PathBuf {
+    let stem = memlens_profile::profile_stem(main_out);
+    let stem = stem.file_name().unwrap_or_default().to_string_lossy();
+    let dir = main_out.parent().map(Path::to_path_buf).unwrap_or_default();
+    match seq {
+        None if pid == main_pid => main_out.to_path_buf(),
+        None => dir.join(format!("{stem}.{pid}.pb.gz")),
+        Some(s) => dir.join(format!("{stem}.{pid}.{s}.pb.gz")),
+    }
+}
+
+/// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
+fn convert(raw: &Path, out: &Path) -> Result<String> {
+    use memlens_measure::units::format_size;
+    let t0 = std::time::Instant::now();
+    let s = memlens_profile::convert_raw(raw, out)?;
+    let took = t0.elapsed().as_secs_f64();
+    let full = if s.table_full > 0 {
+        format!(
+            "; {} samples dropped: the stack table was full at {} stacks (raise --max-stacks)",
+            s.table_full, s.max_stacks
+        )
+    } else {
+        String::new()
+    };
+    let full = if s.untracked > 0 {
+        format!(
+            "{full}; {} samples not tracked live (the address-space limit stopped the sampled-blocks \
+             range: in-use figures leave them out)",
+            s.untracked
+        )
+    } else {
+        full
+    };
+    Ok(format!(
+        "{} samples, {} stacks, {:.1}% truncated, {} allocated, {} in use{full}; converted in {took:.2} s",
+        s.samples,
+        s.stacks,
+        s.truncated_share * 100.0,
+        format_size(s.alloc_bytes.max(0.0) as u64),
+        format_size(s.inuse_bytes.max(0.0) as u64),
+    ))
+}
+
+/// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
+/// it is the image a forked child replaced by exec without a sample of its own: what it held was
+/// inherited from its parent (already in the parent's profile) and the exec discards it.
+pub(crate) fn worth_a_profile(raw: &Path) -> bool {
+    let Ok(t) = std::fs::read_to_string(raw) else {
+        return true; // let the conversion report the problem
+    };
+    let header = |key: &str| {
+        t.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .map(str::trim)
+    };
+    let sampled = header("samples").and_then(|v| v.parse::<u64>().ok()) != Some(0);
+    t.contains("\nstack ") && (sampled || header("reason") != Some("exec"))
+}
+
+/// How a process ended, from its raw wait status: `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
+pub fn ending(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exit {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        let core = if libc::WCOREDUMP(status) {
+            " (core dumped)"
+        } else {
+            ""
+        };
+        format!("{}{core}", signal_name(libc::WTERMSIG(status)))
+    } else {
+        format!("status {status:#x}")
+    }
+}
+
+/// `SIGKILL` for 9.
+pub fn signal_name(sig: i32) -> String {
+    let n = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    n.to_string()
+}
+
+/// A process of the run, as far as its files and `memlens run` know it.
+#[derive(Debug, Default)]
+struct Proc {
+    /// Its text dumps, in order (exec, exit).
+    dumps: Vec<Dump>,
+    /// How it ended, when memlens reaped it.
+    ended: Option<i32>,
+    /// It is still running.
+    alive: bool,
+}
+
+/// The command name of a live process.
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Is `pid` running (not a zombie)?
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let st = s.rsplit(')').next().unwrap_or("").trim_start();
+        !st.starts_with('Z') && !st.starts_with('X')
+    })
+}
+
+/// What a collection found.
+pub struct Collected {
+    /// Profiles written.
+    pub written: usize,
+    /// Processes of the run still running (their profiles are collected later).
+    pub running: Vec<u32>,
+}
+
+/// `/proc/PID/stat`'s starttime of a running (not zombie) process.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit(')').next()?;
+    let mut f = rest.split_whitespace();
+    let state = f.next()?;
+    if state.starts_with('Z') || state.starts_with('X') {
+        return None;
+    }
+    // starttime is field 22; `state` was field 3
+    f.nth(18)?.parse().ok()
+}
+
+/// The state files of the run (`<pid>.<n>.state`), by pid then image.
+fn state_files(dir: &Path) -> Vec<(u32, u64, PathBuf)> {
+    let mut v: Vec<(u32, u64, PathBuf)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let (pid, n) = name.strip_suffix(".state")?.split_once('.')?;
+                    Some((pid.parse().ok()?, n.parse().ok()?, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// What the state files say, before the dumps are converted.
+#[derive(Default)]
+struct FromStates {
+    /// Pids whose current image is running.
+    running: Vec<u32>,
+    /// Dumps that are their image's last word (its state file is removed with them).
+    done: BTreeMap<PathBuf, PathBuf>,
+    /// Dumps rendered from a state file, and how the process ended.
+    recovered: BTreeMap<PathBuf, String>,
+}
+
+/// Dumps rendered from state files get sequence numbers past any the runtime writes.
+const RECOVERED_SEQ: u64 = 1_000_000;
+
+/// Read every state file: an image whose final dump was written is paired with it; an image that
+/// was replaced by exec with nothing of its own is dropped; the running one is named; any other
+/// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
+/// dump from its state file.
+fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
+    let mut r = FromStates::default();
+    let files = state_files(&dir.path);
+    for (i, (pid, n, path)) in files.iter().enumerate() {
+        let last = files.get(i + 1).is_none_or(|next| next.0 != *pid);
+        let info = match memlens_profile::state::read_info(path) {
+            Ok(info) => info,
+            Err(e) => {
+                eprintln!("memlens: warning: {e:#}");
+                continue;
+            }
+        };
+        let dump = |seq: u64| {
+            dir.dump_prefix()
+                .with_file_name(format!("{DUMP_STEM}.{pid}.{seq}.raw"))
+        };
+        let alive = last && start_ticks(*pid) == Some(info.start_ticks);
+        match info.status {
+            Status::Dumped(seq) if dump(seq).exists() => {
+                r.done.insert(dump(seq), path.clone());
+                continue;
+            }
+            _ if alive => {
+                r.running.push(*pid);
+                continue;
+            }
+            Status::Nothing => {
+                std::fs::remove_file(path).ok();
+                continue;
+            }
+            _ => {}
+        }
+        let how = match plan.ended.get(pid) {
+            Some(&st) if last && libc::WIFSIGNALED(st) => format!("it ended by {}", ending(st)),
+            Some(&st) if last => format!("it ended ({}) without its exit dump", ending(st)),
+            _ => "it ended without its exit dump".to_string(),
+        };
+        let reason = match plan.ended.get(pid) {
+            Some(&st) if last && libc::WIFSIGNALED(st) => "killed",
+            _ => "ended",
+        };
+        let out = dump(RECOVERED_SEQ + n);
+        match memlens_profile::state::render(path, reason, None)
+            .and_then(|t| std::fs::write(&out, t).map_err(Into::into))
+        {
+            Ok(()) => {
+                r.done.insert(out.clone(), path.clone());
+                r.recovered.insert(out, how);
+            }
+            Err(e) => eprintln!(
+                "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
+                path.display()
+            ),
+        }
+    }
+    r
+}
+
+/// Collect the run in `dir`: write the profile of every process that has ended, name those still
+/// running (`live`: pids known to belong to the run and alive), and say why a process has none.
+/// A dump that cannot be converted is a warning. Converted files are removed from the directory.
+/// `first`: memlens run's own collection (the program itself is said to have no profile if it
+/// has none); a later one (`memlens report RUNDIR`) speaks only of what is left.
+pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
+    let states = read_states(dir, plan);
+    let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
+    if let Some(k) = &plan.keep_raw {
+        std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
+        for d in &dumps {
+            let dest = k.join(d.path.file_name().unwrap_or_default());
+            std::fs::copy(&d.path, &dest)
+                .with_context(|| format!("cannot write {}", dest.display()))?;
+        }
+    }
+    let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
+    for d in dumps {
+        procs.entry(d.pid).or_default().dumps.push(d);
+    }
+    for (&pid, &st) in &plan.ended {
+        procs.entry(pid).or_default().ended = Some(st);
+    }
+    for &pid in live.iter().chain(&states.running) {
+        procs.entry(pid).or_default().alive = true;
+    }
+    if first {
+        procs.entry(plan.main_pid).or_default();
+    }
+
+    let mut c = Collected {
+        written: 0,
+        running: Vec::new(),
+    };
+    let mut nothing: Vec<u32> = Vec::new();
+    for (&pid, p) in &procs {
+        let main = pid == plan.main_pid;
+        let mut empty_image = false;
+        let written_before = c.written;
+        for (i, d) in p.dumps.iter().enumerate() {
+            // The last dump names the process's profile once it has ended; a dump paired with its
+            // image's state file is that image's last word even while the process runs on (exec).
+            let last = i + 1 == p.dumps.len() && !p.alive;
+            let image_done = !p.alive || i + 1 < p.dumps.len() || states.done.contains_key(&d.path);
+            if !image_done {
+                continue;
+            }
+            let out = profile_path(&plan.output, plan.main_pid, pid, (!last).then_some(d.seq));
+            let forget = |d: &Dump| {
+                std::fs::remove_file(&d.path).ok();
+                if let Some(state) = states.done.get(&d.path) {
+                    std::fs::remove_file(state).ok();
+                }
+            };
+            // An image that allocated nothing worth a sample (typically a forked child that exec'd
+            // at once) leaves an empty dump; only the main program's profile is written even when
+            // empty.
+            let keep_empty = main && last;
+            if !keep_empty && !worth_a_profile(&d.path) {
+                empty_image = true;
+                forget(d);
+                continue;
+            }
+            match convert(&d.path, &out) {
+                Ok(summary) => {
+                    let how = match (states.recovered.get(&d.path), p.ended) {
+                        (Some(how), _) => format!("; {how}: read from its state file"),
+                        (None, Some(st)) if last && libc::WIFSIGNALED(st) => {
+                            format!("; it ended by {}", ending(st))
+                        }
+                        _ => String::new(),
+                    };
+                    eprintln!(
+                        "memlens: profile of pid {pid} written to {} ({summary}){how}",
+                        out.display()
+                    );
+                    c.written += 1;
+                    forget(d);
+                }
+                Err(e) => {
+                    eprintln!("memlens: warning: cannot convert the dump of pid {pid}: {e:#}")
+                }
+            }
+        }
+        if empty_image && c.written == written_before && !p.alive {
+            nothing.push(pid);
+        }
+        if !p.alive {
+            memlens_target::remove_stale_sockets(&memlens_target::ctl_dir(), pid);
+        }
+        if p.alive {
+            c.running.push(pid);
+            eprintln!(
+                "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
+                comm(pid),
+                dir.path.display(),
+                profile_path(&plan.output, plan.main_pid, pid, None).display()
+            );
+        } else if p.dumps.is_empty() {
+            let why = match p.ended {
+                Some(st) if libc::WIFSIGNALED(st) => {
+                    format!(
+                        "it ended by {} and the runtime was not in it (statically linked, \
+                             a setuid program, or LD_PRELOAD cleared)",
+                        ending(st)
+                    )
+                }
+                _ => "the runtime was not in it (statically linked, a setuid program, or it \
+                      cleared LD_PRELOAD)"
+                    .to_string(),
+            };
+            if main || p.ended.is_some() {
+                eprintln!("memlens: warning: pid {pid} left no profile: {why}");
+            }
+        }
+    }
+    if !nothing.is_empty() {
+        let shown: Vec<String> = nothing.iter().take(10).map(u32::to_string).collect();
+        let more = if nothing.len() > 10 {
+            format!(" and {} more", nothing.len() - 10)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "memlens: no profile for {} process{} that sampled nothing of {} own (pid {}{more})",
+            nothing.len(),
+            if nothing.len() == 1 { "" } else { "es" },
+            if nothing.len() == 1 { "its" } else { "their" },
+            shown.join(", ")
+        );
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dump(reason: &str, samples: u64, stack: bool) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let mut t = format!("memlens-raw 1\npid 7\nreason {reason}\nsamples {samples}\n");
+        if stack {
+            t.push_str("stack 0 0 0 65536 4096 0 0x1234\n");
+        }
+        t.push_str("end\n");
+        std::fs::write(f.path(), t).unwrap();
+        f
+    }
+
+    #[test]
+    fn which_dumps_get_a_profile() {
+        // The pre-exec image of a forked child: only inherited live blocks, nothing sampled.
+        assert!(!worth_a_profile(dump("exec", 0, true).path()));
+        assert!(worth_a_profile(dump("exec", 3, true).path()));
+        // A forked child that exits without exec keeps its inherited blocks in its own profile.
+        assert!(worth_a_profile(dump("fork-child-exit", 0, true).path()));
+        assert!(!worth_a_profile(dump("exit", 0, false).path()));
+    }
+
+    #[test]
+    fn endings() {
+        assert_eq!(ending(3 << 8), "exit 3");
+        assert_eq!(ending(9), "SIGKILL");
+        assert_eq!(ending(11 | 0x80), "SIGSEGV (core dumped)");
+    }
+
+    #[test]
+    fn profile_names() {
+        let out = Path::new("/o/app.pb.gz");
+        assert_eq!(profile_path(out, 5, 5, None), PathBuf::from("/o/app.pb.gz"));
+        assert_eq!(
+            profile_path(out, 5, 6, None),
+            PathBuf::from("/o/app.6.pb.gz")
+        );
+        assert_eq!(
+            profile_path(out, 5, 5, Some(0)),
+            PathBuf::from("/o/app.5.0.pb.gz")
+        );
+    }
+}

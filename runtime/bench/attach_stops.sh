@@ -1,0 +1,35 @@
+#!/bin/sh
+# How long `memlens attach` holds the thread it interrupts, over many attaches, on a machine as busy
+# as asked: N fresh processes (attach_wait.c, waiting in nanosleep as an idle service does), each
+# attached once by ptrace (a second attach would go through the control socket), with BUSY
+# busy-looping processes running meanwhile (default: two per CPU, a saturated machine).
+#   runtime/bench/attach_stops.sh MEMLENS [N] [BUSY]
+# Prints p50, p90, p99 and max of the stop times memlens reports, and the load average.
+set -eu
+ML=${1:?usage: attach_stops.sh MEMLENS [N] [BUSY]}
+N=${2:-200}
+BUSY=${3:-$((2 * $(nproc)))}
+DIR=$(mktemp -d)
+HERE=$(dirname "$0")
+busy=""
+cleanup() { for p in $busy; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+trap cleanup EXIT INT TERM
+gcc -O2 -pthread -fno-omit-frame-pointer -I"$HERE" "$HERE/attach_wait.c" -o "$DIR/target"
+export MEMLENS_CTL_DIR="$DIR/ctl"; mkdir -m 700 "$MEMLENS_CTL_DIR"
+for _ in $(seq "$BUSY"); do sh -c 'while :; do :; done' & busy="$busy $!"; done
+sleep 1
+for i in $(seq "$N"); do
+    printf '\rattach_stops.sh: %d of %d   ' "$i" "$N" >&2
+    rm -f "$DIR/out"
+    ATTACH_GO="$DIR/never" "$DIR/target" 1 1 1 >"$DIR/out" &
+    pid=$!
+    until grep -q waiting "$DIR/out" 2>/dev/null; do sleep 0.01; done
+    "$ML" attach "$pid" >"$DIR/att" 2>&1 || cat "$DIR/att" >&2
+    sed -n 's/.* stopped \([0-9.]*\) ms.*/\1/p' "$DIR/att" >>"$DIR/stops"
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+done
+printf '\r%60s\r' '' >&2
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+sort -g "$DIR/stops" | awk -v busy="$BUSY" -v load="$load" '{v[NR]=$1} END {
+    printf "attach stop (ms), %d attaches, %d busy loops, load %s: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n",
+        NR, busy, load, v[int(NR*0.50+0.5)], v[int(NR*0.90+0.5)], v[int(NR*0.99+0.5)], v[NR] }'
