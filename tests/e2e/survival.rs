@@ -579,16 +579,13 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         let f = beside(&out, pid);
         assert!(f.exists(), "no profile of nginx pid {pid}: {e}");
         let r = report_json(&f, &[]);
-        // The master (a fork child of the launcher) holds what it inherited; the workers served the
-        // requests: they sampled allocations of their own.
+        // The workers served the requests: they sampled allocations of their own. The master (a
+        // fork child of the launcher) is collected too, but what its profile holds depends on the
+        // draws: it allocates little after the fork, and on `quit` it frees the pools it inherited,
+        // so an empty profile is a true one (as it was in CI once).
         let t = &r["totals"];
         let own = r["meta"]["samples"].as_u64().unwrap();
-        if pid == master {
-            assert!(
-                t["inuse_space"].as_f64().unwrap() > 0.0,
-                "master {pid}: {t}"
-            );
-        } else {
+        if pid != master {
             assert!(own > 0, "worker {pid} sampled nothing: {t}");
         }
     }
