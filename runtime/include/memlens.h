@@ -93,6 +93,17 @@ struct memlens_switch {
 /* Fill *sw. Returns 0, or -EINVAL if sw is NULL. */
 MEMLENS_API int memlens_last_switch(struct memlens_switch *sw);
 
+/* What profiling has cost this process so far, by the runtime's own account (never reset). */
+struct memlens_cost {
+    uint64_t sampled_ns; /* time in the sampled path: unwinding, recording, the views, sampled frees */
+    uint64_t calls;      /* allocation calls while sampling, estimated from the samples' weights */
+    uint64_t cpu_ns;     /* the process's CPU time so far (CLOCK_PROCESS_CPUTIME_ID) */
+};
+
+/* Fill *c. Returns 0, -EINVAL if c is NULL, or -EAGAIN if the threads' accounts could not be
+ * read just now (a switch held their registry for over a millisecond). */
+MEMLENS_API int memlens_cost(struct memlens_cost *c);
+
 #ifdef __cplusplus
 }
 #endif

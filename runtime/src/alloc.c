@@ -103,7 +103,10 @@ static void *realloc_ours(void *p, size_t n, uintptr_t ra)
             memcpy(q, p, b->size < n ? b->size : n);
         return q;
     }
-    return ml_block_realloc(p, n, ra);
+    uint64_t c0 = ml_cost_begin(); /* the runtime's own account (cost.c) */
+    void *q = ml_block_realloc(p, n, ra);
+    ml_cost_end(c0, 0, 1);
+    return q;
 }
 
 /* realloc of an unsampled block whose countdown ran out (the size was already subtracted). */

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 
+#include "cost.h"
 #include "internal.h"
 
 int memlens_start(void) { return ml_set_active(1); }
@@ -55,4 +56,11 @@ int memlens_last_switch(struct memlens_switch *sw)
         return -EINVAL;
     ml_last_switch(&sw->threads, &sw->pending, &sw->ns);
     return 0;
+}
+
+int memlens_cost(struct memlens_cost *c)
+{
+    if (c == NULL)
+        return -EINVAL;
+    return ml_cost_get(&c->sampled_ns, &c->calls, &c->cpu_ns) == 0 ? 0 : -EAGAIN;
 }

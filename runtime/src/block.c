@@ -35,6 +35,7 @@
 #include <x86intrin.h>
 
 #include "check.h"
+#include "cost.h"
 #include "state.h"
 #include "views.h"
 
@@ -222,6 +223,7 @@ void ml_sampled_free(void *p)
     struct ml_block *b = ml_block_of(p);
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
+    uint64_t c0 = ml_cost_begin();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     uint64_t now = tick(b);
     flush_alloc(b);
@@ -237,6 +239,7 @@ void ml_sampled_free(void *p)
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     after(now, 0);
+    ml_cost_end(c0, 0, 1);
 }
 
 /* A reallocation from another call site: its stack, and the block's live bytes moved there. */

@@ -63,6 +63,7 @@ static void reg_exit(void *arg)
 {
     struct ml_thread *t = arg;
     reg_lock_take();
+    ml_cost_thread_exit(t); /* under the lock: a reader sums either the thread or the total */
     for (int i = 0; i < reg_n; i++)
         if (reg[i].t == t) {
             reg[i] = reg[--reg_n];
@@ -125,6 +126,23 @@ static void kick(void)
     ml_spin_unlock(&reg_lock);
     atomic_store(&sw_pending, pending);
     atomic_store(&sw_ns, ml_now_ns() - t0);
+}
+
+int ml_threads_each(void (*f)(struct ml_thread *t, void *arg), void *arg)
+{
+    /* Bounded: a dump may run in a signal handler that interrupted this lock's holder. */
+    if (reg_pid != 0 && reg_pid != getpid())
+        atomic_store(&reg_lock, 0);
+    for (int spins = 0; atomic_exchange_explicit(&reg_lock, 1, memory_order_acquire); spins++) {
+        if (spins > (1 << 20))
+            return -1;
+        __builtin_ia32_pause();
+    }
+    reg_after_fork();
+    for (int i = 0; i < reg_n; i++)
+        f(reg[i].t, arg);
+    ml_spin_unlock(&reg_lock);
+    return 0;
 }
 
 void ml_last_switch(uint64_t *threads, uint64_t *pending, uint64_t *ns)

@@ -13,6 +13,8 @@
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
  *                           inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
+ *                           cost_ns=N cost_calls=N cpu_ns=N
+ *     jemalloc status|start LG|stop  -> jemalloc's own profiler (jeprof.c)
  *     anything else      -> error …
  *
  * Ownership is enforced twice: the directory is created 0700 and the socket chmod'ed 0600, so other
@@ -46,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cost.h"
 #include "internal.h"
 #include "state.h"
 
@@ -342,6 +345,12 @@ static void do_status(struct buf *r)
     put_kv(r, "dropped_bytes", atomic_load(&ml_st->dropped_bytes));
     put_kv(r, "max_stacks", ml_stacks_max());
     put_kv(r, "table_full", ml_stacks_full_drops());
+    uint64_t cost_ns, calls, cpu_ns; /* cost.c: what profiling has cost this process so far */
+    if (ml_cost_get(&cost_ns, &calls, &cpu_ns) == 0) {
+        put_kv(r, "cost_ns", cost_ns);
+        put_kv(r, "cost_calls", calls);
+        put_kv(r, "cpu_ns", cpu_ns);
+    }
 }
 
 static void do_start(const char *arg, struct buf *r)
@@ -433,12 +442,15 @@ static void handle(char *line, struct buf *r)
     } else if (strcmp(line, "reset") == 0) {
         ml_reset();
         put_str(r, "ok reset");
+    } else if (strcmp(line, "jemalloc") == 0) {
+        ml_jemalloc_ctl(arg, r->p + r->len, r->cap - r->len);
+        r->len += strlen(r->p + r->len);
     } else if (ml_attach_ctl && ml_attach_ctl(line, arg, r->p + r->len, r->cap - r->len)) {
         r->len += strlen(r->p + r->len);
     } else {
         put_str(r, "error unknown command '");
         put_str(r, line);
-        put_str(r, "' (expected start, stop, dump, reset or status)");
+        put_str(r, "' (expected start, stop, dump, reset, status or jemalloc)");
     }
 }
 

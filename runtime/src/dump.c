@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cost.h"
 #include "rt.h"
 #include "state.h"
 #include "views.h"
@@ -162,6 +163,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "max_stacks", ml_stacks_max());
     line_u(o, "table_full", ml_stacks_full_drops());
     line_u(o, "untracked", atomic_load(&ml_st->untracked));
+    ml_cost_write(o); /* cost_ns, cost_calls, cpu_ns: what profiling has cost so far (cost.c) */
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;

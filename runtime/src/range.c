@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <x86intrin.h>
 
 #include "check.h"
 #include "rt.h"
@@ -67,8 +68,13 @@ _Static_assert(sizeof(struct ml_block) % 16 == 0, "header keeps 16-byte alignmen
 
 void ml_range_lock(void)
 {
-    while (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
-        sched_yield();
+    if (unlikely(atomic_exchange_explicit(&lock, 1, memory_order_acquire))) {
+        /* Contended: wait, yielding, and tell cost.c how long (it is not the runtime's CPU time). */
+        uint64_t w0 = __rdtsc();
+        while (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
+            sched_yield();
+        ml_tls.cost_wait += __rdtsc() - w0;
+    }
     atomic_store_explicit(&owner, &ml_tls, memory_order_relaxed);
 }
 

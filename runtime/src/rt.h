@@ -40,6 +40,10 @@ struct ml_thread {
     _Atomic uint64_t epoch;
     int registered;      /* ML_REG_*: 0 not yet, then registered, full or exited */
     uint64_t samples;    /* samples (and exact records) taken by this thread */
+    /* cost.c: this thread's share of the runtime's own account (plain adds: no locked instruction
+     * on the sampled path); summed over the registry when read, folded into a total at exit. */
+    uint64_t cost_ns, cost_calls_fx;
+    uint64_t cost_wait; /* TSC ticks spent waiting for the range lock (range.c), not counted */
 };
 extern __thread struct ml_thread ml_tls;
 
@@ -267,11 +271,18 @@ void ml_out_flush(struct ml_out *o);
 /* fork.c */
 void ml_fork_setup(void);
 
+/* jeprof.c: the control socket's `jemalloc status|start LG|stop` request; writes the reply line. */
+void ml_jemalloc_ctl(const char *arg, char *out, size_t cap);
+
 /* control.c: the fast switch. Every start/stop/interval change bumps ml_epoch and forces each
  * registered thread's countdown to 0, so its next allocation takes the slow path, which sees the new
  * epoch and re-arms for the new state. */
 extern _Atomic uint64_t ml_epoch;
 enum { ML_REG_NO, ML_REG_YES, ML_REG_FULL, ML_REG_EXITED };
+/* control.c: call f on every registered thread, the registry locked (threads do not come or go
+ * meanwhile); -1 if the lock could not be taken within ~1 ms (its holder was interrupted). */
+int ml_threads_each(void (*f)(struct ml_thread *t, void *arg), void *arg);
+void ml_cost_thread_exit(struct ml_thread *t); /* cost.c */
 void ml_thread_register(struct ml_thread *t);
 
 /* spin lock usable before init, and resettable in a fork child */

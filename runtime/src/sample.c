@@ -193,6 +193,7 @@ static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
 
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
 {
+    uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
@@ -207,15 +208,20 @@ void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
     if (!p)
         atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
     t->busy--;
+    ml_cost_end(c0, w_fx, 1);
     return p;
 }
 
 void ml_exact_record(size_t size, uintptr_t ra)
 {
     struct ml_thread *t = &ml_tls;
+    int timed = t->samples % ML_COST_EXACT_EVERY == 0; /* cost.c: one record in 64 */
+    uint64_t c0 = timed ? ml_cost_begin() : 0;
     ml_state_own();
     t->busy++;
     weights(t, size, 0);
     count_alloc(ml_sample_stack(ra, 1), t->w_fx, t->w_bytes);
     t->busy--;
+    if (timed)
+        ml_cost_end(c0, t->w_fx, ML_COST_EXACT_EVERY);
 }

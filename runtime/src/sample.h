@@ -1,6 +1,7 @@
 /* Slow-path decisions shared by the interposers (alloc.c) and the sampler (sample.c). */
 #ifndef MEMLENS_SAMPLE_H
 #define MEMLENS_SAMPLE_H
+#include "cost.h"
 #include "rt.h"
 
 enum { ML_FORWARD, ML_SAMPLE, ML_EXACT, ML_BOOT };

@@ -202,6 +202,45 @@ fn pipeline_workload_runs_reports_and_is_deterministic() {
     assert_ne!(va["checksum"], vc["checksum"]);
 }
 
+/// The contract's fields of a paired row: present, `paired: true`, the median inside its CI, and
+/// whether the CI reached its target.
+fn assert_paired_contract(r: &Value) {
+    for k in [
+        "workload",
+        "config",
+        "interval_bytes",
+        "unwinder",
+        "paired",
+        "overhead_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "coverage_pct",
+        "direct_cost_pct",
+        "indirect_cost_pct",
+        "processes",
+        "resolved",
+    ] {
+        assert!(r.get(k).is_some(), "row lacks {k}: {r}");
+    }
+    assert_eq!(r["paired"], true, "{r}");
+    let (lo, x, hi) = (
+        r["ci_low_pct"].as_f64().unwrap(),
+        r["overhead_pct"].as_f64().unwrap(),
+        r["ci_high_pct"].as_f64().unwrap(),
+    );
+    assert!(lo <= x && x <= hi, "{r}");
+    let target = r["ci_target_pct"].as_f64().unwrap();
+    assert_eq!(r["ci_met"], (hi - lo) / 2.0 <= target, "{r}");
+    // the placebo: no interval, no unwinder; it is the reading the others are judged against
+    let placebo = r["profiler"] == "placebo";
+    assert_eq!(r["interval_bytes"].is_null(), placebo, "{r}");
+    assert_eq!(r["resolved"].is_null(), r["config"] == "placebo", "{r}");
+    if r["resolved"] == true {
+        // resolved: the whole interval lies beyond the placebo's band, so it excludes 0
+        assert!(lo > 0.0 || hi < 0.0, "{r}");
+    }
+}
+
 /// The contract scripts rely on: every row carries these fields, with the interval inside its CI.
 #[test]
 fn quick_paired_study_meets_the_json_contract() {
@@ -224,9 +263,20 @@ fn quick_paired_study_meets_the_json_contract() {
             c.to_str().unwrap(),
         ])
         .ok();
-    assert!(stdout(&o).starts_with("VERDICT"), "{}", stdout(&o));
+    // the answer first: the recommendation, then the chart
+    let out = stdout(&o);
+    assert!(out.starts_with("ANSWER"), "{out}");
+    let answer = &out[..out.find("VERDICT").expect("no verdict")];
+    assert!(
+        answer.contains("recommended on pipeline-l2, memlens fp"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("placebo's interval") && answer.contains("64K"),
+        "{answer}"
+    );
     // fitted to the terminal: wide tables are split by topic, notes wrapped
-    for l in stdout(&o).lines() {
+    for l in out.lines() {
         assert!(l.chars().count() <= 100, "wider than COLUMNS=100: {l}");
     }
     let v = json(&j);
@@ -236,44 +286,26 @@ fn quick_paired_study_meets_the_json_contract() {
         std::path::Path::new(je).exists(),
         "{je} missing: scripts/install-deps.sh installs libjemalloc2"
     );
-    // 2 workloads x 2 intervals x (memlens fp + jemalloc)
-    assert_eq!(rows.len(), 8, "{rows:?}");
+    // 2 workloads x (2 intervals x (memlens fp + jemalloc) + the placebo)
+    assert_eq!(rows.len(), 10, "{rows:?}");
     for r in rows {
-        for k in [
-            "workload",
-            "config",
-            "interval_bytes",
-            "unwinder",
-            "paired",
-            "overhead_pct",
-            "ci_low_pct",
-            "ci_high_pct",
-            "coverage_pct",
-            "direct_cost_pct",
-            "indirect_cost_pct",
-        ] {
-            assert!(r.get(k).is_some(), "row lacks {k}: {r}");
-        }
-        assert_eq!(r["paired"], true);
-        let (lo, x, hi) = (
-            r["ci_low_pct"].as_f64().unwrap(),
-            r["overhead_pct"].as_f64().unwrap(),
-            r["ci_high_pct"].as_f64().unwrap(),
-        );
-        assert!(lo <= x && x <= hi, "{r}");
-        // every row says whether its CI reached the target, and the verdict counts the misses
-        let target = r["ci_target_pct"].as_f64().unwrap();
-        assert_eq!(r["ci_met"], (hi - lo) / 2.0 <= target, "{r}");
+        assert_paired_contract(r);
+        // every configuration in two processes at least; the placebo in every process
+        let procs = r["processes"].as_u64().unwrap();
+        let placebo = r["profiler"] == "placebo";
+        assert!(procs >= if placebo { 4 } else { 2 }, "{r}");
         let memlens = r["profiler"] == "memlens";
         assert_eq!(r["unwinder"].is_null(), !memlens, "{r}");
         let pipeline = r["workload"] == "pipeline-l2";
         // direct/indirect: only where ticks are tagged by the runtime's per-thread sample count
-        assert_eq!(r["direct_cost_pct"].is_number(), pipeline && memlens, "{r}");
-        assert_eq!(
-            r["indirect_cost_pct"].is_number(),
-            pipeline && memlens,
-            "{r}"
-        );
+        // (or where the runtime accounts its own cost)
+        if !memlens {
+            assert!(r["direct_cost_pct"].is_null(), "{r}");
+        }
+        if pipeline && memlens {
+            assert!(r["direct_cost_pct"].is_number(), "{r}");
+            assert!(r["indirect_cost_pct"].is_number(), "{r}");
+        }
         // quality: the pipeline's profile window, memlens only (judged below)
         if !(pipeline && memlens) {
             assert!(r["coverage_pct"].is_null(), "{r}");
@@ -282,7 +314,7 @@ fn quick_paired_study_meets_the_json_contract() {
     // The quality figures measure: at 64K the sampled profile finds the stacks of at least the
     // published 90% of the bytes (measured: 99.5-100%, ~340 samples) and estimates the total within
     // 25% (measured: within 5%; 25% is over four standard errors); 2M samples 32 times less often,
-    // so it has fewer samples and cannot find more of the bytes (measured: 70-80%, ~12 samples).
+    // so it has fewer samples and cannot find more of the bytes (measured: 40-80%, ~12 samples).
     let quality = |interval: u64| {
         let r = rows
             .iter()
@@ -313,16 +345,230 @@ fn quick_paired_study_meets_the_json_contract() {
         "{counters}"
     );
     assert!(!counters.contains("not collected"), "{counters}");
-    let out = stdout(&o);
     assert!(out.contains("64K vs 2M (fp)"), "{out}");
+    assert!(out.contains("placebo on synthetic-2t"), "{out}");
     assert!(out.contains("CI target"), "{out}");
+    // the page opens with the answer and its chart, then the verdict, then the tables
     let page = std::fs::read_to_string(&h).unwrap();
+    let answer = page.find("Answer").unwrap();
+    let chart = page.find("<svg").expect("no chart on the page");
     let verdict = page.find("Verdict").unwrap();
-    assert!(verdict < page.find("Cost:").unwrap(), "verdict first");
+    assert!(answer < chart && chart < verdict, "answer and chart first");
+    assert!(
+        verdict < page.find("Cost:").unwrap(),
+        "verdict before the tables"
+    );
+    assert!(page.contains("coverage %") && page.contains("placebo (A/A)"));
     assert_eq!(
         std::fs::read_to_string(&c).unwrap().lines().count(),
         rows.len() + 1
     );
+}
+
+/// `redis-benchmark … -q` against PORT: a load of ~0.02 s, for the tests' short service studies.
+fn redis_load(port: &str) -> String {
+    format!("redis-benchmark -h 127.0.0.1 -p {port} -n 2000 -c 4 -P 16 -t set,get -r 1000 -d 64 -q")
+}
+
+/// A redis-server a test started (directly or under `memlens run`): shut down and reaped when the
+/// test ends, also when it fails.
+struct Redis {
+    child: std::process::Child,
+    port: String,
+}
+
+impl Redis {
+    fn start(mut cmd: std::process::Command, port: &str) -> Redis {
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/install-deps.sh installs it)");
+        Redis {
+            child,
+            port: port.to_string(),
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &self.port, "shutdown", "nosave"])
+            .output()
+            .ok();
+        let t0 = std::time::Instant::now();
+        while self.running() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn redis_args(port: &str) -> Vec<String> {
+    [
+        "redis-server",
+        "--port",
+        port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The service study's JSON: every row paired with its CI, a placebo row, memlens rows with
+/// coverage from the process's own profile windows. With `jemalloc`, jemalloc's rows too, and the
+/// runtime's own account of its cost beside memlens's rows.
+fn assert_service_rows(v: &Value, workload: &str, processes: u64, jemalloc: bool) {
+    let rows: Vec<&Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["workload"] == workload)
+        .collect();
+    assert!(!rows.is_empty(), "no rows of {workload}: {v}");
+    for r in &rows {
+        assert_paired_contract(r);
+        assert!(r["processes"].as_u64().unwrap() >= processes, "{r}");
+    }
+    assert!(rows.iter().any(|r| r["config"] == "placebo"), "{rows:?}");
+    let memlens: Vec<&&Value> = rows.iter().filter(|r| r["profiler"] == "memlens").collect();
+    assert_eq!(memlens.len(), 2, "{rows:?}");
+    for r in &memlens {
+        // coverage: the exact window of the same load against each interval's; at 64K the
+        // window's ~1 MB of allocations give ~15 samples (2M: often none)
+        let cov = r["coverage_pct"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&cov), "{r}");
+        if r["interval_bytes"] == 64 << 10 {
+            assert!(cov > 0.0 && r["samples"].as_u64().unwrap() > 0, "{r}");
+        }
+    }
+    let je = rows.iter().filter(|r| r["profiler"] == "jemalloc").count();
+    if jemalloc {
+        assert_eq!(je, 2, "jemalloc's profiler switched in redis: {rows:?}");
+        for r in &memlens {
+            // the runtime's own account of its sampled path, beside the paired total
+            let own = &r["own_cost_pct"];
+            assert!(own["pct"].as_f64().is_some_and(|x| x >= 0.0), "{r}");
+            assert_eq!(r["direct_cost_pct"], own["pct"], "{r}");
+        }
+    }
+}
+
+/// `memlens study --load 'redis-benchmark …' -- redis-server …`: memlens starts the server with the
+/// runtime and jemalloc's profiler loaded inactive, in two processes, and switches both through
+/// its control socket between runs of the load.
+#[test]
+fn service_study_of_redis_under_redis_benchmark() {
+    let dir = test_dir();
+    let j = dir.join("s.json");
+    let port = free_port().to_string();
+    let o = memlens()
+        .env("MEMLENS_CTL_DIR", ctl_dir(&dir))
+        .env("COLUMNS", "100")
+        .args(["study", "--load", &redis_load(&port)])
+        .args(["--intervals", "64K,2M", "--rounds", "4", "--max-time", "0"])
+        .args(["--window-loads", "1", "--json", j.to_str().unwrap(), "--"])
+        .args(redis_args(&port))
+        .ok();
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("ANSWER") && out.contains("recommended on redis-server"),
+        "{out}"
+    );
+    assert!(out.contains("direct vs total on redis-server"), "{out}");
+    let v = json(&j);
+    assert_service_rows(&v, "redis-server", 2, true);
+    // both servers ended with the study
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("redis-server.*{port}")])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&left).trim().is_empty(),
+        "a server was left: {}",
+        stdout(&left)
+    );
+}
+
+/// `--pid`: a redis started with `memlens run --inactive`, and one started without memlens
+/// (attached for the study, detached after); each is left running and not sampling.
+#[test]
+fn service_study_of_a_running_process_by_pid() {
+    for under_memlens in [true, false] {
+        let dir = test_dir();
+        let ctl = ctl_dir(&dir);
+        let port = free_port().to_string();
+        let args = redis_args(&port);
+        let mut cmd = if under_memlens {
+            let mut c = memlens();
+            c.args(["run", "--inactive", "-o"])
+                .arg(dir.join("r.pb.gz"))
+                .arg("--");
+            c.args(&args);
+            c
+        } else {
+            let mut c = std::process::Command::new(&args[0]);
+            c.args(&args[1..]);
+            c
+        };
+        cmd.env("MEMLENS_CTL_DIR", &ctl);
+        let mut server = Redis::start(cmd, &port);
+        wait_for("redis to answer", 15, || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port, "ping"])
+                .output()
+                .is_ok_and(|o| stdout(&o).contains("PONG"))
+        });
+        let pid = if under_memlens {
+            // memlens run's child: the server itself
+            let mut p = String::new();
+            wait_for("the server's pid", 10, || {
+                let o = std::process::Command::new("pgrep")
+                    .args(["-f", &format!("^redis-server.*{port}")])
+                    .output()
+                    .unwrap();
+                p = stdout(&o).trim().to_string();
+                !p.is_empty()
+            });
+            p
+        } else {
+            server.child.id().to_string()
+        };
+        let j = dir.join("s.json");
+        let o = memlens()
+            .env("MEMLENS_CTL_DIR", &ctl)
+            .args(["study", "--pid", &pid, "--load", &redis_load(&port)])
+            .args(["--intervals", "64K,2M", "--rounds", "4", "--max-time", "0"])
+            .args(["--window-loads", "1", "--json", j.to_str().unwrap()])
+            .ok();
+        let out = stdout(&o);
+        assert!(out.contains("one process per configuration"), "{out}");
+        let v = json(&j);
+        // redis-server runs jemalloc, but these were not started with prof:true: no jemalloc rows
+        assert_service_rows(&v, "redis-server", 1, false);
+        assert!(
+            out.contains("jemalloc's profiler left out on redis-server"),
+            "{out}"
+        );
+        let st = memlens()
+            .env("MEMLENS_CTL_DIR", &ctl)
+            .args(["ctl", &pid, "status"])
+            .ok_stdout();
+        assert!(st.contains("inactive"), "left sampling: {st}");
+        assert!(server.running(), "the studied process ended");
+    }
 }
 
 /// A switch reaches every thread at its next allocation (not after ~1 MiB of it), also while
@@ -400,6 +646,13 @@ fn bad_input_gives_usage_errors() {
         &["study", "--rounds", "0"][..],
         &["study", "--baselines", "heaptrack"][..],
         &["study", "--unpaired", "--repeats", "0"][..],
+        &["study", "--load", "true"][..],
+        &["study", "--pid", "1"][..],
+        &["study", "--load", "true", "--pid", "1", "--", "x"][..],
+        &["study", "--load", "true", "--metric", "no group", "--", "x"][..],
+        &["study", "--placebos", "0"][..],
+        &["study", "--processes", "0"][..],
+        &["study", "--ci-target", "2,4,4,4"][..],
     ] {
         memlens().args(args).error(2);
     }
@@ -464,4 +717,116 @@ fn any_command_with_a_metric_regex() {
     assert!(r
         .iter()
         .all(|r| r["metric"]["median"].as_f64() == Some(42.5)));
+}
+
+/// The runtime accounts its own cost: `memlens ctl PID status`, the profile's comments (as
+/// `go tool pprof` prints them) and `memlens serve`'s /metrics say what the sampled path has cost
+/// redis under redis-benchmark, with the process's CPU time beside it.
+#[test]
+fn the_runtime_accounts_its_own_cost() {
+    let dir = test_dir();
+    let ctl = ctl_dir(&dir);
+    let port = free_port().to_string();
+    let mut cmd = memlens();
+    cmd.env("MEMLENS_CTL_DIR", &ctl)
+        .args(["run", "--inactive", "-o"])
+        .arg(dir.join("r.pb.gz"))
+        .arg("--")
+        .args(redis_args(&port));
+    let _server = Redis::start(cmd, &port);
+    let mut pid = String::new();
+    wait_for("redis under memlens", 15, || {
+        let o = std::process::Command::new("pgrep")
+            .args(["-f", &format!("^redis-server.*{port}")])
+            .output()
+            .unwrap();
+        pid = stdout(&o).trim().to_string();
+        !pid.is_empty()
+            && memlens()
+                .env("MEMLENS_CTL_DIR", &ctl)
+                .args(["ctl", &pid, "start", "--interval", "64K"])
+                .out()
+                .status
+                .success()
+    });
+    let bench = std::process::Command::new("sh")
+        .args(["-c", &redis_load(&port)])
+        .ok();
+    assert!(
+        stdout(&bench).contains("requests per second"),
+        "{}",
+        stdout(&bench)
+    );
+    let st = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["ctl", &pid, "status"])
+        .ok_stdout();
+    let line = st
+        .lines()
+        .find(|l| l.trim_start().starts_with("profiler cost"))
+        .unwrap_or_else(|| panic!("no profiler cost in:\n{st}"));
+    // "profiler cost  0.000431 s CPU in its sampled path, 1.16% of the process's 0.037 s"
+    let num = |after: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        rest.trim_start()
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (secs, share, cpu) = (num("cost"), num("path,"), num("process's"));
+    assert!(
+        secs > 0.0 && share > 0.0 && share < 50.0 && cpu > secs,
+        "{line}"
+    );
+    assert!(st.contains("allocations while sampling"), "{st}");
+    let prof = dir.join("d.pb.gz");
+    memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args(["ctl", &pid, "dump", "-o"])
+        .arg(&prof)
+        .ok();
+    let raw = std::process::Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&prof)
+        .env("PPROF_TMPDIR", dir.path())
+        .ok_stdout();
+    assert!(
+        raw.lines()
+            .any(|l| l.starts_with("Comment: memlens-cost: the profiler's sampled path took")),
+        "{raw}"
+    );
+    // memlens serve: the counters beside the process's CPU time
+    let sp = free_port().to_string();
+    let mut serve = memlens()
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .args([
+            "serve",
+            "--pid",
+            &pid,
+            "--listen",
+            &format!("127.0.0.1:{sp}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut metrics = String::new();
+    wait_for("memlens serve's /metrics", 15, || {
+        let o = std::process::Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{sp}/metrics")])
+            .output()
+            .unwrap();
+        metrics = stdout(&o);
+        o.status.success()
+    });
+    serve.kill().ok();
+    serve.wait().ok();
+    for m in [
+        "memlens_profiler_cpu_nanoseconds_total{",
+        "memlens_process_cpu_nanoseconds_total{",
+    ] {
+        assert!(metrics.contains(m), "{m} missing:\n{metrics}");
+    }
 }

@@ -21,8 +21,9 @@
  * round is off, c1, off, c2, ..., off with the CONFIGS in an order shuffled per round (SEED). A batch
  * counts for the block it started and ended in (batches across a switch are dropped). CONFIGS is a
  * comma-separated list of `m<BYTES>` (memlens at that interval, under the runtime loaded inactive) and
- * `j<LG>` (jemalloc's profiler at 2^LG bytes, under MALLOC_CONF=prof:true,prof_active:false); the
- * functions are found with dlsym. Prints `block ROUND CONFIG MALLOCS CYCLES` per block (CONFIG 0 is
+ * `j<LG>` (jemalloc's profiler at 2^LG bytes, under MALLOC_CONF=prof:true,prof_active:false) and
+ * `p<K>` (the K-th placebo: switched to exactly as off is, so it measures what the pairing reads when
+ * nothing changes); the functions are found with dlsym. Prints `block ROUND CONFIG MALLOCS CYCLES` per block (CONFIG 0 is
  * off, i is the i-th of CONFIGS) and `switch THREADS PENDING MAX_NS` for memlens.
  *
  * Window mode, for the profile's quality: OPS untimed pairs to warm up, memlens_reset(), sampling at
@@ -53,7 +54,7 @@ struct params {
     long threads, size, depth, ops, warmup_ms;
     long block_ms, rounds, seed, interval;
     int nconfigs;
-    char kind[MAX_CONFIGS]; /* 'm' memlens, 'j' jemalloc */
+    char kind[MAX_CONFIGS]; /* 'm' memlens, 'j' jemalloc, 'p' placebo */
     long value[MAX_CONFIGS]; /* interval in bytes, or lg of it */
     long nblocks;            /* paired: blocks in all (rounds x (2 configs + 1)) */
 };
@@ -162,14 +163,18 @@ static void find_api(void) {
 
 static int je_active(bool on) { return api.mallctl("prof.active", NULL, NULL, &on, sizeof on); }
 
-/* Switch to configuration c (0 = off). */
+/* Switch to configuration c (0 = off): off stops each profiler the configurations use, once. */
 static int apply(const struct params *p, int c) {
     if (c == 0) {
+        bool m = false, j = false;
         for (int i = 0; i < p->nconfigs; i++)
-            if (p->kind[i] == 'j' ? je_active(false) != 0 : (api.stop(), 0))
-                return -1;
-        return 0;
+            m |= p->kind[i] == 'm', j |= p->kind[i] == 'j';
+        if (m)
+            api.stop();
+        return j ? je_active(false) : 0;
     }
+    if (p->kind[c - 1] == 'p') /* A/A: the same switch as to off, sampling stays off */
+        return apply(p, 0);
     long v = p->value[c - 1];
     if (p->kind[c - 1] == 'm') {
         api.set_interval((size_t)v);
@@ -229,12 +234,12 @@ static int parse_configs(struct params *p, const char *list) {
     strcpy(buf, list);
     p->nconfigs = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (p->nconfigs == MAX_CONFIGS || (tok[0] != 'm' && tok[0] != 'j'))
+        if (p->nconfigs == MAX_CONFIGS || (tok[0] != 'm' && tok[0] != 'j' && tok[0] != 'p'))
             return -1;
         p->kind[p->nconfigs] = tok[0];
         if (parse_arg(tok + 1, tok[0] == 'm' ? 1 : 0, &p->value[p->nconfigs]))
             return -1;
-        if (tok[0] == 'm' ? !api.start || !api.set_interval : !api.mallctl) {
+        if (tok[0] != 'p' && (tok[0] == 'm' ? !api.start || !api.set_interval : !api.mallctl)) {
             fprintf(stderr, "malloc_test: configuration %s needs %s, which is not loaded\n", tok,
                     tok[0] == 'm' ? "the memlens runtime" : "jemalloc");
             return -2;
@@ -285,6 +290,9 @@ static void paired_main(const struct params *p, struct worker *ws) {
     }
     struct { uint64_t threads, pending, ns; } sw = {0, 0, 0};
     int (*last)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "memlens_last_switch");
+    /* The runtime's own account (struct memlens_cost: sampled_ns, calls, cpu_ns) around each block. */
+    int (*cost)(uint64_t *) = (int (*)(uint64_t *))dlsym(RTLD_DEFAULT, "memlens_cost");
+    uint64_t (*own)[2] = calloc((size_t)p->nblocks, sizeof *own), c0[3], c1[3];
     uint64_t sw_max = 0, pending_max = 0;
     for (long i = 0; i < p->nblocks; i++) {
         atomic_store(&cur_block, -1);
@@ -297,7 +305,10 @@ static void paired_main(const struct params *p, struct worker *ws) {
             pending_max = sw.pending > pending_max ? sw.pending : pending_max;
         }
         atomic_store(&cur_block, i);
+        int timed = cost && !cost(c0);
         sleep_ms(p->block_ms);
+        if (timed && !cost(c1))
+            own[i][0] = c1[0] - c0[0], own[i][1] = c1[2] - c0[2];
     }
     atomic_store(&cur_block, -1);
     apply(p, 0);
@@ -308,13 +319,17 @@ static void paired_main(const struct params *p, struct worker *ws) {
         uint64_t n = 0, c = 0;
         for (long t = 0; t < p->threads; t++)
             n += ws[t].mallocs[i], c += ws[t].cycles[i];
-        printf("block %ld %d %llu %llu\n", round[i], sched[i], (unsigned long long)n, (unsigned long long)c);
+        printf("block %ld %d %llu %llu", round[i], sched[i], (unsigned long long)n, (unsigned long long)c);
+        if (own[i][1])
+            printf(" own=%llu/%llu", (unsigned long long)own[i][0], (unsigned long long)own[i][1]);
+        printf("\n");
     }
     if (last)
         printf("switch %llu %llu %llu\n", (unsigned long long)sw.threads, (unsigned long long)pending_max,
                (unsigned long long)sw_max);
     free(sched);
     free(round);
+    free(own);
 }
 
 static int usage(void) {

@@ -104,6 +104,29 @@ pub struct Meta {
     /// read 0 in the samples, and are printed as n/a, never as a measured 0.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub absent: Vec<SampleIndex>,
+    /// What profiling had cost the process when the dump was written, by the runtime's own
+    /// account (0 from a runtime that does not keep it): ns in its sampled path, allocation calls
+    /// made while sampling (estimated from the samples), and the process's CPU ns.
+    pub cost: Cost,
+}
+
+/// The runtime's own account of its cost (runtime/src/cost.c).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Cost {
+    /// Nanoseconds in the sampled path (unwinding, recording, the views, sampled frees).
+    pub sampled_ns: u64,
+    /// Allocation calls while sampling, estimated from the samples' weights.
+    pub calls: u64,
+    /// The process's CPU time, ns.
+    pub cpu_ns: u64,
+}
+
+impl Cost {
+    /// The sampled path's share of the process's CPU time, percent (None when not accounted).
+    pub fn share_pct(&self) -> Option<f64> {
+        (self.cpu_ns > 0 && (self.sampled_ns > 0 || self.calls > 0))
+            .then(|| self.sampled_ns as f64 / self.cpu_ns as f64 * 100.0)
+    }
 }
 
 impl Meta {

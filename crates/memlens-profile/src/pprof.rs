@@ -304,6 +304,7 @@ fn proto_without_samples(p: &Profile) -> (proto::Profile, SampleEncoder) {
         })
         .collect();
     let mut comments = meta_comments(&p.meta);
+    comments.extend(cost_comment(&p.meta.cost));
     if let Some(v) = &p.views {
         comments.extend(views_comments(v));
     }
@@ -549,6 +550,40 @@ fn meta_comments(m: &Meta) -> Vec<String> {
     )]
 }
 
+/// What profiling had cost the process, in words and as `key=value`s (read back by
+/// [`parse_cost_comment`]); none from a runtime that does not account it.
+fn cost_comment(c: &crate::model::Cost) -> Option<String> {
+    let share = c.share_pct()?;
+    Some(format!(
+        "memlens-cost: the profiler's sampled path took {:.6} s of CPU, {share:.2}% of the process's {:.3} s; \
+         {} allocation calls while sampling (estimated) | sampled_ns={} calls={} cpu_ns={}",
+        c.sampled_ns as f64 / 1e9,
+        c.cpu_ns as f64 / 1e9,
+        c.calls,
+        c.sampled_ns,
+        c.calls,
+        c.cpu_ns
+    ))
+}
+
+fn parse_cost_comment(m: &mut Meta, c: &str) {
+    let Some((_, kv)) = c
+        .strip_prefix("memlens-cost: ")
+        .and_then(|r| r.split_once(" | "))
+    else {
+        return;
+    };
+    for (k, v) in kv.split(' ').filter_map(|x| x.split_once('=')) {
+        let n = v.parse::<u64>().unwrap_or(0);
+        match k {
+            "sampled_ns" => m.cost.sampled_ns = n,
+            "calls" => m.cost.calls = n,
+            "cpu_ns" => m.cost.cpu_ns = n,
+            _ => {}
+        }
+    }
+}
+
 fn parse_comment(m: &mut Meta, c: &str) {
     let Some(rest) = c.strip_prefix("memlens: ") else {
         return;
@@ -734,6 +769,7 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
     for &c in &m.comment {
         let c = s(c)?;
         parse_comment(&mut meta, &c);
+        parse_cost_comment(&mut meta, &c);
         parse_views_comment(&mut views, &c);
     }
     if let Some(v) = &mut views {
@@ -901,6 +937,11 @@ mod tests {
                 untracked: 2,
                 view: String::new(),
                 absent: Vec::new(),
+                cost: crate::model::Cost {
+                    sampled_ns: 430_942,
+                    calls: 249_077,
+                    cpu_ns: 36_992_568,
+                },
             },
             mappings: vec![Mapping {
                 start: 0x1000,
@@ -1038,6 +1079,18 @@ mod tests {
         let bytes = encode_gz(&p).unwrap();
         assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
         assert_eq!(decode(&bytes).unwrap(), p);
+        // the runtime's own account of its cost, in words in the comments pprof prints
+        let m = to_proto(&p);
+        let cost = m
+            .comment
+            .iter()
+            .map(|&c| &m.string_table[c as usize])
+            .find(|c| c.starts_with("memlens-cost: "))
+            .expect("no cost comment");
+        assert!(
+            cost.contains("took 0.000431 s of CPU, 1.16% of the process's 0.037 s"),
+            "{cost}"
+        );
         // Plain (not gzipped) protobuf reads too.
         use prost::Message;
         assert_eq!(decode(&to_proto(&p).encode_to_vec()).unwrap(), p);

@@ -324,6 +324,9 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "max_stacks" => m.max_stacks = num(v, key)?,
         "table_full" => m.table_full = num(v, key)?,
         "untracked" => m.untracked = num(v, key)?,
+        "cost_ns" => m.cost.sampled_ns = num(v, key)?,
+        "cost_calls" => m.cost.calls = num(v, key)?,
+        "cpu_ns" => m.cost.cpu_ns = num(v, key)?,
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key

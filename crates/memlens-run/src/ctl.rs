@@ -172,6 +172,23 @@ fn print_status(t: &Target, r: &Reply) {
         _ => String::new(),
     };
     println!("  dropped        {}{dropped_bytes}{full}", n("dropped"));
+    // the runtime's own account of what profiling has cost so far (runtime/src/cost.c)
+    if let (Some(ns), Some(cpu)) = (r.num("cost_ns"), r.num("cpu_ns")) {
+        let share = if cpu > 0 {
+            format!("{:.2}%", ns as f64 / cpu as f64 * 100.0)
+        } else {
+            "n/a".into()
+        };
+        println!(
+            "  profiler cost  {:.6} s CPU in its sampled path, {share} of the process's {:.3} s",
+            ns as f64 / 1e9,
+            cpu as f64 / 1e9,
+        );
+        println!(
+            "  calls          {} allocations while sampling (estimated from the samples)",
+            n("cost_calls")
+        );
+    }
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

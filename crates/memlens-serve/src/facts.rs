@@ -58,6 +58,10 @@ pub struct Facts {
     pub dropped: Option<u64>,
     /// Resident set size from /proc/PID/statm.
     pub rss_bytes: Option<u64>,
+    /// What profiling has cost the process so far by the runtime's own account: CPU ns in its
+    /// sampled path, and the process's CPU ns (their ratio is the share).
+    pub cost_ns: Option<u64>,
+    pub cpu_ns: Option<u64>,
     /// Why the status could not be read (the process is exiting, or its runtime is busy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -84,6 +88,8 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
         inuse_bytes: num("inuse_bytes"),
         dropped: num("dropped"),
         rss_bytes: rss_bytes(t.pid),
+        cost_ns: num("cost_ns"),
+        cpu_ns: num("cpu_ns"),
         error,
     }
 }

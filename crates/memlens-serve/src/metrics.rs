@@ -83,6 +83,18 @@ const METRICS: &[Metric] = &[
         value: |f| f.active.map(u64::from),
     },
     Metric {
+        name: "memlens_profiler_cpu_nanoseconds_total",
+        kind: "counter",
+        help: "CPU time the profiler's sampled path (unwinding, recording, views) has taken in the process, by the runtime's own account; over memlens_process_cpu_nanoseconds_total it is the profiler's direct share.",
+        value: |f| f.cost_ns,
+    },
+    Metric {
+        name: "memlens_process_cpu_nanoseconds_total",
+        kind: "counter",
+        help: "CPU time of the process (CLOCK_PROCESS_CPUTIME_ID), read by the runtime with its own account.",
+        value: |f| f.cpu_ns,
+    },
+    Metric {
         name: "memlens_sampling_interval_bytes",
         kind: "gauge",
         help: "Mean bytes between samples (0 = every allocation).",
@@ -140,6 +152,8 @@ mod tests {
             inuse_bytes: None,
             dropped: Some(0),
             rss_bytes: Some(4096),
+            cost_ns: Some(5000),
+            cpu_ns: None,
             error: None,
         };
         let t = prometheus(&[f], "h", &[("env".into(), "prod".into())]);
@@ -150,6 +164,11 @@ mod tests {
             "memlens_sampling_active{pid=\"12\",service=\"a\\\"b\",host=\"h\",env=\"prod\"} 0\n"
         ));
         assert!(!t.contains("memlens_heap_inuse_bytes{"), "{t}");
+        assert!(
+            t.contains("memlens_profiler_cpu_nanoseconds_total{pid=\"12\""),
+            "{t}"
+        );
+        assert!(!t.contains("memlens_process_cpu_nanoseconds_total{"), "{t}");
         assert!(t.contains("memlens_targets 1\n"));
     }
 }

@@ -30,20 +30,37 @@ mod unpaired;
 
 pub use row::Row;
 
-const EXAMPLE: &str = "Example:
-  memlens study                                  paired study of both built-in workloads (< 4 min)
+const EXAMPLE: &str = "Examples:
+  memlens study                                  paired study: synthetic loop, redis, pipeline (< 5 min)
   memlens study --quick                          a small paired study (seconds)
   memlens study --workload pipeline --working-sets llc --unwinders fp --intervals 64K,512K,2M
+  memlens study --load 'redis-benchmark -p 6400 -n 20000 -q' -- redis-server --port 6400
+                                                 your server, started inactive, paired under its load
+  memlens study --pid 1234 --load './loadtest' --metric 'p99=([0-9.]+)'
+                                                 a running process (attached if it has no runtime)
   memlens study --unpaired --baselines tcmalloc,heaptrack --repeats 5   separate processes, marked unpaired
-  memlens study --unpaired --metric 'p99=([0-9.]+)' -- ./loadtest      any command (always unpaired)";
+  memlens study --unpaired --metric 'p99=([0-9.]+)' -- ./loadtest      any command, unpaired
+
+Every paired process also runs placebo blocks (switched to as off is): a difference is resolved
+only when its whole 95% interval lies beyond the placebo's. Method: docs/study.md.";
 
 /// What heap profiling costs, by interval and unwinder
 #[derive(Debug, clap::Args)]
 #[command(after_help = EXAMPLE)]
 pub struct StudyArgs {
-    /// Built-in workloads to study: synthetic, pipeline or all (ignored when a CMD is given)
-    #[arg(long, default_value = "all", value_name = "NAME")]
+    /// Built-in workloads to study: synthetic, redis, pipeline (a list) or all (ignored with
+    /// --load or a CMD)
+    #[arg(long, default_value = "all", value_name = "LIST")]
     pub workload: String,
+    /// Study a program under its own load, paired in time inside its process: CMD (run by `sh -c`)
+    /// is one block's load; the program is `-- SERVER ARGS` (started with the runtime inactive) or
+    /// --pid
+    #[arg(long, value_name = "CMD")]
+    pub load: Option<String>,
+    /// With --load: a running process to study (through its control socket; attached, and
+    /// detached at the end, when it has no runtime)
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<String>,
     /// Sampling intervals (mean bytes between samples) [default: 64K,128K,256K,512K,1M,2M,4M; --quick: 64K,2M]
     #[arg(long, value_name = "LIST")]
     pub intervals: Option<String>,
@@ -58,20 +75,32 @@ pub struct StudyArgs {
     /// one working set
     #[arg(long)]
     pub quick: bool,
-    /// Paired: rounds of the first process of each workload and profiler (each round: every
-    /// interval once between off blocks) [default: 40; --quick: 4]
+    /// Paired: rounds of every configuration in the first processes, all together (each round:
+    /// every configuration once between off blocks) [default: 40, a service 16; --quick: 4]
     #[arg(long, value_name = "N")]
     pub rounds: Option<u32>,
+    /// Paired: processes every configuration is measured in, at least (the intervals cover what
+    /// differs between them); a --pid study has one
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub processes: u32,
+    /// Paired: placebo configurations per process (switched to as off is); the first calibrates
+    /// what counts as resolved, more measure how often an A/A difference is called resolved
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub placebos: u32,
+    /// Service: runs of the load in each profile window (quality)
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub window_loads: u32,
     /// Paired: block length in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
     pub block_ms: u64,
     /// Paired: time limit of the whole study in seconds; after the first rounds, further rounds
-    /// of the intervals whose 95% CI is still wider than its target (±2 points synthetic, ±4
-    /// pipeline) run while they fit; 0 = the first rounds only [default: 230; --quick: 0]
+    /// of the configurations whose 95% CI is still wider than its target (--ci-target) run while
+    /// they fit; 0 = the first rounds only [default: 270; --quick: 0]
     #[arg(long, value_name = "S")]
     pub max_time: Option<f64>,
-    /// Paired: half width of the 95% CI to aim for, points: synthetic loop, pipeline
-    #[arg(long, default_value = "2,4", value_name = "SYN,PIPE")]
+    /// Paired: half width of the 95% CI to aim for, points: synthetic loop, pipeline, service
+    /// (the service's defaults to the pipeline's)
+    #[arg(long, default_value = "2,4,4", value_name = "SYN,PIPE[,SVC]")]
     pub ci_target: String,
     /// Paired pipeline: working sets of the books, from l2 (4 x L2 per thread), llc (half the
     /// last-level cache), dram (4 x LLC)
@@ -123,16 +152,22 @@ pub struct StudyArgs {
     /// Also recommend the interval with the best coverage whose overhead stays under PCT
     #[arg(long, value_name = "PCT")]
     pub max_overhead: Option<f64>,
-    /// CMD only: the metric is the first capture group of REGEX in CMD's output (default: wall time)
-    #[arg(long, value_name = "REGEX")]
+    /// The metric. With --load: cpu (the process's CPU time per run of the load, the default),
+    /// wall (the load's wall time), or a REGEX whose first capture group is read from the load's
+    /// output. Unpaired CMD: a REGEX (default: wall time)
+    #[arg(long, value_name = "cpu|wall|REGEX")]
     pub metric: Option<String>,
+    /// The --metric figure is a rate (higher is better, e.g. requests per second): its inverse is
+    /// the cost
+    #[arg(long)]
+    pub metric_rate: bool,
     /// Result files (--json, --csv, --html).
     #[command(flatten)]
     pub out: memlens_measure::output::OutputArgs,
     /// Write the SVG plots into DIR
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
-    /// Any program to study instead of the built-in workloads (implies --unpaired)
+    /// With --load: the server to start and study; else any program to study unpaired
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
 }
@@ -154,7 +189,12 @@ pub(crate) fn intervals(a: &StudyArgs) -> Result<Vec<u64>> {
 
 /// Run `memlens study`.
 pub fn run_study(args: StudyArgs) -> Result<i32> {
-    if args.unpaired || !args.cmd.is_empty() {
+    if args.load.is_some() && args.unpaired {
+        return Err(usage(
+            "--load studies a program paired in its process: drop --unpaired",
+        ));
+    }
+    if args.unpaired || (!args.cmd.is_empty() && args.load.is_none()) {
         let plan = unpaired::plan(&args)?;
         let results = unpaired::run_plan(&plan)?;
         unpaired::emit(&plan, &results, &args)?;

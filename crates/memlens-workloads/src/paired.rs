@@ -31,6 +31,11 @@ pub struct Block {
     /// line) summed over the sampled ticks, the ticks after, and the far ticks, in that order
     /// (pipeline, where the events could be opened).
     pub counts: Option<[u64; 6]>,
+    /// The runtime's own account of the block: nanoseconds spent in its sampled path, and the
+    /// process's CPU nanoseconds, both over the block (where the runtime accounts its cost).
+    /// Printed as a trailing `own=NS/CPU_NS`.
+    #[serde(default)]
+    pub own: Option<(u64, u64)>,
 }
 
 /// Ticks after a sampled tick that count as "after" (the indirect cost's window).
@@ -59,6 +64,9 @@ impl Block {
                 }
             }
         }
+        if let Some((ns, cpu)) = self.own {
+            s += &format!(" own={ns}/{cpu}");
+        }
         s
     }
 
@@ -69,10 +77,17 @@ impl Block {
     }
 
     fn parse_fields(rest: &str) -> Result<Block> {
-        let v: Vec<f64> = rest
-            .split_whitespace()
-            .map(|f| f.parse::<f64>())
-            .collect::<Result<_, _>>()?;
+        let mut own = None;
+        let mut v: Vec<f64> = Vec::new();
+        for f in rest.split_whitespace() {
+            match f.strip_prefix("own=") {
+                Some(o) => {
+                    let (a, b) = o.split_once('/').context("own=NS/CPU_NS")?;
+                    own = Some((a.parse()?, b.parse()?));
+                }
+                None => v.push(f.parse::<f64>()?),
+            }
+        }
         if ![4, 11, 17].contains(&v.len()) {
             bail!("expected 4, 11 or 17 numbers, found {}", v.len());
         }
@@ -81,6 +96,7 @@ impl Block {
             config: v[1] as u32,
             ticks: v[2] as u64,
             cycles: v[3] as u64,
+            own,
             ..Block::default()
         };
         if v.len() == 17 {
@@ -108,10 +124,13 @@ pub enum Config {
     Memlens(u64),
     /// jemalloc's profiler at 2^lg bytes (jemalloc loaded with `prof:true,prof_active:false`).
     Jemalloc(u32),
+    /// The k-th placebo: switched to exactly as [`Config::Off`] is, so its blocks show what the
+    /// pairing reads when nothing changes (an A/A comparison).
+    Placebo(u32),
 }
 
-/// Parse a configuration list: `m<BYTES>` or `j<LG>`, comma-separated (the same syntax as
-/// malloc_test's `--paired`).
+/// Parse a configuration list: `m<BYTES>`, `j<LG>` or `p<K>`, comma-separated (the same syntax
+/// as malloc_test's `--paired`).
 pub fn parse_configs(list: &str) -> Result<Vec<Config>> {
     list.split(',')
         .filter(|s| !s.is_empty())
@@ -123,7 +142,8 @@ pub fn parse_configs(list: &str) -> Result<Vec<Config>> {
             match k {
                 "m" if n > 0 => Ok(Config::Memlens(n)),
                 "j" if n < 40 => Ok(Config::Jemalloc(n as u32)),
-                _ => bail!("bad configuration '{s}' (m<BYTES> or j<LG>)"),
+                "p" if n < 1000 => Ok(Config::Placebo(n as u32)),
+                _ => bail!("bad configuration '{s}' (m<BYTES>, j<LG> or p<K>)"),
             }
         })
         .collect()
@@ -132,6 +152,8 @@ pub fn parse_configs(list: &str) -> Result<Vec<Config>> {
 type StartFn = unsafe extern "C" fn() -> i32;
 type IntervalFn = unsafe extern "C" fn(usize) -> i32;
 type SamplesFn = unsafe extern "C" fn() -> u64;
+/// `memlens_cost(struct memlens_cost *)`: sampled_ns, calls, cpu_ns.
+type CostFn = unsafe extern "C" fn(*mut [u64; 3]) -> i32;
 type MallctlFn = unsafe extern "C" fn(
     *const libc::c_char,
     *mut libc::c_void,
@@ -155,6 +177,7 @@ pub struct Switch {
     reset: Option<StartFn>,
     interval: Option<IntervalFn>,
     samples: Option<SamplesFn>,
+    cost: Option<CostFn>,
     mallctl: Option<MallctlFn>,
 }
 
@@ -171,6 +194,7 @@ impl Switch {
                     .map(|p| std::mem::transmute::<_, IntervalFn>(p)),
                 samples: sym(c"memlens_thread_samples")
                     .map(|p| std::mem::transmute::<_, SamplesFn>(p)),
+                cost: sym(c"memlens_cost").map(|p| std::mem::transmute::<_, CostFn>(p)),
                 mallctl: sym(c"mallctl").map(|p| std::mem::transmute::<_, MallctlFn>(p)),
             }
         }
@@ -196,6 +220,15 @@ impl Switch {
         self.samples.map_or(0, |f| unsafe { f() })
     }
 
+    /// The runtime's own account so far: (ns in its sampled path, the process's CPU ns); None
+    /// without a runtime that keeps it.
+    pub fn own_cost(&self) -> Option<(u64, u64)> {
+        let f = self.cost?;
+        let mut c = [0u64; 3];
+        // SAFETY: struct memlens_cost is three uint64_t, written through the pointer.
+        (unsafe { f(&mut c) } == 0).then_some((c[0], c[2]))
+    }
+
     fn je_active(&self, on: bool) -> Result<()> {
         let Some(m) = self.mallctl else { return Ok(()) };
         let mut v = on;
@@ -218,7 +251,7 @@ impl Switch {
     /// Switch to `c` (from whatever was on).
     pub fn apply(&self, c: Config) -> Result<()> {
         match c {
-            Config::Off => {
+            Config::Off | Config::Placebo(_) => {
                 if let Some(stop) = self.stop {
                     // SAFETY: C API without arguments.
                     unsafe { stop() };
@@ -300,6 +333,7 @@ mod tests {
             after: Some((10, 700)),
             quantiles: Some([40.0, 90.0, 300.0]),
             counts: None,
+            own: None,
         };
         assert_eq!(Block::parse(&b.line()).unwrap().unwrap(), b);
         let with = Block {
@@ -307,6 +341,12 @@ mod tests {
             ..b.clone()
         };
         assert_eq!(Block::parse(&with.line()).unwrap().unwrap(), with);
+        let own = Block {
+            own: Some((1200, 5_000_000)),
+            ..Block::default()
+        };
+        assert_eq!(Block::parse(&own.line()).unwrap().unwrap(), own);
+        assert!(Block::parse("block 1 0 64 6400 own=1").unwrap().is_err());
         let c = Block::parse("block 1 0 64 6400").unwrap().unwrap();
         assert_eq!((c.mean(), c.sampled), (100.0, None));
         assert!(Block::parse("block 1 x").unwrap().is_err());
@@ -331,8 +371,12 @@ mod tests {
         }
         assert_ne!(schedule(3, 4, 1), schedule(3, 4, 2));
         assert_eq!(
-            parse_configs("m65536,j19").unwrap(),
-            [Config::Memlens(65536), Config::Jemalloc(19)]
+            parse_configs("m65536,j19,p0").unwrap(),
+            [
+                Config::Memlens(65536),
+                Config::Jemalloc(19),
+                Config::Placebo(0)
+            ]
         );
         assert!(parse_configs("x1").is_err() && parse_configs("m0").is_err());
     }

@@ -399,11 +399,18 @@ fn paired_blocks(
         sw.apply(to(c))?;
         std::thread::sleep(block);
     }
+    // The runtime's own account around each block (where it keeps one).
+    let mut own = Vec::with_capacity(sched.len());
     for (i, &(_, c)) in sched.iter().enumerate() {
         sh.block.store(-1, Ordering::Relaxed);
         sw.apply(to(c))?;
         sh.block.store(i as i64, Ordering::Relaxed);
+        let o0 = sw.own_cost();
         std::thread::sleep(block);
+        own.push(
+            o0.zip(sw.own_cost())
+                .map(|(a, b)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
+        );
     }
     sh.block.store(-1, Ordering::Relaxed);
     sw.apply(Config::Off)?;
@@ -434,6 +441,7 @@ fn paired_blocks(
             sampled: Some((0, 0)),
             after: Some((0, 0)),
             counts: events.map(|_| [0; 6]),
+            own: own[i],
             ..Block::default()
         };
         let mut q = [0.0; 3];

@@ -43,7 +43,7 @@ enum Cmd {
     /// What grew between two profiles, per stack and per function
     Diff(memlens_profile::DiffArgs),
     /// What heap profiling costs, by sampling interval and unwinder, and which interval to use
-    Study(memlens_study::StudyArgs),
+    Study(Box<memlens_study::StudyArgs>),
     /// Benchmarks: allocator scalability, memory latency, memory bandwidth
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -95,7 +95,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Report(a) if a.file.is_dir() => memlens_run::run_collect(&a.file),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
-        Cmd::Study(a) => memlens_study::run_study(a),
+        Cmd::Study(a) => memlens_study::run_study(*a),
         Cmd::Bench(BenchCmd::Alloc(a)) => memlens_bench_alloc::run_alloc(a),
         Cmd::Bench(BenchCmd::Latency(a)) => memlens_bench_mem::run_latency(a),
         Cmd::Bench(BenchCmd::Bandwidth(a)) => memlens_bench_mem::run_bandwidth(a),

@@ -75,6 +75,9 @@ pub struct Paired {
     pub indirect: Vec<f64>,
     /// Share of ticks that sampled.
     pub sampled_share: Vec<f64>,
+    /// The runtime's own account: its sampled path's time over the block, percent of the
+    /// process's CPU time at the off rate (the neighbouring off blocks' mean).
+    pub own: Vec<f64>,
 }
 
 /// Pair every configuration block with the off blocks beside it (the schedule puts one on each
@@ -103,6 +106,12 @@ pub fn pair(blocks: &[Block], configs: usize) -> Vec<Paired> {
                 .push((a.1 as f64 - a.0 as f64 * base) / at_base * 100.0);
             p.sampled_share.push(s.0 as f64 / b.ticks as f64 * 100.0);
         }
+        if let (Some(o), Some(ol), Some(or)) = (b.own, l.own, r.own) {
+            let cpu = (ol.1 + or.1) as f64 / 2.0;
+            if cpu > 0.0 {
+                p.own.push(o.0 as f64 / cpu * 100.0);
+            }
+        }
     }
     out
 }
@@ -116,6 +125,7 @@ impl Paired {
         self.direct.extend(o.direct);
         self.indirect.extend(o.indirect);
         self.sampled_share.extend(o.sampled_share);
+        self.own.extend(o.own);
     }
 }
 
@@ -184,6 +194,7 @@ mod tests {
             after: Some((0, 0)),
             quantiles: Some([100.0, 100.0, 100.0]),
             counts: Some([0, 0, 0, 0, 300, 400]),
+            own: Some((0, 1000)),
         };
         // 100 ticks at 100 cycles, except 2 sampled ticks at 600 and 8 after them at 150.
         let on = Block {
@@ -195,12 +206,15 @@ mod tests {
             after: Some((8, 1200)),
             quantiles: Some([100.0, 150.0, 600.0]),
             counts: Some([20, 4, 40, 8, 90, 180]),
+            own: Some((50, 1100)),
         };
         let p = pair(&[off(0), on.clone(), off(0)], 1);
         assert!((p[1].overhead[0] - 14.0).abs() < 1e-9);
         assert!((p[1].direct[0] - 10.0).abs() < 1e-9);
         assert!((p[1].indirect[0] - 4.0).abs() < 1e-9);
         assert!((p[1].p99[0] - 50.0).abs() < 1e-9);
+        // the runtime's own account: 50 ns of its sampled path over 1000 ns of CPU at the off rate
+        assert!((p[1].own[0] - 5.0).abs() < 1e-9);
         assert!(estimate(&[]).is_none());
         // counters per tick by class: 2 sampled, 8 after, 90 far ticks; off: 200 far ticks
         let c = count_split(&[off(0), on, off(0)], 1);

@@ -1,18 +1,19 @@
 //! The answer first: the recommendation (a pure function of the rows), the verdict lines, then the
 //! detailed tables (cost and quality apart, each under 120 columns), JSON, CSV and HTML.
-use super::engine::{Results, Row};
+use super::engine::{placebo_band, Results, Row};
 use crate::estimate::{self, Estimate};
 use anyhow::Result;
-use memlens_measure::doc::{terminal_width, Document, Section, Table};
+use memlens_measure::doc::{terminal_width, wrap, Document, Section, Table};
 use memlens_measure::output;
 use memlens_measure::units::format_size;
+use serde::Serialize;
 
 /// Published figures (jemalloc 3.4.1, 2×8-core Xeon, libgcc unwinder, 16 threads): increase of the
 /// mean at 512 KiB on the malloc-test loop and on the real trading application.
 pub const PUBLISHED_512K: (f64, f64) = (9.0, 42.0);
 
-/// Where the design of the study is explained (in the tree).
-pub const DESIGN_DOC: &str = "docs/design.md";
+/// Where the method of the study is explained (in the tree).
+pub const DESIGN_DOC: &str = "docs/study.md";
 
 /// A candidate interval for the recommendation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,57 +101,67 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
-fn difference(a: &[f64], b: &[f64]) -> Option<Estimate> {
-    estimate::difference(a, b)
+/// a − b of two rows' medians, with the hierarchical interval of their rounds by process.
+fn difference(a: &Row, b: &Row) -> Option<Estimate> {
+    estimate::difference_groups(&a.engine.per_round, &b.engine.per_round)
 }
 
-/// "a tie (CI of the difference contains 0)" or "resolved".
-fn tie_word(d: Option<Estimate>) -> &'static str {
-    match d {
-        Some(d) if d.lo <= 0.0 && 0.0 <= d.hi => "a tie: the CI of the difference contains 0",
-        Some(_) => "resolved",
-        None => "-",
+/// "resolved", "within the placebo's ±band: not resolved" or "a tie".
+fn tie_word(d: Option<Estimate>, band: Option<f64>) -> String {
+    let Some(d) = d else { return "-".into() };
+    match band {
+        Some(b) if d.beyond(b) => "resolved".into(),
+        Some(b) if d.lo > 0.0 || d.hi < 0.0 => {
+            format!("not resolved: the interval excludes 0 but not the placebo's ±{b:.1}")
+        }
+        None if d.lo > 0.0 || d.hi < 0.0 => "resolved (no placebo measured)".into(),
+        _ => "a tie: the CI of the difference contains 0".into(),
     }
 }
 
-/// The verdict: what to use and what it costs, in a few lines (± = half the 95% interval; the
-/// recommendation shows the interval itself).
-pub fn verdict(r: &Results) -> Vec<String> {
-    let s = &r.settings;
-    let mut v = Vec::new();
-    let real = r
-        .rows
+/// The workloads whose memlens rows have coverage (profile windows), in the study's order.
+fn judged(r: &Results) -> Vec<String> {
+    r.settings
+        .workloads
         .iter()
-        .find(|x| x.coverage_pct.is_some())
-        .map(|x| x.workload.clone())
-        .or_else(|| {
+        .map(|w| w.name())
+        .filter(|w| {
             r.rows
                 .iter()
-                .find(|x| x.workload.starts_with("pipeline"))
-                .map(|x| x.workload.clone())
-        });
-    let synth = r
-        .rows
-        .iter()
-        .find(|x| x.workload.starts_with("synthetic"))
-        .map(|x| x.workload.clone());
-    if let Some(w) = &real {
+                .any(|x| &x.workload == w && x.coverage_pct.is_some())
+        })
+        .collect()
+}
+
+/// The recommendation lines: per workload with coverage and per unwinder, the interval to use.
+pub fn answer(r: &Results) -> Vec<String> {
+    let s = &r.settings;
+    let mut v = Vec::new();
+    for w in judged(r) {
         for u in &s.unwinders {
             let cands: Vec<Candidate> = r
                 .rows
                 .iter()
-                .filter(|x| &x.workload == w && x.unwinder.as_deref() == Some(u))
+                .filter(|x| x.workload == w && x.unwinder.as_deref() == Some(u))
                 .map(|x| Candidate {
                     interval: x.interval_bytes.unwrap_or(0),
                     overhead: x.overhead(),
                     coverage: x.coverage_pct,
                 })
                 .collect();
+            if cands.is_empty() {
+                continue;
+            }
             v.push(match recommend(&cands, s.min_coverage, s.budget) {
                 Some(rec) => {
                     let c = rec.pick;
                     let why = match rec.basis {
                         Basis::WithinBudget => format!("≤ {}% budget at the CI's upper end", s.budget),
+                        Basis::TiedWithCheapest | Basis::OverBudget
+                            if rec.cheapest.interval == c.interval =>
+                        {
+                            format!("the cheapest, not proven ≤ {}%", s.budget)
+                        }
                         Basis::TiedWithCheapest => format!(
                             "a tie with the cheapest ({} {}%), not proven ≤ {}%",
                             format_size(rec.cheapest.interval),
@@ -165,7 +176,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                         ),
                     };
                     format!(
-                        "recommended {u:<6} {:>5}: mean latency {}% on {w} ({why}), coverage {:.1}% (≥ {}%)",
+                        "recommended on {w}, memlens {u}: {} — overhead {}% ({why}), coverage {:.1}% (≥ {}%)",
                         format_size(c.interval),
                         c.overhead.show_ci(),
                         c.coverage.unwrap_or(f64::NAN),
@@ -173,11 +184,85 @@ pub fn verdict(r: &Results) -> Vec<String> {
                     )
                 }
                 None => format!(
-                    "recommended {u:<9}: none — no interval reached {}% coverage (or coverage was not measured)",
+                    "recommended on {w}, memlens {u}: none — no interval reached {}% coverage",
                     s.min_coverage
                 ),
             });
         }
+    }
+    if v.is_empty() {
+        v.push("no recommendation: coverage was not measured (--no-exact, or no workload with profile windows)".into());
+    }
+    v
+}
+
+/// A/A comparisons: with more than one placebo, each further placebo against off and against
+/// each other, judged as every difference is (beyond the first placebo's band).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Aa {
+    /// Comparisons made.
+    pub comparisons: u32,
+    /// Called resolved (false resolutions: nothing differs between placebos).
+    pub resolved: u32,
+    /// Whose 95% interval excludes 0 (what would be called resolved without the placebo's band).
+    pub excludes_zero: u32,
+}
+
+/// The A/A count of a study (None with one placebo per workload).
+pub fn aa(rows: &[Row]) -> Option<Aa> {
+    let mut out = Aa::default();
+    let mut workloads: Vec<&str> = rows.iter().map(|r| r.workload.as_str()).collect();
+    workloads.dedup();
+    for w in workloads {
+        let band = placebo_band(rows, w);
+        let extra: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.workload == w && r.is_placebo() && r.config != "placebo")
+            .collect();
+        for (i, a) in extra.iter().enumerate() {
+            out.comparisons += 1;
+            out.resolved += u32::from(a.engine.resolved == Some(true));
+            out.excludes_zero += u32::from(a.overhead().beyond(0.0));
+            for b in &extra[i + 1..] {
+                out.comparisons += 1;
+                let d = difference(a, b);
+                out.resolved += u32::from(matches!((d, band), (Some(d), Some(x)) if d.beyond(x)));
+                out.excludes_zero += u32::from(d.is_some_and(|d| d.beyond(0.0)));
+            }
+        }
+    }
+    (out.comparisons > 0).then_some(out)
+}
+
+/// The verdict: what the answer rests on, in a few lines (± = half the 95% interval).
+pub fn verdict(r: &Results) -> Vec<String> {
+    let s = &r.settings;
+    let mut v = Vec::new();
+    let names: Vec<String> = s.workloads.iter().map(|w| w.name()).collect();
+    for w in &names {
+        if let Some(p) = r
+            .rows
+            .iter()
+            .find(|x| &x.workload == w && x.config == "placebo")
+        {
+            v.push(format!(
+                "placebo on {w} (switched to as off is): {}% over {} rounds in {} process{} — a difference is resolved only beyond ±{:.1} points",
+                p.overhead().show_ci(),
+                p.engine.rounds,
+                p.engine.processes,
+                if p.engine.processes == 1 { "" } else { "es" },
+                placebo_band(&r.rows, w).unwrap_or(f64::NAN)
+            ));
+        }
+    }
+    if let Some(a) = aa(&r.rows) {
+        v.push(format!(
+            "A/A: {} of {} comparisons between placebos called resolved ({:.1}%); {} excluded 0 (the rate without the placebo's band)",
+            a.resolved,
+            a.comparisons,
+            a.resolved as f64 / a.comparisons as f64 * 100.0,
+            a.excludes_zero
+        ));
     }
     let find = |w: &str, p: &str, u: Option<&str>, i: u64| {
         r.rows.iter().find(|x| {
@@ -188,7 +273,8 @@ pub fn verdict(r: &Results) -> Vec<String> {
         })
     };
     let u0 = s.unwinders.first().map(String::as_str);
-    for w in real.iter().chain(synth.iter()) {
+    for w in &names {
+        let band = placebo_band(&r.rows, w);
         for u in &s.unwinders {
             let (Some(a), Some(b)) = (
                 find(w, "memlens", Some(u), 64 << 10),
@@ -196,18 +282,18 @@ pub fn verdict(r: &Results) -> Vec<String> {
             ) else {
                 continue;
             };
-            let d = difference(&a.engine.per_round, &b.engine.per_round);
+            let d = difference(a, b);
             v.push(format!(
                 "64K vs 2M ({u}) on {w}: {}% vs {}%; difference {} points — {}",
                 a.overhead().show(),
                 b.overhead().show(),
                 d.map_or("-".into(), |d| d.show_ci()),
-                tie_word(d)
+                tie_word(d, band)
             ));
         }
         for i in [64u64 << 10, 512 << 10] {
             if let (Some(m), Some(j)) = (find(w, "memlens", u0, i), find(w, "jemalloc", None, i)) {
-                let d = difference(&m.engine.per_round, &j.engine.per_round);
+                let d = difference(m, j);
                 v.push(format!(
                     "memlens {} vs jemalloc prof at {} on {w}: {}% vs {}%; difference {} points — {}",
                     u0.unwrap_or(""),
@@ -215,17 +301,20 @@ pub fn verdict(r: &Results) -> Vec<String> {
                     m.overhead().show(),
                     j.overhead().show(),
                     d.map_or("-".into(), |d| d.show_ci()),
-                    tie_word(d)
+                    tie_word(d, band)
                 ));
             }
         }
     }
-    if let (Some(rw), Some(sw)) = (&real, &synth) {
+    let synth = names.iter().find(|w| w.starts_with("synthetic"));
+    // the realistic workloads: those judged for quality (redis, the pipeline in the LLC)
+    for rw in judged(r).iter().filter(|w| !w.starts_with("synthetic")) {
+        let Some(sw) = synth else { break };
         if let (Some(a), Some(b)) = (
             find(rw, "memlens", u0, 512 << 10),
             find(sw, "memlens", u0, 512 << 10),
         ) {
-            let d = difference(&a.engine.per_round, &b.engine.per_round);
+            let d = difference(a, b);
             v.push(format!(
                 "realistic vs synthetic at 512K ({}): {rw} {}% vs {sw} {}% — difference {} points; published: +{}% vs +{}%",
                 u0.unwrap_or(""),
@@ -246,20 +335,22 @@ pub fn verdict(r: &Results) -> Vec<String> {
             }
         }
     }
+    v.extend(direct_vs_total(r));
     v.push(format!("cache/TLB misses per tick: {}", r.counters));
     let missed: Vec<&Row> = r.rows.iter().filter(|x| !x.engine.ci_met).collect();
     v.push(if missed.is_empty() {
         format!(
-            "every 95% CI reached its target (±{} points synthetic, ±{} pipeline) within {:.0} s",
-            s.target_synthetic, s.target_pipeline, r.seconds
+            "every 95% CI reached its target (±{} points synthetic, ±{} pipeline, ±{} service) within {:.0} s",
+            s.target_synthetic, s.target_pipeline, s.target_service, r.seconds
         )
     } else {
         format!(
-            "{} of {} configurations did not reach their CI target (±{} synthetic, ±{} pipeline; ✗ below, with the half width reached) {}",
+            "{} of {} configurations did not reach their CI target (±{} synthetic, ±{} pipeline, ±{} service; ✗ below, with the half width reached) {}",
             missed.len(),
             r.rows.len(),
             s.target_synthetic,
             s.target_pipeline,
+            s.target_service,
             if s.max_seconds > 0.0 {
                 format!("within the {:.0} s limit", s.max_seconds)
             } else {
@@ -267,19 +358,62 @@ pub fn verdict(r: &Results) -> Vec<String> {
             }
         )
     });
+    if s.processes < 2 {
+        v.push("one process per configuration: the intervals cover the rounds of that process, not what differs between processes".into());
+    }
+    v.extend(r.notes.iter().cloned());
     v
 }
 
-const COST_HEAD: [&str; 9] = [
+/// Direct (the runtime's own account of its sampled path) vs total (the paired overhead), per
+/// workload at 64K and 512K for the first unwinder — or why it is not there.
+fn direct_vs_total(r: &Results) -> Vec<String> {
+    let mut v = Vec::new();
+    let u0 = r.settings.unwinders.first().map(String::as_str);
+    for w in r.settings.workloads.iter().map(|w| w.name()) {
+        let parts: Vec<String> = r
+            .rows
+            .iter()
+            .filter(|x| {
+                x.workload == w && x.engine.profiler == "memlens" && x.unwinder.as_deref() == u0
+            })
+            .filter(|x| matches!(x.interval_bytes, Some(i) if i == 64 << 10 || i == 512 << 10))
+            .filter_map(|x| {
+                let o = x.engine.own_cost_pct?;
+                Some(format!(
+                    "{}: direct {}% of its CPU, total {}%",
+                    format_size(x.interval_bytes?),
+                    o.show(),
+                    x.overhead().show_ci()
+                ))
+            })
+            .collect();
+        if !parts.is_empty() {
+            v.push(format!(
+                "direct vs total on {w} (memlens {}; direct = the runtime's own account of its sampled path): {}",
+                u0.unwrap_or(""),
+                parts.join("; ")
+            ));
+        }
+    }
+    if v.is_empty() && r.rows.iter().any(|x| x.engine.profiler == "memlens") {
+        v.push("direct cost: n/a (this runtime does not account its own cost)".into());
+    }
+    v
+}
+
+const COST_HEAD: [&str; 11] = [
     "config",
     "rounds",
+    "procs",
     "mean % (95% CI)",
     "± / target",
+    "resolved",
     "p99 %",
     "direct %",
     "indirect %",
+    "own %",
     "sampled ticks %",
-    "paired",
 ];
 
 fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
@@ -291,6 +425,7 @@ fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
             vec![
                 x.config.clone(),
                 e.n.to_string(),
+                x.engine.processes.to_string(),
                 format!("{:+.1} [{:+.1}, {:+.1}]", e.pct, e.lo, e.hi),
                 format!(
                     "{:.2} / {} {}",
@@ -298,11 +433,17 @@ fn cost_rows(r: &Results, w: &str) -> Vec<Vec<String>> {
                     x.engine.ci_target_pct,
                     if x.engine.ci_met { "ok" } else { "✗" }
                 ),
+                match x.engine.resolved {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "(A/A)",
+                }
+                .into(),
                 x.engine.p99_overhead_pct.map_or("-".into(), |e| e.show()),
                 x.engine.direct_ci.map_or("-".into(), |e| e.show()),
                 x.engine.indirect_ci.map_or("-".into(), |e| e.show()),
+                x.engine.own_cost_pct.map_or("-".into(), |e| e.show()),
                 opt(x.engine.sampled_ticks_pct, 2),
-                if x.paired { "yes" } else { "no" }.into(),
             ]
         })
         .collect()
@@ -336,7 +477,8 @@ fn count_table(r: &Results) -> Option<(Vec<String>, Vec<Vec<String>>)> {
     Some((head, rows))
 }
 
-const QUALITY_HEAD: [&str; 6] = [
+const QUALITY_HEAD: [&str; 7] = [
+    "workload",
     "config",
     "coverage %",
     "total err %",
@@ -351,6 +493,7 @@ fn quality_rows(r: &Results) -> Vec<Vec<String>> {
         .filter(|x| x.coverage_pct.is_some())
         .map(|x| {
             vec![
+                x.workload.clone(),
                 x.config.clone(),
                 opt(x.coverage_pct, 1),
                 opt(x.total_error_pct, 1),
@@ -376,8 +519,9 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
         .map(|t| {
             // Skip the frames every top stack shares (the allocator's own), or all five rows read
             // the same four frames.
-            let skip = t.common_frames();
+            let skip = t.summary.common_frames();
             let rows = t
+                .summary
                 .top
                 .iter()
                 .map(|s| {
@@ -388,7 +532,7 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
                     vec![format!("{:.1}", s.share_pct), st]
                 })
                 .collect();
-            (t.unwinder.clone(), rows)
+            (format!("{}, {}", t.workload, t.summary.unwinder), rows)
         })
         .collect()
 }
@@ -397,20 +541,22 @@ fn truth_rows(r: &Results) -> Vec<(String, Vec<Vec<String>>)> {
 /// parts (each repeating the configuration).
 fn cost_table(r: &Results, w: &str) -> Table {
     let mut t = Table::new(&COST_HEAD[..1])
-        .topic("mean", &COST_HEAD[1..4])
-        .topic("p99", &COST_HEAD[4..5])
-        .topic("split", &COST_HEAD[5..8])
-        .topic("paired", &COST_HEAD[8..]);
+        .topic("mean", &COST_HEAD[1..6])
+        .topic("p99", &COST_HEAD[6..7])
+        .topic("split", &COST_HEAD[7..11]);
     t.rows = cost_rows(r, w);
     t
 }
 
-/// The study as one document: the verdict first, then the cost tables, the counters, the quality
-/// of the profile windows, the top stacks, and how the switches went.
+/// Heading of the answer: the recommendation and the chart.
+const ANSWER: &str =
+    "ANSWER (paired in time inside each process; 95% intervals; the placebo is the A/A reading)";
+
+/// The study as one document, after the answer: the verdict, then the cost tables, the counters,
+/// the quality of the profile windows, the top stacks, and how the switches went.
 pub fn document(r: &Results) -> Document {
     let mut doc = Document::new("memlens study: what heap profiling costs");
-    let mut v =
-        Section::new("VERDICT (paired in time inside each process; ± = half the 95% interval)");
+    let mut v = Section::new("VERDICT (± = half the 95% interval)");
     for l in verdict(r) {
         v = v.note(l);
     }
@@ -431,7 +577,7 @@ pub fn document(r: &Results) -> Document {
     if !q.is_empty() {
         doc.sections.push(
             Section::new(
-                "Profile quality: the same window (warm-up, reset, fixed ticks), exact vs sampled",
+                "Profile quality: the same window (warm-up, reset, the same work), exact vs sampled",
             )
             .table(Table::simple(&QUALITY_HEAD, q)),
         );
@@ -453,17 +599,37 @@ pub fn document(r: &Results) -> Document {
                 r.switch.pending_max
             ))
             .note(format!(
-                "study took {:.0} s ({} further processes); method: {DESIGN_DOC} and the README's study section",
-                r.seconds, r.extra_processes
+                "study took {:.0} s: {:.0} s the first processes and the profile windows, the rest {} further processes and the report; method: {DESIGN_DOC}",
+                r.seconds, r.first_seconds, r.extra_processes
             )),
     );
     doc
 }
 
-/// Print the verdict and the tables (fitted to the terminal's width); write the files asked for.
+/// The answer for the terminal: the recommendation and the chart, fitted to `width`.
+pub fn answer_text(r: &Results, width: usize) -> String {
+    let mut o = format!(
+        "{}
+",
+        wrap(ANSWER, width, "")
+    );
+    for l in answer(r) {
+        o += &wrap(&l, width, "  ");
+        o.push('\n');
+    }
+    for l in super::chart::text(r, width) {
+        o += &l;
+        o.push('\n');
+    }
+    o
+}
+
+/// Print the answer, the verdict and the tables (fitted to the terminal's width); write the files
+/// asked for.
 pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
     let doc = document(r);
-    print!("{}", doc.to_text(terminal_width()).trim_start());
+    let width = terminal_width();
+    print!("{}{}", answer_text(r, width), doc.to_text(width));
     if let Some(p) = &out.json {
         output::write_json(p, r)?;
     }
@@ -473,8 +639,15 @@ pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()
     }
     if let Some(p) = &out.html {
         let mut page = doc.clone();
-        page.sections[0].heading =
-            "Verdict (paired in time inside each process; ± = half the 95% interval)".into();
+        let mut a = Section::new(
+            "Answer (paired in time inside each process; 95% intervals; the placebo is the A/A reading)",
+        );
+        for l in answer(r) {
+            a = a.note(l);
+        }
+        a = a.plot(super::chart::svg(r)?);
+        page.sections.insert(0, a);
+        page.sections[1].heading = "Verdict (± = half the 95% interval)".into();
         output::write_text(p, &page.to_html())?;
     }
     Ok(())
