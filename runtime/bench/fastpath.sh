@@ -1,7 +1,7 @@
 #!/bin/sh
 # The runtime's cost on a malloc-test loop (512 B malloc/free pairs at call depth 10), in core
 # cycles per pair (TSC ticks where the kernel gives no hardware counters), for every configuration
-# of the README's speed table. Each run times glibc called directly and the interposed malloc/free
+# of docs/benchmarks.md's table. Each run times glibc called directly and the interposed malloc/free
 # in alternating blocks of the same process (see fastpath.c), so "delta" is paired in time and
 # immune to this VM's slow and fast phases; "none" (nothing preloaded) is the method's own noise
 # floor and "forward" (a preloaded library that only forwards) the floor of any LD_PRELOAD

@@ -1,5 +1,5 @@
 //! One configuration of a study, as `memlens study --json` writes it: the JSON contract scripts
-//! rely on (README, `memlens study`), the same for both engines — `rows[]` of the paired study,
+//! rely on (docs/study.md, `memlens study`), the same for both engines — `rows[]` of the paired study,
 //! `workloads[].rows[]` of the unpaired one. What only one engine measures is its own columns
 //! (`E`), written beside the contract's fields in the same object.
 use serde::{Deserialize, Serialize};
@@ -45,7 +45,7 @@ pub struct Row<E> {
     pub engine: E,
 }
 
-/// The contract's fields (the README's list), in the order it gives them.
+/// The contract's fields (docs/study.md's list), in the order it gives them.
 #[cfg(test)]
 pub(crate) const CONTRACT: [&str; 15] = [
     "workload",

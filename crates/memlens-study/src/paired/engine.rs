@@ -276,7 +276,7 @@ impl ProcOut {
 /// A row of the paired study: the contract's fields and [`Columns`].
 pub type Row = crate::row::Row<Columns>;
 
-/// What only the paired study measures of a configuration (README: `p99_overhead_pct`, `rounds`,
+/// What only the paired study measures of a configuration (docs/study.md: `p99_overhead_pct`, `rounds`,
 /// `ci_target_pct`, `ci_met`, `counts_per_tick`, and the profiler, placebo and cost intervals).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Columns {
@@ -947,7 +947,7 @@ fn fill(row: &mut Row, q: &Quality, samples: u64, truncated: f64) {
 mod tests {
     use super::*;
 
-    /// The paired rows' JSON: the contract's fields and this engine's columns (the README's
+    /// The paired rows' JSON: the contract's fields and this engine's columns (docs/study.md's
     /// `p99_overhead_pct`, `rounds`, `ci_target_pct`, `ci_met`, `counts_per_tick` among them),
     /// nothing else; it reads back as written, except the per-round values it leaves out.
     #[test]
