@@ -7,9 +7,9 @@ mod child;
 mod report;
 
 use anyhow::{Context, Result};
-use memlens_measure::progress::Progress;
 use memlens_measure::units::{format_size, parse_count_list, parse_size_list};
 use memlens_measure::usage;
+use memlens_render::progress::Progress;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -108,7 +108,7 @@ pub struct AllocOptions {
     pub timeout: String,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_measure::output::OutputArgs,
+    pub out: memlens_render::output::OutputArgs,
     /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
@@ -325,7 +325,7 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     }));
     println!(
         "{}",
-        memlens_measure::output::fit_table(&["allocator", "status", "library", "from"], &rows)
+        memlens_render::output::fit_table(&["allocator", "status", "library", "from"], &rows)
     );
 }
 
@@ -428,7 +428,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for (name, svg) in &svgs {
-            memlens_measure::output::write_text(&dir.join(name), svg)?;
+            memlens_render::output::write_text(&dir.join(name), svg)?;
         }
     }
     let doc = report::document(&plan, &summary, &missing, &failed, svgs);
@@ -437,10 +437,10 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
     }
     if let Some(p) = &args.out.csv {
-        memlens_measure::output::write_csv_rows(p, &report::csv_rows(&summary))?;
+        memlens_render::output::write_csv_rows(p, &report::csv_rows(&summary))?;
     }
     if let Some(p) = &args.out.html {
-        memlens_measure::output::write_text(p, &doc.to_html())?;
+        memlens_render::output::write_text(p, &doc.to_html())?;
     }
     Ok(0)
 }

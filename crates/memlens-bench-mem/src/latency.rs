@@ -4,11 +4,11 @@ use crate::chase::{self, Order};
 use crate::counters::{self, CounterSet, Mode, Validate};
 use crate::measure::{self, Chaser};
 use anyhow::{Context, Result};
-use memlens_measure::progress::Progress;
 use memlens_measure::stats::Summary;
 use memlens_measure::tsc::Clock;
 use memlens_measure::units::{format_size, parse_duration, parse_size, parse_size_list};
 use memlens_measure::usage;
+use memlens_render::progress::Progress;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -51,7 +51,7 @@ pub struct LatencyArgs {
     pub test_break_event: Vec<String>,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_measure::output::OutputArgs,
+    pub out: memlens_render::output::OutputArgs,
     /// Write the latency-vs-working-set plot as SVG
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,

@@ -17,6 +17,7 @@ pub mod diff;
 pub mod input;
 pub mod life;
 pub mod model;
+mod names;
 pub mod pprof;
 pub mod pprof_read;
 pub mod raw;
@@ -27,6 +28,7 @@ pub mod views;
 
 pub use convert::{convert_raw, load, ConvertSummary};
 pub use model::{Profile, SampleIndex};
+pub use names::short_name;
 pub use pprof::profile_stem;
 
 pub use diff::{run_diff, DiffArgs};

@@ -163,7 +163,7 @@ pub struct StudyArgs {
     pub metric_rate: bool,
     /// Result files (--json, --csv, --html).
     #[command(flatten)]
-    pub out: memlens_measure::output::OutputArgs,
+    pub out: memlens_render::output::OutputArgs,
     /// Write the SVG plots into DIR
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,

@@ -12,7 +12,7 @@
 //! memlens-profile ([`memlens_profile::convert::symbolize_dumps`]) and a stack is compared across
 //! runs as its sequence of function names ([`memlens_profile::agg::Stacks`]).
 use anyhow::{Context, Result};
-use memlens_measure::names::short_name;
+use memlens_profile::short_name;
 use memlens_profile::{agg, convert, Profile, SampleIndex};
 use serde::Serialize;
 use std::collections::HashMap;

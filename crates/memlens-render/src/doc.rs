@@ -379,7 +379,7 @@ impl Document {
         }
         let machine = Table::simple(
             &["fact", "value"],
-            crate::sysinfo::collect()
+            memlens_measure::sysinfo::collect()
                 .lines()
                 .into_iter()
                 .map(|(k, v)| vec![k, v])

@@ -46,7 +46,7 @@ pub fn render(r: &Report) -> String {
         escape(&r.title),
         escape(&r.title)
     );
-    let machine = crate::sysinfo::collect();
+    let machine = memlens_measure::sysinfo::collect();
     let facts = Section {
         heading: "Machine".into(),
         tables: vec![(
