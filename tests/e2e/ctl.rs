@@ -88,7 +88,7 @@ fn ctl_ok(pid: i32, args: &[&str]) -> String {
 /// `samples` of a raw dump's header and the sum of its per-stack sample counts, read by memlens's
 /// own strict reader (a dump that is not one, or is cut short, fails the test).
 fn raw_samples(path: &Path) -> (u64, u64) {
-    let d = memlens_profile::raw::read(path).unwrap_or_else(|e| panic!("{e:#}"));
+    let d = memlens_profile::read_raw(path).unwrap_or_else(|e| panic!("{e:#}"));
     (d.meta.samples, d.stacks.iter().map(|s| s.samples).sum())
 }
 
