@@ -26,25 +26,25 @@ memlens bench bandwidth --size 64M --repeats 5 --pool-dir /dev/shm"
 pub struct BandwidthArgs {
     /// Size of each of the three arrays (default: 4× the last-level cache, as STREAM requires)
     #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
+    pub(crate) size: Option<String>,
     /// Thread counts, e.g. 1,2 or 1..4 (default: 1..number of CPUs)
     #[arg(long, value_name = "LIST")]
-    pub threads: Option<String>,
+    pub(crate) threads: Option<String>,
     /// Timed repeats per kernel, interleaved across kernels (after one untimed warm-up pass)
     #[arg(long, default_value_t = 10, value_name = "N")]
-    pub repeats: usize,
+    pub(crate) repeats: usize,
     /// Directory for the libpmemobj pool file
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
-    pub pool_dir: PathBuf,
+    pub(crate) pool_dir: PathBuf,
     /// Skip the libpmemobj variants
     #[arg(long)]
-    pub no_pmem: bool,
+    pub(crate) no_pmem: bool,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_render::output::OutputArgs,
+    pub(crate) out: memlens_render::output::OutputArgs,
     /// Write the bandwidth bar chart as SVG
     #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]

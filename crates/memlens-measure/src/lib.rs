@@ -17,4 +17,4 @@ pub mod sysinfo;
 pub mod tsc;
 pub mod units;
 
-pub use error::{usage, UsageError};
+pub use error::usage;

@@ -25,7 +25,7 @@ pub struct Report {
 }
 
 /// Escape `&`, `<`, `>` and `"` for HTML text and attributes.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

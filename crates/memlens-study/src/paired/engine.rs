@@ -17,7 +17,7 @@ use crate::quality::{self, Quality, TruthSummary};
 use anyhow::Result;
 use memlens_measure::units::format_size;
 use memlens_render::progress::Progress;
-use memlens_workloads::paired::Block;
+use memlens_workloads::Block;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

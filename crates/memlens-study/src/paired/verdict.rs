@@ -328,7 +328,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 v.push(format!(
                     "  split on {rw}: direct (the sampling ticks) {}%, indirect (the {} ticks after) {}%, rest {:+.1}%",
                     di.show(),
-                    memlens_workloads::paired::AFTER,
+                    memlens_workloads::AFTER,
                     ii.show(),
                     a.overhead().pct - di.pct - ii.pct
                 ));
