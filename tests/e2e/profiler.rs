@@ -780,7 +780,16 @@ fn exit_status_and_signals_pass_through() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // memlens forwards signals once its program runs: wait for `sleep` to be its child
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    wait_for("memlens run to start sleep", 20, || {
+        std::fs::read_to_string(&children).is_ok_and(|c| {
+            c.split_whitespace().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|n| n.trim() == "sleep")
+            })
+        })
+    });
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .ok();
