@@ -25,8 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach.h"
+#include "boot.h"
+#include "control.h"
+#include "ctl.h"
 #include "got.h"
-#include "rt.h"
+#include "log.h"
+#include "modules.h"
 
 #define WATCH_MS 20 /* how often the watcher looks for new modules */
 

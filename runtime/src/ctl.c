@@ -48,8 +48,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach.h"
+#include "config.h"
+#include "control.h"
 #include "cost.h"
-#include "internal.h"
+#include "ctl.h"
+#include "dump.h"
+#include "fmt.h"
+#include "jeprof.h"
+#include "log.h"
+#include "stacks.h"
 #include "state.h"
 
 #define CTL_LINE_MAX 512     /* a command word and a file name */
@@ -63,7 +71,6 @@
 #define CTL_BACKLOG 64
 
 /* attach.c: the `attach` and `detach` requests of a runtime loaded by `memlens attach`. */
-extern int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap) __attribute__((weak));
 
 static int ctl_fd = -1;        /* listening socket, or -1 */
 static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */

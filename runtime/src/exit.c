@@ -5,9 +5,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ctl.h"
+#include "dump.h"
+#include "log.h"
 #include "state.h"
 
-extern void ml_ctl_exit(void) __attribute__((weak));
 
 static void exit_dump(void)
 {

@@ -8,9 +8,17 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "ctl.h"
+#include "dump.h"
+#include "fork.h"
+#include "log.h"
+#include "modules.h"
+#include "range.h"
+#include "sample.h"
+#include "stacks.h"
 #include "state.h"
 
-extern void ml_ctl_atfork_child(void) __attribute__((weak));
 
 static void prepare(void)
 {

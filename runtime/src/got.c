@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 
 #include "got.h"
-#include "rt.h"
+#include "modules.h"
 
 struct ml_hook ml_hooks[] = {
     {"free", ML_HOOK_FREE, 0, 0},

@@ -11,12 +11,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "boot.h"
+#include "config.h"
+#include "ctl.h"
+#include "fork.h"
+#include "log.h"
+#include "modules.h"
+#include "out.h"
+#include "range.h"
+#include "stacks.h"
 #include "state.h"
+#include "unwind.h"
 
 __thread struct ml_thread ml_tls;
 struct ml_config ml_cfg = {.interval = 524288, .active = 1, .max_depth = 64, .unwinder = -1};
 
-extern void ml_ctl_start(void) __attribute__((weak));
 
 /* Boot versions of the real functions: they run ml_init and then forward. While this thread is inside
  * ml_init (dlsym may calloc), they serve memory from the boot arena. */
@@ -72,13 +81,6 @@ struct ml_real ml_real = {boot_malloc,   boot_free,          boot_calloc,   boot
                           boot_posix_memalign, boot_aligned_alloc, boot_memalign, boot_usable};
 
 static _Atomic int init_state; /* 0 not started, 1 running, 2 done */
-
-uint64_t ml_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void ml_fail(const char *why)
 {

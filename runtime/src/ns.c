@@ -7,10 +7,8 @@
 #include <sched.h>
 #include <time.h>
 
-#include "rt.h"
+#include "ctl.h"
 
-extern int ml_ctl_pause(void) __attribute__((weak));
-extern void ml_ctl_resume(void) __attribute__((weak));
 
 /* Call `fn` with the control thread ended. The kernel removes an exited thread from the thread group
  * shortly after pthread_join returns, so EINVAL is retried for a while (only when we ended one). */

@@ -4,7 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "fmt.h"
+#include "log.h"
+#include "out.h"
 
 void ml_out_flush(struct ml_out *o)
 {

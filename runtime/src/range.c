@@ -29,7 +29,7 @@
 #include <x86intrin.h>
 
 #include "check.h"
-#include "rt.h"
+#include "range.h"
 
 #define RANGE_SIZE (64ull << 30)
 #define PAGE 4096u

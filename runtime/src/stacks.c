@@ -21,6 +21,8 @@
 #include <sys/resource.h>
 
 #include "check.h"
+#include "modules.h"
+#include "stacks.h"
 #include "state.h"
 
 #define DEFAULT_MAX_STACKS (1u << 18)

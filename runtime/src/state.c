@@ -29,8 +29,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "fmt.h"
+#include "lifetime.h"
+#include "log.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
 
 #define PAGE 4096u
 #define CHUNK (64u << 10) /* bytes reserved at a time */
@@ -50,7 +54,6 @@ static char file_name[64];
 static uint64_t room_arena, room_listed, room_modules, room_points; /* reserved so far (bytes) */
 static _Atomic int room_lock;
 
-extern char ml_run_dir_env[4000];
 
 static uint64_t round_page(uint64_t v) { return (v + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
 

@@ -16,6 +16,9 @@
 #include <unwind.h>
 
 #include "cfi.h"
+#include "dwarf.h"
+#include "log.h"
+#include "unwind.h"
 
 #define SELF_SLACK 16 /* room for our own frames, stripped afterwards */
 _Static_assert(ML_UNWIND_BUF >= ML_MAX_DEPTH + SELF_SLACK + 1, "unwind buffer holds max + slack + ra");
