@@ -10,7 +10,6 @@
 #include "log.h"
 #include "state.h"
 
-
 static void exit_dump(void)
 {
     if (!ml_cfg.out || atomic_load(&ml_cfg.failed))

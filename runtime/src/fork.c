@@ -19,7 +19,6 @@
 #include "stacks.h"
 #include "state.h"
 
-
 static void prepare(void)
 {
     ml_dump_lock();

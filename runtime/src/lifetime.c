@@ -112,7 +112,6 @@ uint64_t ml_views_tsc_hz_rough(void)
     return (uint64_t)((double)(t - a) * 1e9 / (double)(ns - anchor_ns));
 }
 
-
 uint64_t ml_tick_ns(uint64_t tick)
 {
     uint64_t hz = ml_views_tsc_hz(), now = __rdtsc(), ns = ml_now_ns();

@@ -171,7 +171,6 @@ static void iterate_single_threaded(int (*fn)(struct dl_phdr_info *, size_t, voi
     }
 }
 
-
 /* Threads of this process (entries of /proc/self/task), or a large number if unknown. */
 static int count_threads(void)
 {

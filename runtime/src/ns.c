@@ -9,7 +9,6 @@
 
 #include "ctl.h"
 
-
 /* Call `fn` with the control thread ended. The kernel removes an exited thread from the thread group
  * shortly after pthread_join returns, so EINVAL is retried for a while (only when we ended one). */
 static int single_threaded(int (*fn)(int, int), int a, int b)

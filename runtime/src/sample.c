@@ -20,7 +20,6 @@
 #include "state.h"
 #include "unwind.h"
 
-
 #define ARMED_EXACT UINT64_MAX
 
 static uint64_t rng_next(struct ml_thread *t)

@@ -54,7 +54,6 @@ static char file_name[64];
 static uint64_t room_arena, room_listed, room_modules, room_points; /* reserved so far (bytes) */
 static _Atomic int room_lock;
 
-
 static uint64_t round_page(uint64_t v) { return (v + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
 
 /* The state file's descriptor, or -1: the program may have closed ours (daemons close every
