@@ -77,7 +77,8 @@ static void *next_sym(const char *name)
 {
     void *p = dlsym(RTLD_NEXT, name);
     if (!p)
-        ml_fail("cannot find the next allocator (dlsym RTLD_NEXT failed)");
+        ml_log("cannot find the next allocator's %s: dlsym(RTLD_NEXT) found no definition after "
+               "libmemlens.so", name);
     return p;
 }
 
@@ -95,7 +96,7 @@ static void resolve_real(void)
     if (!r.malloc || !r.free || !r.calloc || !r.realloc || !r.posix_memalign || !r.aligned_alloc ||
         !r.memalign || !r.malloc_usable_size) {
         /* Nothing sane to forward to: this is fatal for the host, but there is no alternative. */
-        ml_log("fatal: the malloc family cannot be resolved");
+        ml_log("fatal: the malloc family cannot be resolved; exiting with status 127");
         /* exit_group, not _exit: exit.c's _exit would try a dump; with nothing initialised it
          * would find nothing to do, but a floor this low should not reach up for it. */
         syscall(SYS_exit_group, 127);
@@ -117,11 +118,11 @@ void ml_init(void)
     }
     ml_tls.in_init = 1;
     ml_config_read();
-    if (ml_range_init() != 0)
-        ml_fail("cannot reserve the address range for sampled blocks");
+    /* Each of these says what failed, with its size and errno, and stops profiling (ml_fail):
+     * the program goes on, forwarded to its allocator. */
+    ml_range_init();
     resolve_real();
-    if (ml_stacks_init() != 0)
-        ml_fail("cannot map the stack table");
+    ml_stacks_init();
     ml_cfg.pid = getpid();
     ml_cfg.start_ns = ml_now_ns();
     ml_tls.in_init = 0;

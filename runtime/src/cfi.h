@@ -17,6 +17,8 @@ static inline int64_t ml_rule_cfa_off(uint64_t r) { return (int32_t)(uint32_t)r;
 static inline int64_t ml_rule_rbp_off(uint64_t r) { return (int16_t)(uint16_t)(r >> 48); }
 
 int ml_cfi_init(void);
+/* The rule table's size (ml_cfi_init maps it), for the message when it cannot. */
+size_t ml_cfi_table_bytes(void);
 /* ml_cfi_init succeeded. */
 int ml_cfi_ready(void);
 /* The rule of the frame that called through return address `ra`. */

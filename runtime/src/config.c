@@ -9,7 +9,6 @@
 
 #include "config.h"
 #include "log.h"
-#include "out.h"
 
 __thread struct ml_thread ml_tls;
 struct ml_config ml_cfg = {.interval = 524288, .active = 1, .max_depth = 64, .unwinder = -1};
@@ -54,11 +53,7 @@ static const char *ml_env_copy(const char *name, char *buf, size_t cap)
     if (!n)
         return NULL;
     if (n >= cap) {
-        struct ml_out o = {.fd = 2};
-        ml_out_str(&o, "memlens: ");
-        ml_out_str(&o, name);
-        ml_out_str(&o, " is too long; ignored\n");
-        ml_out_flush(&o);
+        ml_log("%s is too long (%zu bytes, at most %zu); ignored", name, n, cap - 1);
         return NULL;
     }
     memcpy(buf, s, n + 1);
@@ -71,7 +66,7 @@ void ml_config_read(void)
     if (s && *s) {
         int64_t v = parse_size(s);
         if (v < 0)
-            ml_log("MEMLENS_INTERVAL is not a size of at most 1 TiB; using 524288");
+            ml_log("MEMLENS_INTERVAL=%s is not a size of at most 1 TiB; using 524288", s);
         else
             ml_cfg.interval = (uint64_t)v;
     }
@@ -94,7 +89,7 @@ void ml_config_read(void)
         else if (!__builtin_strcmp(s, "dwarf"))
             ml_cfg.unwinder = ML_UNW_DWARF;
         else
-            ml_log("MEMLENS_UNWINDER must be dwarf, fp, libgcc or libunwind; using the default");
+            ml_log("MEMLENS_UNWINDER=%s: must be dwarf, fp, libgcc or libunwind; using the default", s);
     }
     /* Copied, not pointed at: programs that set their process title (redis, nginx, PostgreSQL)
      * overwrite the environment strings in place. */
