@@ -32,7 +32,8 @@ n = r = z = 0
 for f in sorted(glob.glob(out + "/aa-*.json")):
     aa = json.load(open(f)).get("aa") or {}
     n += aa.get("comparisons", 0); r += aa.get("resolved", 0); z += aa.get("excludes_zero", 0)
-print(f"studies {len(loads)}, load average {min(loads)}-{max(loads)}: {n} A/A comparisons, "
+lf = [float(x) for x in loads]
+print(f"studies {len(loads)}, load average {min(lf)}-{max(lf)}: {n} A/A comparisons, "
       f"{r} called resolved ({100*r/max(n,1):.1f}%); {z} excluded 0 ({100*z/max(n,1):.1f}%, the rate without the placebo's band)")
 PY
 echo "results in $OUT"

@@ -11,6 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "block.h"
+#include "cost.h"
+#include "range.h"
 #include "sample.h"
 
 #define FAST __attribute__((optimize("omit-frame-pointer"), aligned(64)))

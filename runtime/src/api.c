@@ -6,8 +6,9 @@
 
 #include <errno.h>
 
+#include "control.h"
 #include "cost.h"
-#include "internal.h"
+#include "dump.h"
 
 int memlens_start(void) { return ml_set_active(1); }
 

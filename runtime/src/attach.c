@@ -25,8 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach.h"
+#include "boot.h"
+#include "control.h"
+#include "ctl.h"
 #include "got.h"
-#include "rt.h"
+#include "log.h"
+#include "modules.h"
 
 #define WATCH_MS 20 /* how often the watcher looks for new modules */
 
@@ -182,7 +187,13 @@ static void *watch(void *arg)
         if (patch_all(atomic_load(&hooked)) != 0) {
             ml_got_apply(ML_GOT_UNHOOK);
             atomic_store(&hooked, 0);
-            ml_fail("attach: cannot patch a newly loaded module (RELRO page stays read-only)");
+            const char *module;
+            uintptr_t page;
+            int err;
+            ml_got_failure(&module, &page, &err);
+            errno = err;
+            ml_fail("attach: cannot patch %s, loaded after attach: its RELRO page %p stays "
+                    "read-only: mprotect: %m", module, (void *)page);
         }
         atomic_store(&patching, 0);
     }

@@ -34,10 +34,16 @@
 #include <string.h>
 #include <x86intrin.h>
 
+#include "block.h"
 #include "check.h"
 #include "cost.h"
+#include "lifetime.h"
+#include "peak.h"
+#include "range.h"
+#include "sample.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
+#include "timeline.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
 

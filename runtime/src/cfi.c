@@ -27,9 +27,11 @@
 
 static _Atomic uint64_t *rule_keys, *rule_vals;
 
+size_t ml_cfi_table_bytes(void) { return 2 * NRULES * sizeof(uint64_t); }
+
 int ml_cfi_init(void)
 {
-    size_t bytes = 2 * NRULES * sizeof(uint64_t);
+    size_t bytes = ml_cfi_table_bytes();
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return -1;

@@ -1,7 +1,9 @@
-/* DWARF unwind rules (cfi.c) and the unwinder built on them (dwarf.c). */
+/* DWARF unwind rules, per return address (cfi.c); dwarf.c walks them. */
 #ifndef MEMLENS_CFI_H
 #define MEMLENS_CFI_H
 #include "rt.h"
+
+#pragma GCC visibility push(hidden)
 
 /* A rule, packed in 64 bits; 0 is never a rule.
  *   bits 0-31  CFA offset (from rsp, or from rbp with ML_RULE_CFA_RBP)
@@ -15,15 +17,14 @@ static inline int64_t ml_rule_cfa_off(uint64_t r) { return (int32_t)(uint32_t)r;
 static inline int64_t ml_rule_rbp_off(uint64_t r) { return (int16_t)(uint16_t)(r >> 48); }
 
 int ml_cfi_init(void);
+/* The rule table's size (ml_cfi_init maps it), for the message when it cannot. */
+size_t ml_cfi_table_bytes(void);
 /* ml_cfi_init succeeded. */
 int ml_cfi_ready(void);
-/* dwarf.c: a walk from a frame another unwinder reached — `ra` stored at sp0 (the caller's stack
- * pointer at the call is sp0 + 8), rbp0 the caller's rbp — into pcs (ra first). The number of
- * frames, or -1 if a frame has no CFI this unwinder follows. */
-int ml_dwarf_continue(uintptr_t ra, uintptr_t sp0, uintptr_t rbp0, uintptr_t hi, int foreign,
-                      uintptr_t *pcs, int max, int *trunc);
 /* The rule of the frame that called through return address `ra`. */
 uint64_t ml_cfi_rule(uintptr_t ra);
 /* Forget every rule (code was unloaded: its addresses may be reused by other code). */
 void ml_cfi_forget(void);
+
+#pragma GCC visibility pop
 #endif

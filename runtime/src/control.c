@@ -1,4 +1,4 @@
-/* The internal control interface (internal.h) used by ctl.c and api.c, and the fast switch.
+/* The control interface (control.h) used by ctl.c, api.c and attach.c, and the fast switch.
  *
  * The fast path reads no shared state, so a switch (start, stop, a new interval) has to reach each
  * thread through its own countdown. Every switch bumps ml_epoch and stores 0 into the countdown of
@@ -15,6 +15,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "boot.h"
+#include "control.h"
+#include "cost.h"
+#include "stacks.h"
 #include "state.h"
 
 #define ML_REG_MAX 4096

@@ -33,8 +33,10 @@
 
 #include <pthread.h>
 
+#include "control.h"
 #include "cost.h"
-#include "views.h"
+#include "lifetime.h"
+#include "out.h"
 
 #define ML_COST_CAP_NS 200000u
 

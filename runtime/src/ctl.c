@@ -48,8 +48,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attach.h"
+#include "config.h"
+#include "control.h"
 #include "cost.h"
-#include "internal.h"
+#include "ctl.h"
+#include "dump.h"
+#include "fmt.h"
+#include "jeprof.h"
+#include "log.h"
+#include "stacks.h"
 #include "state.h"
 
 #define CTL_LINE_MAX 512     /* a command word and a file name */
@@ -63,7 +71,6 @@
 #define CTL_BACKLOG 64
 
 /* attach.c: the `attach` and `detach` requests of a runtime loaded by `memlens attach`. */
-extern int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap) __attribute__((weak));
 
 static int ctl_fd = -1;        /* listening socket, or -1 */
 static pid_t ctl_owner;        /* pid that bound ctl_path: only it may unlink it */
@@ -129,16 +136,25 @@ static int ctl_dir(char *dir, size_t cap)
 }
 
 /* Create the directory 0700, or accept an existing one only if it is ours and nobody else can write
- * to it: otherwise another user could replace our socket with theirs. */
-static int ensure_dir(const char *dir)
+ * to it: otherwise another user could replace our socket with theirs. 0, or -1 and the reason
+ * logged unless `quiet`. */
+static int ensure_dir(const char *dir, int quiet)
 {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return -1;
     struct stat st;
-    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || lstat(dir, &st) != 0) {
+        if (!quiet)
+            ml_log("control socket disabled: cannot create or find its directory %s: %m (set "
+                   "MEMLENS_CTL_DIR)", dir);
         return -1;
-    if (st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+        if (!quiet)
+            ml_log("control socket disabled: its directory %s must be a directory of ours (uid %u) "
+                   "not writable by others, and it is %s of uid %u, mode 0%o (set MEMLENS_CTL_DIR)",
+                   dir, (unsigned)geteuid(), S_ISDIR(st.st_mode) ? "a directory" : "not a directory",
+                   (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
         return -1;
+    }
     return 0;
 }
 
@@ -204,15 +220,13 @@ static int ctl_listen(int quiet)
         return -1; /* quietly: a program in a fresh user namespace sees nothing of us */
     if (ctl_dir(dir, sizeof ctl_dirpath - 48) != 0) {
         if (!quiet)
-            ml_log("control socket disabled: MEMLENS_CTL_DIR is too long for a unix socket path");
+            ml_log("control socket disabled: MEMLENS_CTL_DIR=%s is too long for a unix socket path "
+                   "(%zu bytes, at most %zu)", ml_ctl_dir_env, strlen(ml_ctl_dir_env),
+                   sizeof ctl_dirpath - 50);
         return -1;
     }
-    if (ensure_dir(dir) != 0) {
-        if (!quiet)
-            ml_log("control socket disabled: cannot use its directory (it must be ours and not "
-                   "writable by others; set MEMLENS_CTL_DIR)");
+    if (ensure_dir(dir, quiet) != 0)
         return -1;
-    }
     uint64_t ns = pidns();
     sweep_stale(dir, ns);
     struct buf b = {ctl_path, 0, sizeof ctl_path};
@@ -224,16 +238,22 @@ static int ctl_listen(int quiet)
     put_str(&b, ".sock");
 
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); /* accept_all drains it */
-    if (fd < 0)
+    if (fd < 0) {
+        if (!quiet)
+            ml_log("control socket disabled: cannot create a unix socket: %m");
         return -1;
+    }
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     memcpy(addr.sun_path, ctl_path, b.len + 1);
     /* A socket left by an earlier process with our pid (killed, or before our exec) is stale. */
     unlink(ctl_path);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(ctl_path, 0600) != 0 ||
-        listen(fd, CTL_BACKLOG) != 0) {
+    const char *call = bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ? "bind"
+                       : chmod(ctl_path, 0600) != 0                      ? "chmod 0600"
+                       : listen(fd, CTL_BACKLOG) != 0                    ? "listen"
+                                                                         : NULL;
+    if (call) {
         if (!quiet)
-            ml_log("control socket disabled: cannot bind it");
+            ml_log("control socket disabled: cannot %s %s: %m", call, ctl_path);
         close(fd);
         return -1;
     }
@@ -617,9 +637,10 @@ static void *thread_done(void)
  * already belong to one of its own files, so leave it alone and give up the channel. */
 static void ctl_lost(void)
 {
+    ml_log("control socket %s (fd %d) closed by the program; memlens ctl is disabled in process %d",
+           ctl_path, ctl_fd, (int)getpid());
     ctl_unlink();
     ctl_fd = -1;
-    ml_log("control socket closed by the program; memlens ctl is disabled in this process");
 }
 
 /* Accept every pending connection. 0, or -1 when the listening socket is gone. */
@@ -721,8 +742,11 @@ static void ctl_spawn(int fd, int quiet)
     pthread_attr_destroy(&attr);
     if (e != 0) {
         atomic_store(&thread_state, T_NONE);
-        if (!quiet)
-            ml_log("control socket disabled: cannot create its thread");
+        if (!quiet) {
+            errno = e;
+            ml_log("control socket disabled: cannot create its thread (a %u KiB stack): "
+                   "pthread_create: %m", (unsigned)(CTL_STACK >> 10));
+        }
         if (fd >= 0) {
             ctl_unlink();
             ctl_fd = -1;

@@ -6,10 +6,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "config.h"
 #include "cost.h"
-#include "rt.h"
+#include "dump.h"
+#include "fmt.h"
+#include "lifetime.h"
+#include "modules.h"
+#include "out.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
 
 static _Atomic int dump_lock;
 static _Atomic int dump_owner; /* tid holding dump_lock, 0 if none */

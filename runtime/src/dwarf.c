@@ -15,6 +15,9 @@
 #include <sys/mman.h>
 
 #include "cfi.h"
+#include "dwarf.h"
+#include "stacks.h"
+#include "unwind.h"
 
 #define WAYS 4
 #define MAX_READS 48 /* stacks that need more are walked every time */

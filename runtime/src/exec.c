@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dump.h"
+#include "stacks.h"
 #include "state.h"
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);

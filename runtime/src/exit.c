@@ -2,12 +2,14 @@
  * destructors), or from _exit/_Exit, which skip destructors and are how forked children often leave.
  * A process that leaves by neither (exit_group, a signal) still has its state file (state.c). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ctl.h"
+#include "dump.h"
+#include "log.h"
 #include "state.h"
-
-extern void ml_ctl_exit(void) __attribute__((weak));
 
 static void exit_dump(void)
 {
@@ -28,8 +30,10 @@ static void exit_dump(void)
     int r = ml_dump_auto_seq(ml_cfg.is_fork_child ? "fork-child-exit" : "exit", &seq);
     if (r == 0)
         ml_state_final(seq);
-    else if (!ml_state_in_file()) /* else nothing is lost: the state file has it all */
-        ml_log("cannot write the profile dump at exit");
+    else if (!ml_state_in_file()) { /* else nothing is lost: the state file has it all */
+        errno = -r;
+        ml_log("cannot write the profile dump at exit (%s.%d.<n>.raw): %m", ml_cfg.out, (int)getpid());
+    }
 }
 
 __attribute__((destructor(101))) static void ml_destructor(void) { exit_dump(); }

@@ -1,6 +1,6 @@
 /* Numbers as text without stdio or malloc: safe inside malloc, in a fork child and in a signal
  * handler. The one place the runtime turns numbers into digits (dumps, log lines, control replies). */
-#include "rt.h"
+#include "fmt.h"
 
 size_t ml_fmt_u64(char *buf, uint64_t v, int width)
 {

@@ -5,12 +5,20 @@
  * would sample the same allocations) and dumps under its own pid. Its state goes into a file of its
  * own first (state.c), before the child can sample, drop its privileges or chroot. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "ctl.h"
+#include "dump.h"
+#include "fork.h"
+#include "log.h"
+#include "modules.h"
+#include "range.h"
+#include "sample.h"
+#include "stacks.h"
 #include "state.h"
-
-extern void ml_ctl_atfork_child(void) __attribute__((weak));
 
 static void prepare(void)
 {
@@ -48,6 +56,9 @@ static void child(void)
 
 void ml_fork_setup(void)
 {
-    if (pthread_atfork(prepare, parent, child) != 0)
-        ml_fail("pthread_atfork failed");
+    int e = pthread_atfork(prepare, parent, child);
+    if (e != 0) {
+        errno = e;
+        ml_fail("cannot install the fork handlers: pthread_atfork: %m");
+    }
 }

@@ -10,6 +10,7 @@
  * Not patched: ld.so (it has no such relocations; since glibc 2.32 it calls malloc through pointers
  * set at start-up, so its own allocations stay invisible), the vdso, and ourselves. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -18,7 +19,7 @@
 #include <sys/mman.h>
 
 #include "got.h"
-#include "rt.h"
+#include "modules.h"
 
 struct ml_hook ml_hooks[] = {
     {"free", ML_HOOK_FREE, 0, 0},
@@ -117,6 +118,7 @@ const char *ml_got_resolve(void)
 
 struct module {
     uintptr_t base;
+    const char *name; /* the loader's path ("" for the main program) */
     const ElfW(Sym) *symtab;
     const char *strtab;
     uintptr_t relro_lo, relro_hi; /* page-aligned span mprotect'ed read-only by the loader */
@@ -137,12 +139,19 @@ static int own_code(const struct module *m, uintptr_t v)
     return 0;
 }
 
+/* The slot a pass could not patch, for the message that says so (ml_got_failure). */
+static struct { const char *name; uintptr_t page; int err; } failed;
+
 static int store(const struct module *m, void **slot, void *v)
 {
     uintptr_t a = (uintptr_t)slot, page = a & ~(uintptr_t)4095;
     if (a >= m->relro_lo && a < m->relro_hi) {
-        if (mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) != 0)
+        if (mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) != 0) {
+            failed.err = errno;
+            failed.name = m->name;
+            failed.page = page;
             return -1;
+        }
         __atomic_store_n(slot, v, __ATOMIC_RELEASE);
         mprotect((void *)page, 4096, PROT_READ);
         return 0;
@@ -254,7 +263,8 @@ static int each_module(struct dl_phdr_info *info, size_t size, void *arg)
         ps->retry = 1; /* mapped after the list, maybe not relocated yet: the next pass */
         return 0;
     }
-    struct module m = {.base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum};
+    struct module m = {.base = info->dlpi_addr, .name = info->dlpi_name ? info->dlpi_name : "",
+                       .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum};
     const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -328,4 +338,11 @@ unsigned long long ml_got_adds(void)
     unsigned long long adds = 0;
     dl_iterate_phdr(first_adds, &adds);
     return adds;
+}
+
+void ml_got_failure(const char **module, uintptr_t *page, int *err)
+{
+    *module = failed.name && failed.name[0] ? failed.name : "the program";
+    *page = failed.page;
+    *err = failed.err;
 }

@@ -3,6 +3,7 @@
 #define MEMLENS_GOT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #pragma GCC visibility push(hidden)
 
@@ -34,6 +35,9 @@ int ml_got_apply(enum ml_got_op op);
 /* 1 if the last FREE or ALLOC pass left modules out (loaded or unloaded while it ran, or too many):
  * the caller should run the pass again a little later. */
 int ml_got_retry(void);
+/* After a pass returned -1: the module whose RELRO page could not be made writable, the page,
+ * and mprotect's errno. The module's name is the loader's: valid while the module stays loaded. */
+void ml_got_failure(const char **module, uintptr_t *page, int *err);
 /* Number of modules ever added to the process (dl_iterate_phdr's dlpi_adds): changes on dlopen. */
 unsigned long long ml_got_adds(void);
 

@@ -13,7 +13,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "rt.h"
+#include "fmt.h"
+#include "jeprof.h"
 
 typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
 

@@ -13,8 +13,13 @@
 #include <time.h>
 #include <x86intrin.h>
 
+#include "block.h"
+#include "lifetime.h"
+#include "out.h"
+#include "peak.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
+#include "timeline.h"
 
 _Atomic int ml_views_on = 1;
 _Atomic uint64_t ml_life_edges[ML_LIFE_BUCKETS - 1];
@@ -106,7 +111,6 @@ uint64_t ml_views_tsc_hz_rough(void)
         return hz_start;
     return (uint64_t)((double)(t - a) * 1e9 / (double)(ns - anchor_ns));
 }
-
 
 uint64_t ml_tick_ns(uint64_t tick)
 {

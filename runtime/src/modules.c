@@ -16,6 +16,10 @@
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
+#include "ctl.h"
+#include "dwarf.h"
+#include "modules.h"
+#include "out.h"
 #include "state.h"
 
 #define MAX_UNLOADED 256
@@ -166,8 +170,6 @@ static void iterate_single_threaded(int (*fn)(struct dl_phdr_info *, size_t, voi
             return;
     }
 }
-
-extern int ml_ctl_thread_running(void) __attribute__((weak));
 
 /* Threads of this process (entries of /proc/self/task), or a large number if unknown. */
 static int count_threads(void)

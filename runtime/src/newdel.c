@@ -7,7 +7,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-#include "sample.h"
+#include "alloc.h"
+#include "block.h"
+#include "range.h"
 
 #define FAST __attribute__((optimize("omit-frame-pointer")))
 #define RA() ((uintptr_t)__builtin_return_address(0))

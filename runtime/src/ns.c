@@ -7,10 +7,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "rt.h"
-
-extern int ml_ctl_pause(void) __attribute__((weak));
-extern void ml_ctl_resume(void) __attribute__((weak));
+#include "ctl.h"
 
 /* Call `fn` with the control thread ended. The kernel removes an exited thread from the thread group
  * shortly after pthread_join returns, so EINVAL is retried for a while (only when we ended one). */

@@ -4,7 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rt.h"
+#include "fmt.h"
+#include "out.h"
 
 void ml_out_flush(struct ml_out *o)
 {
@@ -75,13 +76,4 @@ void ml_out_hex(struct ml_out *o, uint64_t v)
 {
     char tmp[ML_FMT_MAX];
     out_bytes(o, tmp, ml_fmt_hex(tmp, v));
-}
-
-void ml_log(const char *msg)
-{
-    struct ml_out o = {.fd = 2};
-    ml_out_str(&o, "memlens: ");
-    ml_out_str(&o, msg);
-    ml_out_str(&o, "\n");
-    ml_out_flush(&o);
 }

@@ -8,8 +8,11 @@
  * stack list, not the hash table. Under the lock nothing else changes the live counters, so the set
  * copied is the one of a single moment. */
 #define _GNU_SOURCE
+#include "lifetime.h"
+#include "out.h"
+#include "peak.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
 
 /* In the state's header (state.c), where they outlive the process:
  *   heap          the estimate, written with the range lock held, read anywhere

@@ -29,7 +29,8 @@
 #include <x86intrin.h>
 
 #include "check.h"
-#include "rt.h"
+#include "log.h"
+#include "range.h"
 
 #define RANGE_SIZE (64ull << 30)
 #define PAGE 4096u
@@ -254,8 +255,10 @@ static int bitmaps(void)
     size_t bytes = ((limit / PAGE + 63) / 64) * 8;
     bytes = (bytes + PAGE - 1) & ~(size_t)(PAGE - 1);
     void *u = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (u == MAP_FAILED)
+    if (u == MAP_FAILED) {
+        ml_fail("cannot map the bitmaps of the range for sampled blocks (0x%zx bytes): %m", 2 * bytes);
         return -1;
+    }
     used = u;
     dirty = (uint64_t *)((char *)u + bytes);
     return 0;
@@ -269,6 +272,9 @@ int ml_range_init(void)
     if (r == 0 && grow_mode && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rl.rlim_cur < limit)
         limit = ((uintptr_t)rl.rlim_cur + COMMIT_STEP - 1) & ~(uintptr_t)(COMMIT_STEP - 1);
+    if (r != 0)
+        ml_fail("cannot reserve the address range for sampled blocks (%llu GiB anywhere, or %u KiB at "
+                "0x%llx or below under RLIMIT_AS): %m", RANGE_SIZE >> 30, BOOT_SIZE >> 10, GROW_HINT);
     if (r != 0 || bitmaps() != 0) {
         /* Keep the boot arena working (dlsym needs it) from a static buffer; sampling stays off. */
         if (r == 0)

@@ -9,10 +9,16 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include "block.h"
+#include "boot.h"
+#include "control.h"
+#include "cost.h"
+#include "ctl.h"
+#include "dwarf.h"
 #include "sample.h"
+#include "stacks.h"
 #include "state.h"
-
-extern void ml_ctl_child_poll(void) __attribute__((weak));
+#include "unwind.h"
 
 #define ARMED_EXACT UINT64_MAX
 

@@ -1,8 +1,9 @@
-/* Slow-path decisions shared by the interposers (alloc.c) and the sampler (sample.c). */
+/* The slow path of an allocation: the Poisson countdown, weights and recording a sample (sample.c). */
 #ifndef MEMLENS_SAMPLE_H
 #define MEMLENS_SAMPLE_H
-#include "cost.h"
 #include "rt.h"
+
+#pragma GCC visibility push(hidden)
 
 enum { ML_FORWARD, ML_SAMPLE, ML_EXACT, ML_BOOT };
 
@@ -13,17 +14,16 @@ int ml_slow_decide(size_t size);
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra);
 /* Exact mode: record an allocation served by the real allocator (cumulative counts only). */
 void ml_exact_record(size_t size, uintptr_t ra);
+/* The stack of the current allocation (ra: the return address into malloc's caller) in the table;
+ * ML_NO_STACK if it is full. Counts truncated stacks and fallbacks when `sample`. */
+uint32_t ml_sample_stack(uintptr_t ra, int sample);
+/* The weights of a sample of `size` bytes at interval R (0: exact): 1/p in 16.16 fixed point
+ * (objects) and size/p, p = 1 - exp(-size/R). */
+void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes);
+/* Exp(R) bytes for this thread (for a block's own draw); at least 1. */
+uint64_t ml_draw(uint64_t R);
+/* Fork child: a fresh random state and countdown for the thread that forked. */
+void ml_sample_fork_child(void);
 
-/* alloc.c: the allocation paths with an explicit return address (shared with newdel.c). */
-void *ml_malloc_slow(size_t size, uintptr_t ra);
-static inline void *ml_malloc_from(size_t size, uintptr_t ra)
-{
-    ML_COUNTDOWN_OR(size, slow);
-    return ml_real.malloc(size);
-slow:
-    return ml_malloc_slow(size, ra);
-}
-enum { AL_POSIX, AL_ALIGNED, AL_MEMALIGN };
-void *ml_aligned_slow(int how, size_t align, size_t size, int *err, uintptr_t ra);
-void *ml_aligned_from(int how, size_t align, size_t size, int *err, uintptr_t ra);
+#pragma GCC visibility pop
 #endif

@@ -21,6 +21,9 @@
 #include <sys/resource.h>
 
 #include "check.h"
+#include "log.h"
+#include "modules.h"
+#include "stacks.h"
 #include "state.h"
 
 #define DEFAULT_MAX_STACKS (1u << 18)
@@ -76,11 +79,14 @@ int ml_stacks_init(void)
         ;
     void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (s == MAP_FAILED)
+    if (s == MAP_FAILED) {
+        ml_fail("cannot map the stack table's slots (0x%zx bytes for MEMLENS_MAX_STACKS %u): %m",
+                NSLOTS * sizeof(uint32_t), max_stacks);
         return -1;
+    }
     _Atomic uint32_t *l;
     char *a;
-    if (ml_state_init(NSLOTS, ARENA_SIZE, &l, &a) != 0) {
+    if (ml_state_init(NSLOTS, ARENA_SIZE, &l, &a) != 0) { /* it said why */
         munmap(s, NSLOTS * sizeof(uint32_t));
         return -1;
     }

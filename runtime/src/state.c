@@ -29,8 +29,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "fmt.h"
+#include "lifetime.h"
+#include "log.h"
+#include "stacks.h"
 #include "state.h"
-#include "views.h"
 
 #define PAGE 4096u
 #define CHUNK (64u << 10) /* bytes reserved at a time */
@@ -49,8 +53,6 @@ static ino_t dir_ino, file_ino;
 static char file_name[64];
 static uint64_t room_arena, room_listed, room_modules, room_points; /* reserved so far (bytes) */
 static _Atomic int room_lock;
-
-extern char ml_run_dir_env[4000];
 
 static uint64_t round_page(uint64_t v) { return (v + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
 
@@ -344,8 +346,11 @@ int ml_state_init(uint64_t listed, uint64_t arena, _Atomic uint32_t **listed_p, 
             close(fd);
         }
         m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
+        if (m == MAP_FAILED) {
+            ml_fail("cannot map the profiler's state (0x%llx bytes: %llu table slots, a 0x%llx-byte arena): %m",
+                    (unsigned long long)total, (unsigned long long)listed, (unsigned long long)arena);
             return -1;
+        }
     }
     base = m;
     /* what was counted before the mapping (nothing but the configuration) comes along */
@@ -404,6 +409,7 @@ static void own_table(void)
     int file = m != MAP_FAILED;
     if (!file)
         m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int err = errno; /* why the mmap failed, or (below) the mremap: the cleanup may change errno */
     if (m != MAP_FAILED) {
         memcpy(m, base + at, used_listed);
         memcpy(m + (h->arena_at - at), base + h->arena_at, used_arena);
@@ -414,12 +420,15 @@ static void own_table(void)
             ml_st->table_own = 1;
             return;
         }
+        err = errno;
         munmap(m, len);
     }
     /* Nothing left but to stop: the table part is made empty private memory (the inherited records
      * read as zero), so that no write of ours can reach the parent's file. */
     mmap(base + at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    ml_fail("a fork child cannot copy the profiler's stack table");
+    errno = err;
+    ml_fail("fork child %d cannot copy the profiler's stack table (0x%llx bytes, %u stacks): %m",
+            (int)getpid(), (unsigned long long)len, (unsigned)h->nstacks);
 }
 
 void ml_state_own_slow(void)
@@ -473,6 +482,7 @@ void ml_state_fork_child(void)
     }
     if (m == MAP_FAILED || (memcpy(m, base, PAGE), memcpy(m + h->modules_at, base + h->modules_at, used_modules),
                             replace(m, 0, small)) != 0) {
+        int err = errno; /* of the mmap or the mremap that failed */
         if (m != MAP_FAILED)
             munmap(m, small);
         if (fd >= 0) {
@@ -481,7 +491,9 @@ void ml_state_fork_child(void)
         }
         /* The parent's file must not be written: private empty memory over all of it. */
         mmap(base, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-        ml_fail("a fork child cannot map the profiler's state");
+        errno = err;
+        ml_fail("fork child %d cannot map the profiler's state (0x%llx bytes%s): %m", (int)getpid(),
+                (unsigned long long)small, file ? ", its own state file" : ", private memory");
         return;
     }
     state_fd = fd;

@@ -97,7 +97,7 @@ extern struct ml_state *ml_st;
 extern struct ml_state_module *ml_st_modules;
 extern struct ml_state_point *ml_st_points;
 
-/* init.c, once the configuration is read: map the state with room for a stack table of
+/* stacks.c (from ml_init), once the configuration is read: map the state with room for a stack table of
  * `listed` entries and an arena of `arena` bytes; *listed_p and *arena_p point into it. 0 or -1
  * (then nothing is profiled). */
 int ml_state_init(uint64_t listed, uint64_t arena, _Atomic uint32_t **listed_p, char **arena_p);
@@ -130,11 +130,6 @@ static inline int ml_state_table_inherited(void)
 void ml_state_final(uint64_t seq);
 /* Is the state in a file that outlives us (a failed exit dump then loses nothing)? */
 int ml_state_in_file(void);
-/* Modules: every loaded one (constructor), the ones the frames of a new stack lie in, and one
- * being dlclose'd (it stays, marked). */
-void ml_state_modules_init(void);
-void ml_state_modules_note(const uintptr_t *pcs, int depth);
-void ml_state_module_unloaded(uintptr_t base, const char *path);
 
 #pragma GCC visibility pop
 #endif

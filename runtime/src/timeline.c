@@ -14,8 +14,13 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include "block.h"
+#include "lifetime.h"
+#include "out.h"
+#include "peak.h"
+#include "range.h"
 #include "state.h"
-#include "views.h"
+#include "timeline.h"
 
 #define NPOINTS ML_STATE_POINTS
 #define PERIOD_NS 100000000u

@@ -16,6 +16,9 @@
 #include <unwind.h>
 
 #include "cfi.h"
+#include "dwarf.h"
+#include "log.h"
+#include "unwind.h"
 
 #define SELF_SLACK 16 /* room for our own frames, stripped afterwards */
 _Static_assert(ML_UNWIND_BUF >= ML_MAX_DEPTH + SELF_SLACK + 1, "unwind buffer holds max + slack + ra");
@@ -230,6 +233,9 @@ void ml_unwind_setup(void)
 {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ml_unwind_setup);
     void *h = dlopen("libunwind.so.8", RTLD_LOCAL | RTLD_NOW);
+    /* read now, before another dl call replaces it; the constructor's busy count sends what
+     * dlerror frees or allocates to the real allocator */
+    const char *why = h ? NULL : dlerror();
     if (h)
         unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
     if (ml_cfg.unwinder < 0)
@@ -237,11 +243,12 @@ void ml_unwind_setup(void)
     /* The rules serve the dwarf unwinder, and fp where a chain of frame pointers breaks. */
     if ((ml_cfg.unwinder == ML_UNW_DWARF || ml_cfg.unwinder == ML_UNW_FP) && ml_cfi_init() != 0 &&
         ml_cfg.unwinder == ML_UNW_DWARF) {
-        ml_log("cannot map the unwind rule table; using libunwind");
+        ml_log("cannot map the unwind rule table (0x%zx bytes): %m; using libunwind", ml_cfi_table_bytes());
         ml_cfg.unwinder = ML_UNW_LIBUNWIND;
     }
     if (ml_cfg.unwinder == ML_UNW_LIBUNWIND && !unw_backtrace_fn) {
-        ml_log("libunwind.so.8 cannot be loaded (install libunwind8); using the libgcc unwinder");
+        ml_log("libunwind.so.8 cannot be loaded (%s; install libunwind8); using the libgcc unwinder",
+               why ? why : "unw_backtrace not found in it");
         ml_cfg.unwinder = ML_UNW_LIBGCC;
     }
     /* First use of each unwinder initialises it (and may allocate): do that now, not inside malloc. */

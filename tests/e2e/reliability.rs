@@ -942,3 +942,49 @@ fn odd_paths_do_not_break_dumps() {
         assert!(!text.contains("\nstack 1 1 1 1 1 0 0x1\n"), "forged record");
     }
 }
+
+/// The runtime's messages say what failed, on which value or path, and why (errno, its name): a
+/// bad setting names the value, a control directory that is not one names it and what it is, an
+/// exit dump that cannot be written names the file and the errno. One line each, and the program
+/// runs as it would alone.
+#[test]
+fn runtime_messages_name_the_value_path_and_errno() {
+    let tmp = test_dir();
+    let notdir = tmp.path().join("not-a-dir");
+    std::fs::write(&notdir, "").unwrap();
+    let out = tmp.path().join("missing").join("p");
+    let child = Command::new("/bin/true")
+        .env("LD_PRELOAD", runtime_lib())
+        .env("MEMLENS_INTERVAL", "12Q")
+        .env("MEMLENS_UNWINDER", "frames")
+        .env("MEMLENS_CTL_DIR", &notdir)
+        .env("MEMLENS_OUT", &out)
+        .env_remove("MEMLENS_RUN_DIR")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let want = [
+        "memlens: MEMLENS_INTERVAL=12Q is not a size of at most 1 TiB; using 524288".to_string(),
+        "memlens: MEMLENS_UNWINDER=frames: must be dwarf, fp, libgcc or libunwind; using the default"
+            .to_string(),
+        format!(
+            "memlens: control socket disabled: its directory {} must be a directory of ours",
+            notdir.display()
+        ),
+        format!(
+            "memlens: cannot write the profile dump at exit ({}.{pid}.<n>.raw): No such file or \
+             directory (errno 2 ENOENT)",
+            out.display()
+        ),
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), want.len(), "{err}");
+    for (line, want) in lines.iter().zip(&want) {
+        assert!(line.starts_with(want.as_str()), "{line}\nwanted: {want}…");
+    }
+    assert!(lines[2].contains("it is not a directory of uid "), "{err}");
+}

@@ -517,7 +517,14 @@ fn two_call_sites_in_one_function_are_two_rows() {
     let dir = test_dir();
     let src = root().join("runtime/tests/twosites.c");
     let exe = compile(&src, dir.path(), "twosites", &["-O0"]);
-    let (p, out) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
+    // At 64K a 2 MiB block is sampled with probability 1 - e^-32 (at the default 512K, 1 - e^-4:
+    // the small site went missing about once in 55 runs).
+    let (p, out) = profile(
+        dir.path(),
+        &["--interval", "64K"],
+        &[],
+        &[exe.to_str().unwrap()],
+    );
     let (big, small) = (
         printed_value(&out, "big_line") as i64,
         printed_value(&out, "small_line") as i64,
