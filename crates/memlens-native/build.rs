@@ -133,7 +133,7 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=CC");
     let mut table = String::from(
-        "/// Every built C artifact: (file name, contents).\npub static ARTIFACTS: &[(&str, &[u8])] = &[\n",
+        "/// Every built C artifact: (file name, contents).\nstatic ARTIFACTS: &[(&str, &[u8])] = &[\n",
     );
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for a in artifacts(&root) {
@@ -152,7 +152,7 @@ fn main() {
     }
     table.push_str("];\n");
     table.push_str(&format!(
-        "/// Hash of all artifacts: names the directory they are written to.\npub const CONTENT_HASH: &str = \"{hash:016x}\";\n"
+        "/// Hash of all artifacts: names the directory they are written to.\nconst CONTENT_HASH: &str = \"{hash:016x}\";\n"
     ));
     fs::write(out_dir.join("embedded.rs"), table).unwrap();
 }

@@ -58,6 +58,8 @@ fn three_threads_attached_at_1s_sampled_2s_detached() {
 
     let child = spawn(&dir, Command::new(&prog).arg(&lib));
     let pid = child.id().to_string();
+    // On purpose a point in the program's timeline, not a condition: attached one second into a
+    // four-second run, after "old" allocated its blocks and before "late" dlopens at 1.8 s.
     std::thread::sleep(Duration::from_secs(1));
     let prof = dir.join("attach.pb.gz");
     let out = ml(
@@ -94,7 +96,11 @@ fn twice(dir: &Path, pid: &str, tag: &str) -> Vec<PathBuf> {
             (round == 0) ^ a.contains("re-attached"),
             "round {round}: {a}"
         );
-        std::thread::sleep(Duration::from_millis(700));
+        let status = || ml(dir, &["ctl", pid, "status"]).ok_stdout();
+        let at_attach = status_samples(&status());
+        wait_for("samples after the attach", 20, || {
+            status_samples(&status()) > at_attach
+        });
         let f = dir.join(format!("{tag}{round}.pb.gz"));
         ml(dir, &["ctl", pid, "dump", "-o", f.to_str().unwrap()]).ok_stdout();
         let d = ml(dir, &["detach", pid]).ok_stdout();
@@ -376,7 +382,8 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     // Fresh injections while every thread is in malloc/free/realloc and one loops on dlopen.
     for _ in 0..3 {
         let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("1.5"));
-        std::thread::sleep(Duration::from_millis(200));
+        let busy = child.id();
+        wait_for("the four busy threads", 10, || thread_count(busy) >= 5);
         ml(
             &dir,
             &["attach", &child.id().to_string(), "--interval", "8K"],
@@ -389,10 +396,12 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
     // 50 attach/detach cycles on one busy process, sampling densely in between.
     let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("60"));
     let pid = child.id().to_string();
-    std::thread::sleep(Duration::from_millis(200));
+    let busy = child.id();
+    wait_for("the four busy threads", 10, || thread_count(busy) >= 5);
     for i in 0..50 {
         let iv = if i % 2 == 0 { "32K" } else { "256K" };
         ml(&dir, &["attach", &pid, "--interval", iv]).ok_stdout();
+        // pacing, not a wait: a little dense sampling between the attach and the detach
         std::thread::sleep(Duration::from_millis(20));
         if i % 10 == 9 {
             let f = dir.join(format!("s{i}.pb.gz"));
@@ -533,8 +542,12 @@ fn sigstop_during_attach_leaves_nothing_behind() {
         took < Duration::from_secs(15),
         "the attach waited {took:?} on the stopped process"
     );
-    // Whatever the outcome, once it is over: the runtime's two threads at most, nothing else.
-    std::thread::sleep(Duration::from_millis(300));
+    // Whatever the outcome, once it is over: the runtime's two threads at most, nothing else (the
+    // loader thread may take a moment to be gone: its exit is not memlens's to wait for).
+    holds_within(5, || {
+        let (rwx, memfds, threads) = leftovers(pid);
+        (rwx, memfds) == (0, 0) && threads <= before + 2
+    });
     let (rwx, memfds, threads) = leftovers(pid);
     assert_eq!((rwx, memfds), (0, 0), "left behind: {}", printed(&o));
     if o.status.success() {

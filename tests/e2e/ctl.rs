@@ -88,7 +88,7 @@ fn ctl_ok(pid: i32, args: &[&str]) -> String {
 /// `samples` of a raw dump's header and the sum of its per-stack sample counts, read by memlens's
 /// own strict reader (a dump that is not one, or is cut short, fails the test).
 fn raw_samples(path: &Path) -> (u64, u64) {
-    let d = memlens_profile::raw::read(path).unwrap_or_else(|e| panic!("{e:#}"));
+    let d = memlens_profile::read_raw(path).unwrap_or_else(|e| panic!("{e:#}"));
     (d.meta.samples, d.stacks.iter().map(|s| s.samples).sum())
 }
 
@@ -149,22 +149,11 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     // Inactive: threads notice the stop within ~1 MiB of their own allocation (about 250 ms here,
     // longer on a loaded machine); once the count has settled, dumps taken while they keep
     // allocating add no samples. A runtime that kept sampling would never settle.
-    let samples = || {
-        let s = ctl_ok(pid, &["status"]);
-        let line = s
-            .lines()
-            .find(|l| l.trim_start().starts_with("samples"))
-            .unwrap()
-            .to_string();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-    };
+    let samples = || status_samples(&ctl_ok(pid, &["status"]));
     let t0 = Instant::now();
     let mut last = samples();
     loop {
+        // the window over which an unchanged count means "settled": a time, on purpose
         std::thread::sleep(Duration::from_millis(300));
         let now = samples();
         if now == last {
@@ -178,6 +167,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     }
     let (a, b) = (dir.join("idle-a.raw"), dir.join("idle-b.raw"));
     ctl_ok(pid, &["dump", "--raw", "-o", a.to_str().unwrap()]);
+    // on purpose: 400 ms of the threads allocating while inactive, which must add no sample
     std::thread::sleep(Duration::from_millis(400));
     ctl_ok(pid, &["dump", "--raw", "-o", b.to_str().unwrap()]);
     let (sa, _) = raw_samples(&a);
@@ -188,7 +178,8 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     // The leak phase, between two dumps.
     ctl_ok(pid, &["reset"]);
     ctl_ok(pid, &["start"]);
-    std::thread::sleep(Duration::from_millis(300));
+    let at_start = samples();
+    wait_for("samples after start", 20, || samples() > at_start);
     let base = dir.join("base.pb.gz");
     let new = dir.join("new.pb.gz");
     ctl_ok(pid, &["dump", "-o", base.to_str().unwrap()]);

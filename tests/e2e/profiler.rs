@@ -15,11 +15,11 @@ use std::sync::OnceLock;
 #[derive(Debug)]
 struct Raw {
     file: PathBuf,
-    dump: memlens_profile::raw::RawDump,
+    dump: memlens_profile::RawDump,
 }
 
 impl std::ops::Deref for Raw {
-    type Target = memlens_profile::raw::RawDump;
+    type Target = memlens_profile::RawDump;
     fn deref(&self) -> &Self::Target {
         &self.dump
     }
@@ -41,7 +41,7 @@ impl Raw {
 fn parse_raw(path: &Path) -> Raw {
     Raw {
         file: path.to_path_buf(),
-        dump: memlens_profile::raw::read(path)
+        dump: memlens_profile::read_raw(path)
             .unwrap_or_else(|e| panic!("{}: {e:#}", path.display())),
     }
 }
@@ -206,8 +206,8 @@ fn symbols(exe: &Path) -> Vec<(u64, u64, String)> {
 
 /// The site function a stack belongs to: the innermost frame in the program named `site_*`.
 fn site_of(
-    stack: &memlens_profile::raw::RawStack,
-    exe: &memlens_profile::raw::Module,
+    stack: &memlens_profile::RawStack,
+    exe: &memlens_profile::RawModule,
     syms: &[(u64, u64, String)],
 ) -> Option<String> {
     for &pc in &stack.pcs {
@@ -780,7 +780,16 @@ fn exit_status_and_signals_pass_through() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // memlens forwards signals once its program runs: wait for `sleep` to be its child
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    wait_for("memlens run to start sleep", 20, || {
+        std::fs::read_to_string(&children).is_ok_and(|c| {
+            c.split_whitespace().any(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|n| n.trim() == "sleep")
+            })
+        })
+    });
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .ok();

@@ -7,7 +7,7 @@ use crate::util::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A C program of runtime/tests compiled into `dir`.
@@ -36,20 +36,6 @@ fn memlens_run(cwd: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Command 
 
 fn total(r: &serde_json::Value, key: &str) -> f64 {
     r["totals"][key].as_f64().unwrap()
-}
-
-/// Wait for a child with a deadline; kills it and fails the test when it hangs.
-fn wait_deadline(mut c: Child, secs: u64, what: &str) -> Output {
-    let t0 = Instant::now();
-    while c.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(secs) {
-            c.kill().ok();
-            c.wait().ok();
-            panic!("{what}: still running after {secs} s (hung)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    c.wait_with_output().unwrap()
 }
 
 /// Value of `key N` in a program's output.
@@ -105,14 +91,9 @@ fn redis_keeps_its_profile_and_the_working_directory_clean() {
             .output()
             .expect("redis-cli")
     };
-    let t0 = Instant::now();
-    while stdout(&cli(&["ping"])).trim() != "PONG" {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "redis did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("redis to answer PING", 20, || {
+        stdout(&cli(&["ping"])).trim() == "PONG"
+    });
     for i in 0..200 {
         let v = "x".repeat(1000 + i * 100);
         assert_eq!(stdout(&cli(&["set", &format!("k{i}"), &v])).trim(), "OK");
@@ -523,7 +504,7 @@ fn range_torture_keeps_every_byte() {
 fn address_space_limit_never_costs_the_program() {
     let tmp = test_dir();
     let p = prog(tmp.path(), "range_pressure");
-    let rt = memlens_native_runtime();
+    let rt = runtime_lib();
     let with_limit = |kib: u64, preload: bool, args: &[&str]| {
         let mut c = Command::new("sh");
         c.arg("-c")
@@ -581,17 +562,6 @@ fn address_space_limit_never_costs_the_program() {
         untracked > 0,
         "no limit of the sweep stopped the range from growing"
     );
-}
-
-fn memlens_native_runtime() -> PathBuf {
-    // The runtime memlens extracts: run it once and ask the loader where it came from.
-    let tmp = test_dir();
-    let o = memlens()
-        .args(["run", "-o"])
-        .arg(tmp.path().join("x.pb.gz"))
-        .args(["--", "sh", "-c", "echo $LD_PRELOAD"])
-        .ok_stdout();
-    PathBuf::from(o.split_whitespace().next().unwrap())
 }
 
 /// 4. A fork child copies nothing of the stack table before it samples (its own state file gets the
@@ -732,20 +702,10 @@ fn control_sockets_are_unique_across_pid_namespaces() {
             .spawn()
             .unwrap();
         kids.push(c);
-        // Let the first one bind before the second sweeps the directory.
-        std::thread::sleep(Duration::from_millis(500));
+        // The first one binds before the second sweeps the directory.
+        holds_within(10, || socks_in(&sockdir).len() > i);
     }
-    let t0 = Instant::now();
-    let socks = loop {
-        let s: Vec<String> = names_in(&sockdir)
-            .into_iter()
-            .filter(|n| n.ends_with(".sock"))
-            .collect();
-        if s.len() >= 2 || t0.elapsed() > Duration::from_secs(10) {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let socks = socks_in(&sockdir);
     // Host pids of the two `sleep`s (children of the namespaces' memlens).
     let sleeps: Vec<i32> = kids
         .iter()
@@ -793,6 +753,14 @@ fn control_sockets_are_unique_across_pid_namespaces() {
     }
 }
 
+/// The control sockets in `dir`.
+fn socks_in(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".sock"))
+        .collect()
+}
+
 fn is_descendant(pid: i32, ancestor: i32) -> bool {
     let mut p = pid;
     for _ in 0..16 {
@@ -828,17 +796,10 @@ fn control_protocol_is_robust() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    let sock = loop {
-        if let Some(n) = names_in(&sockdir)
-            .into_iter()
-            .find(|n| n.ends_with(".sock"))
-        {
-            break sockdir.join(n);
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    wait_for("the program's control socket", 10, || {
+        !socks_in(&sockdir).is_empty()
+    });
+    let sock = sockdir.join(&socks_in(&sockdir)[0]);
     let pid: String = sock
         .file_name()
         .unwrap()
@@ -856,6 +817,7 @@ fn control_protocol_is_robust() {
         r
     };
     // A byte every 0.5 s, for 8 s: the channel must answer someone else meanwhile.
+    let (first_byte, sent) = std::sync::mpsc::channel();
     let trickle = {
         let sock = sock.clone();
         std::thread::spawn(move || {
@@ -864,11 +826,15 @@ fn control_protocol_is_robust() {
                 if s.write_all(b"s").is_err() {
                     break;
                 }
+                first_byte.send(()).ok();
+                // pacing the trickle on purpose: a byte every 0.5 s
                 std::thread::sleep(Duration::from_millis(500));
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // the trickling client holds the channel (connected, its first byte sent) before we ask
+    sent.recv_timeout(Duration::from_secs(10))
+        .expect("the trickling client connected");
     let t0 = Instant::now();
     let st = memlens()
         .env("MEMLENS_CTL_DIR", &sockdir)

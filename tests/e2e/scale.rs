@@ -177,9 +177,8 @@ fn a_full_stack_table_is_said_never_silent() {
         said.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
     let prog_pid = {
-        let mut found = None;
-        for _ in 0..100 {
-            found = std::fs::read_dir(&ctl).ok().and_then(|d| {
+        let sock_pid = || {
+            std::fs::read_dir(&ctl).ok().and_then(|d| {
                 d.filter_map(|e| e.ok())
                     .filter_map(|e| {
                         let n = e.file_name().to_string_lossy().into_owned();
@@ -190,13 +189,10 @@ fn a_full_stack_table_is_said_never_silent() {
                             .ok()
                     })
                     .next()
-            });
-            if found.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        found.expect("the program's control socket")
+            })
+        };
+        wait_for("the program's control socket", 5, || sock_pid().is_some());
+        sock_pid().unwrap()
     };
     let status = memlens()
         .env("MEMLENS_CTL_DIR", &ctl)

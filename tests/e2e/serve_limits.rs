@@ -56,6 +56,7 @@ fn idle_connections_cannot_stop_the_server() {
             if s.write_all(&[*b]).is_err() {
                 return "closed by the server";
             }
+            // pacing on purpose: a slow client, one byte every 50 ms
             std::thread::sleep(Duration::from_millis(50));
         }
         "never closed"

@@ -6,8 +6,8 @@
 //! page after every allocation, so the count survives the same ends) within the sampling error.
 use crate::util::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// Sampling interval of these tests: 64 MiB allocated per process gives ~1000 samples, so the
 /// estimates' relative error is about 3% (allocated) and 4.5% (live, half of it).
@@ -112,19 +112,6 @@ fn beside(out: &Path, pid: u64) -> PathBuf {
     let name = out.file_name().unwrap().to_string_lossy();
     let stem = name.strip_suffix(".pb.gz").unwrap();
     out.with_file_name(format!("{stem}.{pid}.pb.gz"))
-}
-
-fn wait_deadline(mut c: Child, secs: u64, what: &str) -> Output {
-    let t0 = Instant::now();
-    while c.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(secs) {
-            c.kill().ok();
-            c.wait().ok();
-            panic!("{what}: still running after {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    c.wait_with_output().unwrap()
 }
 
 /// The state letter of /proc/PID/stat; None when the process is gone.

@@ -421,3 +421,46 @@ pub fn process_age(pid: i32) -> std::time::Duration {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     std::time::Duration::from_secs_f64((up - start / hz).max(0.0))
 }
+
+/// The sample count in the text `memlens ctl PID status` prints (its `samples N` line).
+#[track_caller]
+pub fn status_samples(status: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.trim_start().starts_with("samples"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no samples line in: {status}"))
+}
+
+/// Like [`wait_for`], but answers whether `cond` came to hold within `secs` instead of failing,
+/// so the caller's own assertion says what was wrong.
+pub fn holds_within(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        if t0.elapsed() >= std::time::Duration::from_secs(secs) {
+            return cond();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
+/// Wait for a child with a deadline: kill it and fail the test when it hangs.
+#[track_caller]
+pub fn wait_deadline(mut c: std::process::Child, secs: u64, what: &str) -> Output {
+    let t0 = std::time::Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(secs) {
+            c.kill().ok();
+            c.wait().ok();
+            panic!("{what}: still running after {secs} s (hung)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
+/// The number of threads of process `pid` (0 when it is gone).
+pub fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}

@@ -32,20 +32,20 @@ Needs ptrace rights over the process: its owner (kernel.yama.ptrace_scope 0) or 
 pub struct AttachArgs {
     /// Process id
     #[arg(value_name = "PID")]
-    pub pid: String,
+    pub(crate) pid: String,
     /// Start sampling at once with this mean interval (e.g. 64K, 512K, 2M) [default: inactive;
     /// 512K with --for]
     #[arg(long, value_name = "SIZE")]
-    pub interval: Option<String>,
+    pub(crate) interval: Option<String>,
     /// Stack unwinder: dwarf, fp, libgcc or libunwind [default: dwarf]
     #[arg(long, value_name = "NAME")]
-    pub unwinder: Option<String>,
+    pub(crate) unwinder: Option<String>,
     /// One shot: sample for this long (e.g. 30s, 2m), write the profile, detach
     #[arg(long = "for", value_name = "DURATION")]
-    pub duration: Option<String>,
+    pub(crate) duration: Option<String>,
     /// Profile written by --for [default: memlens.COMM.PID.N.pb.gz]
     #[arg(short = 'o', long, value_name = "FILE", requires = "duration")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
 }
 
 const DETACH_EXAMPLE: &str = "Example:
@@ -61,7 +61,7 @@ earlier may still be live and must come back to memlens), forwarding at the cost
 pub struct DetachArgs {
     /// Process id of a process memlens attached to
     #[arg(value_name = "PID")]
-    pub pid: String,
+    pub(crate) pid: String,
 }
 
 /// The arguments the runtime's attach entry (and the socket's `attach`) understand.

@@ -7,9 +7,9 @@ mod child;
 mod report;
 
 use anyhow::{Context, Result};
-use memlens_measure::progress::Progress;
 use memlens_measure::units::{format_size, parse_count_list, parse_size_list};
 use memlens_measure::usage;
+use memlens_render::progress::Progress;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,61 +60,61 @@ Example:
 pub struct AllocArgs {
     /// Boxed so the CLI's subcommand enum stays small (clippy::large_enum_variant).
     #[command(flatten)]
-    pub opts: Box<AllocOptions>,
+    pub(crate) opts: Box<AllocOptions>,
 }
 
 /// The options of `memlens bench alloc`.
 #[derive(Debug, clap::Args)]
-pub struct AllocOptions {
+pub(crate) struct AllocOptions {
     /// Patterns to run (comma-separated): split, pairs, batch, batch-lifo, batch-fifo, cross, larson, all
     #[arg(long, default_value = "split")]
-    pub pattern: String,
+    pub(crate) pattern: String,
     /// Object sizes (comma-separated), e.g. 128,1K,1M
     #[arg(long, default_value = "128,1K,1M")]
-    pub sizes: String,
+    pub(crate) sizes: String,
     /// Thread counts: a list or range, e.g. 1..4 or 1,2,8 [default: 1..number of CPUs]
     #[arg(long)]
-    pub threads: Option<String>,
+    pub(crate) threads: Option<String>,
     /// Allocators to compare, in this order (comma-separated) [default: all available]
     #[arg(long)]
-    pub allocators: Option<String>,
+    pub(crate) allocators: Option<String>,
     /// Add an allocator: NAME=PATH.so, preloaded like the others (repeatable)
     #[arg(long = "allocator", value_name = "NAME=PATH.so")]
-    pub custom: Vec<String>,
+    pub(crate) custom: Vec<String>,
     /// Objects allocated per run, over all threads [default: calibrated to ~150 ms per run]
     #[arg(long)]
-    pub ops: Option<u64>,
+    pub(crate) ops: Option<u64>,
     /// Objects each thread keeps alive: ring (split), batch (batch, cross) or slots (larson)
     /// [default: split and larson 1000 (at most 64 MiB of them), batch and cross 64]
     #[arg(long)]
-    pub live: Option<u64>,
+    pub(crate) live: Option<u64>,
     /// Write every byte of each object after allocating it
     #[arg(long)]
-    pub touch: bool,
+    pub(crate) touch: bool,
     /// Repeats of every configuration, interleaved [default: 5]
     #[arg(long)]
-    pub repeats: Option<u64>,
+    pub(crate) repeats: Option<u64>,
     /// Time one malloc and one free in N on average (0: no per-call latency)
     #[arg(long, default_value_t = 64)]
-    pub sample_every: u64,
+    pub(crate) sample_every: u64,
     /// A short run: ~15 ms per run and 2 repeats (too short for a verdict on a busy machine)
     #[arg(long)]
-    pub quick: bool,
+    pub(crate) quick: bool,
     /// Seed for larson's random sizes and slots
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Give up on a run after this long, e.g. 120s
     #[arg(long, default_value = "300s")]
-    pub timeout: String,
+    pub(crate) timeout: String,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_measure::output::OutputArgs,
+    pub(crate) out: memlens_render::output::OutputArgs,
     /// Write one SVG plot per pattern and size into DIR (relative time vs threads, ideal dashed)
     #[arg(long, value_name = "DIR")]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
     /// List the allocators found (and the missing ones) and exit
     #[arg(long)]
-    pub list: bool,
+    pub(crate) list: bool,
 }
 
 /// Every allocation pattern `bench alloc` knows, in the order it runs them.
@@ -325,7 +325,7 @@ fn list(found: &[allocators::Allocator], missing: &[allocators::Missing]) {
     }));
     println!(
         "{}",
-        memlens_measure::output::fit_table(&["allocator", "status", "library", "from"], &rows)
+        memlens_render::output::fit_table(&["allocator", "status", "library", "from"], &rows)
     );
 }
 
@@ -428,7 +428,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for (name, svg) in &svgs {
-            memlens_measure::output::write_text(&dir.join(name), svg)?;
+            memlens_render::output::write_text(&dir.join(name), svg)?;
         }
     }
     let doc = report::document(&plan, &summary, &missing, &failed, svgs);
@@ -437,10 +437,10 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
     }
     if let Some(p) = &args.out.csv {
-        memlens_measure::output::write_csv_rows(p, &report::csv_rows(&summary))?;
+        memlens_render::output::write_csv_rows(p, &report::csv_rows(&summary))?;
     }
     if let Some(p) = &args.out.html {
-        memlens_measure::output::write_text(p, &doc.to_html())?;
+        memlens_render::output::write_text(p, &doc.to_html())?;
     }
     Ok(0)
 }

@@ -4,11 +4,11 @@ use crate::allocators::{Allocator, Missing};
 use crate::child::{Measured, Quantiles};
 use crate::Plan;
 use anyhow::Result;
-use memlens_measure::doc::{not_measured, Document, Section, Table, NOT_MEASURED};
-use memlens_measure::plot::{line_chart, LineChart, Series};
 use memlens_measure::stats::{is_tie, Summary};
 use memlens_measure::tsc::Clock;
 use memlens_measure::units::format_size;
+use memlens_render::doc::{not_measured, Document, Section, Table, NOT_MEASURED};
+use memlens_render::plot::{line_chart, LineChart, Series};
 use serde::Serialize;
 use std::path::Path;
 
@@ -788,7 +788,7 @@ pub fn write_json(
         "patterns": plan.patterns, "sizes": plan.sizes, "threads": plan.threads, "repeats": plan.repeats,
         "touch": plan.touch, "sample_every": plan.sample_every, "seed": plan.seed, "cpus": plan.ncpu,
     });
-    memlens_measure::output::write_json(
+    memlens_render::output::write_json(
         path,
         &JsonOut {
             config,

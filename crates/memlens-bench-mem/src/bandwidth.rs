@@ -4,15 +4,15 @@ use crate::pmem::{self, PmemSlice, Pool};
 use crate::region::Region;
 use crate::stream::{self, Kernel, Slices};
 use anyhow::{Context, Result};
-use memlens_measure::doc::{not_measured, Document, Section, Table, NOT_APPLICABLE};
-use memlens_measure::output::{write_csv_rows, write_json, write_text};
-use memlens_measure::plot::{bar_chart, BarChart};
-use memlens_measure::progress::Progress;
 use memlens_measure::stats::{is_tie, Summary};
 use memlens_measure::sysinfo::llc_bytes;
 use memlens_measure::tsc::{now_ordered, Clock};
 use memlens_measure::units::{format_size, parse_count_list, parse_size};
 use memlens_measure::usage;
+use memlens_render::doc::{not_measured, Document, Section, Table, NOT_APPLICABLE};
+use memlens_render::output::{write_csv_rows, write_json, write_text};
+use memlens_render::plot::{bar_chart, BarChart};
+use memlens_render::progress::Progress;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Barrier;
@@ -26,25 +26,25 @@ memlens bench bandwidth --size 64M --repeats 5 --pool-dir /dev/shm"
 pub struct BandwidthArgs {
     /// Size of each of the three arrays (default: 4× the last-level cache, as STREAM requires)
     #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
+    pub(crate) size: Option<String>,
     /// Thread counts, e.g. 1,2 or 1..4 (default: 1..number of CPUs)
     #[arg(long, value_name = "LIST")]
-    pub threads: Option<String>,
+    pub(crate) threads: Option<String>,
     /// Timed repeats per kernel, interleaved across kernels (after one untimed warm-up pass)
     #[arg(long, default_value_t = 10, value_name = "N")]
-    pub repeats: usize,
+    pub(crate) repeats: usize,
     /// Directory for the libpmemobj pool file
     #[arg(long, default_value = "/dev/shm", value_name = "DIR")]
-    pub pool_dir: PathBuf,
+    pub(crate) pool_dir: PathBuf,
     /// Skip the libpmemobj variants
     #[arg(long)]
-    pub no_pmem: bool,
+    pub(crate) no_pmem: bool,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_measure::output::OutputArgs,
+    pub(crate) out: memlens_render::output::OutputArgs,
     /// Write the bandwidth bar chart as SVG
     #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -231,7 +231,7 @@ fn indirection(
     out
 }
 
-use memlens_measure::doc::num;
+use memlens_render::doc::num;
 
 /// Run `memlens bench bandwidth`; returns the exit status.
 pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {

@@ -4,11 +4,11 @@ use crate::chase::{self, Order};
 use crate::counters::{self, CounterSet, Mode, Validate};
 use crate::measure::{self, Chaser};
 use anyhow::{Context, Result};
-use memlens_measure::progress::Progress;
 use memlens_measure::stats::Summary;
 use memlens_measure::tsc::Clock;
 use memlens_measure::units::{format_size, parse_duration, parse_size, parse_size_list};
 use memlens_measure::usage;
+use memlens_render::progress::Progress;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -21,40 +21,40 @@ memlens bench latency --orders random --sizes 64 --threads 2 --hugepages"
 pub struct LatencyArgs {
     /// Element sizes in bytes: multiples of 8 from 8 to 4096 (only the first 8 bytes are read)
     #[arg(long, default_value = "8,64,256", value_name = "LIST")]
-    pub sizes: String,
+    pub(crate) sizes: String,
     /// Access orders: seq (address order), random (one random cycle), page (one element per page)
     #[arg(long, default_value = "seq,random,page", value_name = "LIST")]
-    pub orders: String,
+    pub(crate) orders: String,
     /// Smallest working set (swept over powers of two)
     #[arg(long, default_value = "1K", value_name = "SIZE")]
-    pub min_ws: String,
+    pub(crate) min_ws: String,
     /// Largest working set
     #[arg(long, default_value = "1G", value_name = "SIZE")]
-    pub max_ws: String,
+    pub(crate) max_ws: String,
     /// Chaser threads, each on its own list (loaded latency); counters follow chaser 0
     #[arg(long, default_value_t = 1, value_name = "N")]
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Back the lists with transparent huge pages (madvise MADV_HUGEPAGE) to show the TLB's share
     #[arg(long)]
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// Repeats per point, interleaved across orders
     #[arg(long, default_value_t = 5, value_name = "N")]
-    pub repeats: usize,
+    pub(crate) repeats: usize,
     /// Target time of one timed chase
     #[arg(long, default_value = "20ms", value_name = "DURATION")]
-    pub min_time: String,
+    pub(crate) min_time: String,
     /// Counters: all (hardware where usable, plus software), software, off
     #[arg(long, default_value = "all", value_name = "MODE")]
-    pub counters: String,
+    pub(crate) counters: String,
     /// Open this event with an invalid number so the kernel refuses it (tests of the n/a path)
     #[arg(long, hide = true, value_name = "EVENT")]
-    pub test_break_event: Vec<String>,
+    pub(crate) test_break_event: Vec<String>,
     #[command(flatten)]
     /// Result files (JSON, CSV, HTML).
-    pub out: memlens_measure::output::OutputArgs,
+    pub(crate) out: memlens_render::output::OutputArgs,
     /// Write the latency-vs-working-set plot as SVG
     #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
 }
 
 /// Validated configuration.

@@ -5,14 +5,14 @@ use crate::chase::Order;
 use crate::latency::{LatencyArgs, Point, Results};
 use crate::levels::{self, Level};
 use anyhow::Result;
-use memlens_measure::doc::{
-    not_measured, num, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED,
-};
-use memlens_measure::output::{write_csv, write_json, write_text};
-use memlens_measure::plot::{line_chart, LineChart, Series};
 use memlens_measure::stats::pearson;
 use memlens_measure::sysinfo::{caches, tlbs, Cache, Tlb};
 use memlens_measure::units::format_size;
+use memlens_render::doc::{
+    not_measured, num, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED,
+};
+use memlens_render::output::{write_csv, write_json, write_text};
+use memlens_render::plot::{line_chart, LineChart, Series};
 use serde::Serialize;
 
 type MetricFn = fn(&Point) -> Result<f64, String>;

@@ -30,7 +30,7 @@ enum Ev {
 }
 
 /// The software events every set opens.
-pub const SW_EVENTS: [&str; 3] = ["task-clock", "page-faults", "context-switches"];
+const SW_EVENTS: [&str; 3] = ["task-clock", "page-faults", "context-switches"];
 
 fn event(name: &str) -> Option<Ev> {
     Some(match name {

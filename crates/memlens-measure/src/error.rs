@@ -1,10 +1,10 @@
-//! Errors as values: a [`UsageError`] anywhere in an error chain makes `memlens` exit with status 2
+//! Errors as values: a usage error ([`usage`]) anywhere in an error chain makes `memlens` exit with status 2
 //! (bad invocation); anything else exits 1 (the work failed).
 use std::fmt;
 
 /// The user asked for something that cannot be done as asked (bad option value, unknown name…).
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(String);
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

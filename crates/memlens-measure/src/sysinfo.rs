@@ -204,7 +204,7 @@ pub fn llc_bytes() -> u64 {
 }
 
 /// Probe whether a hardware cycle counter can be opened for this process; `Err(reason)` if not.
-pub fn pmu_probe() -> Result<(), String> {
+fn pmu_probe() -> Result<(), String> {
     // struct perf_event_attr (PERF_ATTR_SIZE_VER5 = 112 bytes): type u32, size u32, config u64,
     // then flags at byte 40 (bit 0 disabled, bit 5 exclude_kernel, bit 6 exclude_hv).
     let mut attr = [0u8; 112];

@@ -76,9 +76,9 @@ pub fn parse_count_list(s: &str) -> Result<Vec<u64>> {
 
 /// The longest duration a command accepts: ten years. Anything longer is a typo, and a deadline
 /// that far ahead would overflow the clock (`Instant + d`).
-pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Parse a duration: `500ms`, `10s`, `2m`, `1h`, or plain seconds `1.5`; at most [`MAX_DURATION`].
+/// Parse a duration: `500ms`, `10s`, `2m`, `1h`, or plain seconds `1.5`; at most ten years (`MAX_DURATION`).
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let t = s.trim();
     let split = t

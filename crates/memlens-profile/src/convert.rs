@@ -1,7 +1,7 @@
 //! Raw dump → symbolized profile model, and loading any supported input file.
 use crate::agg::U64Hash;
 use crate::model::{Function, Line, Location, Mapping, Profile, Sample};
-use crate::raw::{Module, RawDump};
+use crate::raw::{RawDump, RawModule};
 use crate::symbolize::{Frames, SymFrame, Symbolizer};
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
@@ -232,7 +232,7 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
     b.p
 }
 
-fn find_module(mods: &[Module], pc: u64) -> Option<usize> {
+fn find_module(mods: &[RawModule], pc: u64) -> Option<usize> {
     // A later entry for the same range is the more recent load (dlopen after dlclose).
     let loaded = mods
         .iter()
@@ -250,7 +250,7 @@ struct Builder {
 }
 
 impl Builder {
-    fn mapping(&mut self, m: &Module, pc: u64) -> u64 {
+    fn mapping(&mut self, m: &RawModule, pc: u64) -> u64 {
         let Some(seg) = m.segment_of(pc) else {
             return 0;
         };
@@ -290,7 +290,7 @@ impl Builder {
         id
     }
 
-    fn location(&mut self, m: &Module, pc: u64, frames: &[SymFrame]) -> u64 {
+    fn location(&mut self, m: &RawModule, pc: u64, frames: &[SymFrame]) -> u64 {
         let mapping = self.mapping(m, pc);
         let lines: Vec<Line> = frames
             .iter()

@@ -307,8 +307,8 @@ fn table(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path) ->
     let total = |side: usize| c.sides[side].profile.total(idx);
     let v = |x: f64| fmt_value(x, idx, false);
     let dv = |x: f64| fmt_value(x, idx, true);
-    let width = memlens_measure::doc::terminal_width();
-    let mut s = memlens_measure::doc::wrap(
+    let width = memlens_render::doc::terminal_width();
+    let mut s = memlens_render::doc::wrap(
         &format!(
             "{}: base {} = {}, new {} = {}, change {}\n",
             idx.name(),
@@ -343,11 +343,11 @@ fn table(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path) ->
                     v(f.flat_base),
                     v(f.flat_new),
                     dv(f.cum_delta),
-                    memlens_measure::names::short_name(&f.function),
+                    crate::names::short_name(&f.function),
                 ]
             })
             .collect();
-        s += &memlens_measure::output::fit_table(
+        s += &memlens_render::output::fit_table(
             &["flat Δ", "share", "base", "new", "cum Δ", "function"],
             &rows,
         );
@@ -367,15 +367,16 @@ fn table(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path) ->
                 ]
             })
             .collect();
-        s += &memlens_measure::output::fit_table(&["Δ", "share", "base", "new", "stack"], &rows);
+        s += &memlens_render::output::fit_table(&["Δ", "share", "base", "new", "stack"], &rows);
         s += "\n";
     }
     let shrank: Vec<&StackDelta> = c.stacks.iter().filter(|x| x.delta < 0.0).collect();
     if let Some(most) = shrank.last() {
-        let f = c.ids_of(most).next().map_or("?".into(), |f| {
-            memlens_measure::names::short_name(c.frames.name(f))
-        });
-        s += &memlens_measure::doc::wrap(
+        let f = c
+            .ids_of(most)
+            .next()
+            .map_or("?".into(), |f| crate::names::short_name(c.frames.name(f)));
+        s += &memlens_render::doc::wrap(
             &format!(
                 "{} stacks shrank; most: {} in {}\n",
                 shrank.len(),

@@ -1,33 +1,50 @@
-//! Heap profiles in and out: the runtime's raw dumps, offline symbolization, pprof, and the
-//! `memlens report` / `memlens diff` commands.
+//! Heap profiles in and out: the runtime's raw dumps and state files, offline symbolization, pprof,
+//! and the `memlens report` / `memlens diff` commands.
 //!
-//! * [`raw`]: strict reader of the runtime's raw dump.
-//! * [`symbolize`]: module + ELF address → functions, files, lines, inlined frames (blazesym).
-//! * [`model`]: the profile every input becomes and every output is made from.
-//! * [`pprof`]: profile.proto writer and reader (gzip); [`pprof_read`]: the streamed, bounded read.
-//! * [`input`]: opening a profile, bounded in size, time and kind.
-//! * [`convert`]: raw dump → symbolized profile ([`convert_raw`] is what `memlens run` calls).
-//! * [`life`] and [`views`]: peak set, lifetimes, leaks, timeline and `memlens report --view`.
-//! * [`agg`]: stacks merged by function names, flat/cum per function.
-//! * [`report`] and [`diff`]: the two commands.
+//! The modules are private; what other crates use is re-exported here, by what it is for:
+//!
+//! * the profile every input becomes and every output is made from ([`Profile`] and its parts);
+//! * reading: [`load`] (any profile file, bounded), [`convert_raw`] (raw dump → symbolized pprof,
+//!   what `memlens run` calls), the raw dump itself ([`read_raw`], [`RawDump`]), a state file
+//!   ([`read_state_info`], [`render_state`]), symbolization ([`Symbolizer`]);
+//! * writing pprof: [`write_pprof`], [`to_proto`] and the [`proto`] messages (`memlens serve`);
+//! * stacks merged by function names ([`Frames`], [`Stacks`]) and names shortened for display
+//!   ([`short_name`]);
+//! * the two commands, `report` ([`run_report`]) and `diff` ([`run_diff`]).
+//!
+//! Inside: `raw` (strict reader of the raw dump), `state` (the state file), `symbolize`
+//! (module + ELF address → functions, files, lines, inlined frames), `model`, `pprof` (writer and
+//! reader, gzip) with `pprof_read` (the streamed, bounded read), `input` (opening a profile, bounded
+//! in size, time and kind), `convert`, `life` and `views` (peak set, lifetimes, leaks, timeline,
+//! `report --view`), `agg` (stacks as interned frame ids, flat/cum per function), `names`, `report`
+//! and `diff`.
 #![warn(missing_docs)]
-pub mod agg;
-pub mod convert;
-pub mod diff;
-pub mod input;
-pub mod life;
-pub mod model;
-pub mod pprof;
-pub mod pprof_read;
-pub mod raw;
-pub mod report;
-pub mod state;
-pub mod symbolize;
-pub mod views;
+mod agg;
+mod convert;
+mod diff;
+mod input;
+mod life;
+mod model;
+mod names;
+mod pprof;
+mod pprof_read;
+mod raw;
+mod report;
+mod state;
+mod symbolize;
+mod views;
 
-pub use convert::{convert_raw, load, ConvertSummary};
-pub use model::{Profile, SampleIndex};
-pub use pprof::profile_stem;
+pub use model::{Frame, Function, Line, Location, Mapping, Profile, Sample, SampleIndex};
 
-pub use diff::{run_diff, DiffArgs};
-pub use report::{run_report, ReportArgs};
+pub use convert::{convert_raw, load, symbolize_dump_with, symbolize_dumps, ConvertSummary};
+pub use raw::{parse as parse_raw, read as read_raw, RawDump, RawModule, RawStack};
+pub use state::{read_info as read_state_info, render as render_state, Status as StateStatus};
+pub use symbolize::{file_build_id, Symbolizer};
+
+pub use pprof::{profile_stem, proto, to_proto, write as write_pprof};
+
+pub use agg::{Frames, Stacks};
+pub use names::short_name;
+
+pub use diff::{compare, difference_profile, run_diff, DiffArgs};
+pub use report::{render as render_report, run_report, Format as ReportFormat, ReportArgs};

@@ -627,13 +627,6 @@ pub fn write(p: &Profile, path: &Path) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// The gzipped protobuf bytes of `p`.
-pub fn encode_gz(p: &Profile) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    write_gz(p, &mut out)?;
-    Ok(out)
-}
-
 /// Write `p` gzipped to `w`, one sample at a time: the bytes are those of
 /// `to_proto(p).encode_to_vec()` (prost writes fields in tag order, so the sample types, then
 /// every sample, then the rest), without the whole message in memory.
@@ -663,11 +656,6 @@ pub fn write_plain(p: &Profile, w: &mut dyn Write) -> Result<()> {
     w.write_all(&buf)?;
     w.write_all(&rest.encode_to_vec())?;
     Ok(())
-}
-
-/// Decode pprof bytes (gzipped or not) into the model.
-pub fn decode(bytes: &[u8]) -> Result<Profile> {
-    crate::pprof_read::read(bytes, crate::input::budget())
 }
 
 /// Samples as read, before the string table and the locations they refer to are known (pprof
@@ -702,15 +690,6 @@ impl Pending {
         });
         held as u64
     }
-}
-
-/// Translate profile.proto messages into the model, validating every reference.
-pub fn from_proto(m: &proto::Profile) -> Result<Profile> {
-    let mut pending = Pending::default();
-    for x in &m.sample {
-        pending.push(x.clone());
-    }
-    build(m, pending)
 }
 
 /// The model of `m` (whose own `sample` is ignored) with the samples of `pending`.
@@ -913,6 +892,28 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
 mod tests {
     use super::*;
     use crate::model::{Function, Line, Location, Mapping, Meta, Profile, Sample};
+
+    // the round trip the tests read back through (the crate itself reads files: `pprof_read`)
+    /// The gzipped protobuf bytes of `p`.
+    fn encode_gz(p: &Profile) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        write_gz(p, &mut out)?;
+        Ok(out)
+    }
+
+    /// Decode pprof bytes (gzipped or not) into the model.
+    fn decode(bytes: &[u8]) -> Result<Profile> {
+        crate::pprof_read::read(bytes, crate::input::budget())
+    }
+
+    /// Translate profile.proto messages into the model, validating every reference.
+    fn from_proto(m: &proto::Profile) -> Result<Profile> {
+        let mut pending = Pending::default();
+        for x in &m.sample {
+            pending.push(x.clone());
+        }
+        build(m, pending)
+    }
 
     pub(crate) fn sample_profile() -> Profile {
         Profile {

@@ -26,7 +26,7 @@ pub struct Segment {
 
 /// A module from `dl_iterate_phdr` (or one dlclose'd since start).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Module {
+pub struct RawModule {
     /// Load bias: ELF virtual address + base = run-time address.
     pub base: u64,
     /// Lower-case hex, empty when the module has none.
@@ -39,7 +39,7 @@ pub struct Module {
     pub segments: Vec<Segment>,
 }
 
-impl Module {
+impl RawModule {
     /// The segment containing run-time address `pc`, if any.
     pub fn segment_of(&self, pc: u64) -> Option<&Segment> {
         let v = pc.checked_sub(self.base)?;
@@ -121,7 +121,7 @@ pub struct RawDump {
     /// Process and sampling facts.
     pub meta: crate::model::Meta,
     /// Loaded (and unloaded) modules.
-    pub modules: Vec<Module>,
+    pub modules: Vec<RawModule>,
     /// Verbatim /proc/self/maps lines.
     pub maps: Vec<String>,
     /// One per distinct stack.
@@ -383,7 +383,7 @@ fn hex(v: &str, what: &str) -> Result<u64> {
     u64::from_str_radix(h, 16).map_err(|_| anyhow!("bad {what} '{v}'"))
 }
 
-fn parse_module(rest: &str) -> Result<Module> {
+fn parse_module(rest: &str) -> Result<RawModule> {
     let mut f = rest.splitn(4, ' ');
     let (Some(base), Some(bid), Some(state), Some(path)) = (f.next(), f.next(), f.next(), f.next())
     else {
@@ -399,7 +399,7 @@ fn parse_module(rest: &str) -> Result<Module> {
         b if !b.is_empty() && b.bytes().all(|c| c.is_ascii_hexdigit()) => b.to_ascii_lowercase(),
         b => bail!("bad build id '{b}'"),
     };
-    Ok(Module {
+    Ok(RawModule {
         base: hex(base, "module base")?,
         build_id,
         loaded,

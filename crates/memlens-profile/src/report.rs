@@ -18,10 +18,10 @@
 //! Shares are fractions (0..1) of the total of the chosen sample index.
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Func, SerSeq, Stacks};
 use crate::model::{Frame, Meta, Profile, SampleIndex};
+use crate::names::short_name;
 use anyhow::{Context, Result};
-use memlens_measure::doc::{terminal_width, wrap};
-use memlens_measure::names::short_name;
-use memlens_measure::output::fit_table;
+use memlens_render::doc::{terminal_width, wrap};
+use memlens_render::output::fit_table;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

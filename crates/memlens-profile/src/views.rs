@@ -19,11 +19,11 @@
 //! process did not expose is null).
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
+use crate::names::short_name;
 use crate::report::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Result};
-use memlens_measure::doc::{terminal_width, wrap, Table};
-use memlens_measure::names::short_name;
-use memlens_measure::output::fit_table;
+use memlens_render::doc::{terminal_width, wrap, Table};
+use memlens_render::output::fit_table;
 use serde::Serialize;
 use std::path::Path;
 
@@ -677,7 +677,7 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
 /// The timeline chart: estimated heap and RSS (and the allocator's figures) against time, the peak
 /// marked.
 pub fn timeline_svg(p: &Profile) -> Result<Option<String>> {
-    use memlens_measure::plot::{line_chart, LineChart, Series};
+    use memlens_render::plot::{line_chart, LineChart, Series};
     let Some(v) = &p.views else { return Ok(None) };
     if v.timeline.is_empty() {
         return Ok(None);
@@ -714,7 +714,7 @@ pub fn timeline_svg(p: &Profile) -> Result<Option<String>> {
 
 /// The HTML report of one profile: the timeline chart above the views' tables.
 pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
-    use memlens_measure::html::{render, Report, Section};
+    use memlens_render::html::{render, Report, Section};
     let mut sections = Vec::new();
     let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
     let mut head = Section {

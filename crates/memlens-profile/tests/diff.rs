@@ -1,8 +1,8 @@
 //! Diff of two dumps of the fixture: matching by function names across processes, the NEW − BASE
 //! pprof, and `go tool pprof -diff_base` on our files.
 mod common;
-use memlens_profile::diff::{compare, difference_profile};
 use memlens_profile::SampleIndex;
+use memlens_profile::{compare, difference_profile};
 use std::path::Path;
 use std::process::Command;
 
@@ -51,7 +51,7 @@ fn growth_is_found_per_stack_and_function_across_processes() {
     assert_eq!(d.total(SampleIndex::AllocSpace), 0.0);
     // Written and read back, it still says the same.
     let out = dir.path().join("d.pb.gz");
-    memlens_profile::pprof::write(&d, &out).unwrap();
+    memlens_profile::write_pprof(&d, &out).unwrap();
     let back = memlens_profile::load(&out).unwrap();
     assert_eq!(back.total(SampleIndex::InuseSpace), 900000.0);
 }
@@ -75,7 +75,7 @@ fn go_tool_pprof_diff_base_works_on_our_files() {
         &memlens_profile::load(&gb).unwrap(),
     );
     let gd = dir.path().join("d.pb.gz");
-    memlens_profile::pprof::write(&d, &gd).unwrap();
+    memlens_profile::write_pprof(&d, &gd).unwrap();
     let run = |args: &[&str]| common::go_pprof(args, dir.path());
     let top = run(&[
         "-top",

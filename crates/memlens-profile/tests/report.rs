@@ -1,9 +1,9 @@
 //! `memlens report` output formats on the fixture profile: table, JSON shape, folded, flamegraph.
 mod common;
-use memlens_profile::report::{render, Format};
+use memlens_profile::{render_report, ReportFormat};
 use memlens_profile::{ReportArgs, SampleIndex};
 
-fn args(file: &std::path::Path, format: Format) -> ReportArgs {
+fn args(file: &std::path::Path, format: ReportFormat) -> ReportArgs {
     ReportArgs {
         file: file.to_path_buf(),
         sample_index: SampleIndex::AllocSpace,
@@ -24,7 +24,7 @@ fn table_json_folded_and_flamegraph() {
     memlens_profile::convert_raw(&raw, &out).unwrap();
     let p = memlens_profile::load(&out).unwrap();
 
-    let t = render(&p, &args(&out, Format::Table)).unwrap();
+    let t = render_report(&p, &args(&out, ReportFormat::Table)).unwrap();
     for want in [
         "top functions by alloc_space",
         "ns::Widget::make",
@@ -36,7 +36,7 @@ fn table_json_folded_and_flamegraph() {
     }
 
     let j: serde_json::Value =
-        serde_json::from_str(&render(&p, &args(&out, Format::Json)).unwrap()).unwrap();
+        serde_json::from_str(&render_report(&p, &args(&out, ReportFormat::Json)).unwrap()).unwrap();
     assert_eq!(j["sample_index"], "alloc_space");
     assert_eq!(j["totals"]["alloc_space"], 10000.0);
     assert_eq!(j["totals"]["inuse_space"], 5000.0);
@@ -66,17 +66,17 @@ fn table_json_folded_and_flamegraph() {
     );
     assert_eq!(j["meta"]["interval"], 524288);
 
-    let f = render(&p, &args(&out, Format::Folded)).unwrap();
+    let f = render_report(&p, &args(&out, ReportFormat::Folded)).unwrap();
     assert!(
         f.lines()
             .any(|l| l.ends_with(";main;inline_outer;inl_helper 2000") && l.starts_with("_start;")),
         "{f}"
     );
 
-    let mut a = args(&out, Format::Table);
+    let mut a = args(&out, ReportFormat::Table);
     a.sample_index = SampleIndex::InuseObjects;
     a.flamegraph = Some(dir.path().join("fg.svg"));
-    let t = render(&p, &a).unwrap();
+    let t = render_report(&p, &a).unwrap();
     assert!(t.contains("top functions by inuse_objects"));
     let svg = std::fs::read_to_string(dir.path().join("fg.svg")).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("lib_site") && svg.contains("inuse_objects"));

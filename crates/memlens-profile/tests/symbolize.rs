@@ -1,8 +1,8 @@
 //! Raw dump with real addresses → symbolized pprof: PIE, shared library, inlined frames, C++ names,
 //! build-ID checks, and `go tool pprof` reading the result with no binaries at hand.
 mod common;
-use memlens_profile::model::{Frame, Profile};
 use memlens_profile::SampleIndex;
+use memlens_profile::{Frame, Profile};
 use std::path::Path;
 use std::process::Command;
 
@@ -95,9 +95,7 @@ fn absent_binary_or_other_build_keeps_addresses_and_warns() {
     std::fs::remove_file(dir.path().join("libsite.so")).unwrap();
     // … and the main program on disk is not the one profiled.
     let exe = dir.path().join("fakeprof").display().to_string();
-    let bid = memlens_profile::symbolize::file_build_id(&exe)
-        .unwrap()
-        .unwrap();
+    let bid = memlens_profile::file_build_id(&exe).unwrap().unwrap();
     let raw = raw.replace(&bid, &"ab".repeat(bid.len() / 2));
     let (p, sum) = convert(dir.path(), &raw);
     assert_eq!(sum.unsymbolized_modules, 2, "{:?}", sum.warnings);
@@ -227,18 +225,18 @@ fn separate_debug_files_are_found_by_debuglink_and_build_id() {
 /// differ between the processes under ASLR, its names do not); each such module warns once.
 #[test]
 fn dumps_of_several_processes_symbolized_together_compare_by_names() {
-    use memlens_profile::{agg, convert, raw};
+    use memlens_profile::{parse_raw, symbolize_dumps, Frames, Stacks};
     let dir = tempfile::tempdir().unwrap();
     let first = common::build_and_dump(dir.path());
     let again = Command::new(dir.path().join("fakeprof")).output().unwrap();
     assert!(again.status.success());
     let dumps = [
-        raw::parse(&first).unwrap(),
-        raw::parse(&String::from_utf8(again.stdout).unwrap()).unwrap(),
+        parse_raw(&first).unwrap(),
+        parse_raw(&String::from_utf8(again.stdout).unwrap()).unwrap(),
     ];
     let keys = |p: &Profile| {
-        let mut fr = agg::Frames::default();
-        let st = agg::Stacks::new(p, &mut fr);
+        let mut fr = Frames::default();
+        let st = Stacks::new(p, &mut fr);
         let mut k: Vec<(Vec<String>, f64)> = st
             .list
             .iter()
@@ -247,14 +245,14 @@ fn dumps_of_several_processes_symbolized_together_compare_by_names() {
         k.sort_by(|a, b| a.0.cmp(&b.0));
         k
     };
-    let (ps, warnings) = convert::symbolize_dumps(&dumps);
+    let (ps, warnings) = symbolize_dumps(&dumps);
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(ps.len(), 2);
     assert_eq!(keys(&ps[0]), keys(&ps[1]));
     assert!(keys(&ps[0]).iter().any(|(k, _)| k[0] == "lib_site"));
 
     std::fs::remove_file(dir.path().join("libsite.so")).unwrap();
-    let (ps, warnings) = convert::symbolize_dumps(&dumps);
+    let (ps, warnings) = symbolize_dumps(&dumps);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("libsite.so"), "{warnings:?}");
     assert_eq!(keys(&ps[0]), keys(&ps[1]));
@@ -267,7 +265,7 @@ fn dumps_of_several_processes_symbolized_together_compare_by_names() {
 /// reads a file again when it changed on disk (a rebuilt binary is not served from the cache).
 #[test]
 fn one_symbolizer_serves_a_build_once_and_rereads_a_changed_file() {
-    use memlens_profile::symbolize::{file_build_id, Symbolizer};
+    use memlens_profile::{file_build_id, Symbolizer};
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     common::build_and_dump(dir.path());

@@ -3,7 +3,7 @@
 //! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
 use crate::rundir::{Plan, RunDir, DUMP_STEM};
 use anyhow::{Context, Result};
-use memlens_profile::state::Status;
+use memlens_profile::StateStatus;
 use memlens_target::{raw_dumps, Dump};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -199,7 +199,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
     let files = state_files(&dir.path);
     for (i, (pid, n, path)) in files.iter().enumerate() {
         let last = files.get(i + 1).is_none_or(|next| next.0 != *pid);
-        let info = match memlens_profile::state::read_info(path) {
+        let info = match memlens_profile::read_state_info(path) {
             Ok(info) => info,
             Err(e) => {
                 eprintln!("memlens: warning: {e:#}");
@@ -212,7 +212,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
         };
         let alive = last && start_ticks(*pid) == Some(info.start_ticks);
         match info.status {
-            Status::Dumped(seq) if dump(seq).exists() => {
+            StateStatus::Dumped(seq) if dump(seq).exists() => {
                 r.done.insert(dump(seq), path.clone());
                 continue;
             }
@@ -220,7 +220,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
                 r.running.push(*pid);
                 continue;
             }
-            Status::Nothing => {
+            StateStatus::Nothing => {
                 std::fs::remove_file(path).ok();
                 continue;
             }
@@ -236,7 +236,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
             _ => "ended",
         };
         let out = dump(RECOVERED_SEQ + n);
-        match memlens_profile::state::render(path, reason, None)
+        match memlens_profile::render_state(path, reason, None)
             .and_then(|t| std::fs::write(&out, t).map_err(Into::into))
         {
             Ok(()) => {

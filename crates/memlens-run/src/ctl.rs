@@ -21,10 +21,10 @@ socket 0600, and the runtime checks the peer's uid (SO_PEERCRED) on every connec
 pub struct CtlArgs {
     /// Process id of a program running under memlens (`memlens run`)
     #[arg(value_name = "PID")]
-    pub pid: String,
+    pub(crate) pid: String,
     #[command(subcommand)]
     /// What to do.
-    pub action: CtlAction,
+    pub(crate) action: CtlAction,
 }
 
 #[derive(Debug, clap::Subcommand)]

@@ -17,5 +17,4 @@ mod rundir;
 mod watcher;
 
 pub use ctl::{run_ctl, CtlArgs};
-pub use live::LiveArgs;
 pub use run::{run_collect, run_run, RunArgs};

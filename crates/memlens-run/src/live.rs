@@ -12,16 +12,16 @@ use std::time::Duration;
 pub struct LiveArgs {
     /// Load the runtime with sampling off; switch it on later with `memlens ctl PID start`
     #[arg(long)]
-    pub inactive: bool,
+    pub(crate) inactive: bool,
     /// Start sampling when resident memory grows by SIZE within DURATION, e.g. 200M/10s (starts inactive)
     #[arg(long, value_name = "SIZE/DURATION")]
-    pub start_on_growth: Option<String>,
+    pub(crate) start_on_growth: Option<String>,
     /// With --start-on-growth: after sampling this long, write STEM.growth.pb.gz and stop sampling
     #[arg(long, value_name = "DURATION", requires = "start_on_growth")]
-    pub profile_for: Option<String>,
+    pub(crate) profile_for: Option<String>,
     /// While the program runs, write a numbered profile STEM.N.pb.gz every DURATION
     #[arg(long, value_name = "DURATION")]
-    pub dump_every: Option<String>,
+    pub(crate) dump_every: Option<String>,
 }
 
 /// The validated plan.

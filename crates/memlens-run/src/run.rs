@@ -23,38 +23,38 @@ memlens run --wait-all -o pg.pb.gz -- pg_ctl -D data start   (waits for the post
 pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]
-    pub interval: String,
+    pub(crate) interval: String,
     /// Record every allocation (same as --interval 0)
     #[arg(long, conflicts_with = "interval")]
-    pub exact: bool,
+    pub(crate) exact: bool,
     /// Stack unwinder: dwarf (memlens's own CFI walker with a stack cache; hands the stacks it cannot
     /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
-    pub unwinder: Option<String>,
+    pub(crate) unwinder: Option<String>,
     /// Distinct stacks the runtime's table holds (1K … 32M; about 230 bytes + 8 per frame each,
     /// used as stacks appear); samples of new stacks beyond it are dropped and counted
     #[arg(long, value_name = "N", default_value = "256K")]
-    pub max_stacks: String,
+    pub(crate) max_stacks: String,
     /// Profile of the main process [default: memlens.CMD.PID.pb.gz]; other processes go beside it
     #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
     /// Also keep the runtime's raw dumps in DIR (format: runtime/README.md)
     #[arg(long, value_name = "DIR")]
-    pub keep_raw: Option<PathBuf>,
+    pub(crate) keep_raw: Option<PathBuf>,
     /// Profiling on demand: --inactive, --start-on-growth, --profile-for, --dump-every (live.rs)
     #[command(flatten)]
-    pub live: crate::live::LiveArgs,
+    pub(crate) live: crate::live::LiveArgs,
     /// Also serve the program's pprof endpoints (/debug/pprof/heap, /debug/pprof/allocs, /metrics)
     /// on HOST:PORT while it runs, as `memlens serve --pid` does
     #[arg(long, value_name = "HOST:PORT")]
-    pub serve: Option<String>,
+    pub(crate) serve: Option<String>,
     /// Wait until every process of the run has ended, daemons included, then write all profiles
     /// [default: return when the program ends and name the processes it left running]
     #[arg(long)]
-    pub wait_all: bool,
+    pub(crate) wait_all: bool,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
-    pub command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 /// A program started under the runtime.

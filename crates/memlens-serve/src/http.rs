@@ -11,7 +11,7 @@ use crate::metrics;
 use crate::profiles::Profiler;
 use crate::served::{self, Kind};
 use crate::symbols::Symbols;
-use memlens_profile::model::Profile;
+use memlens_profile::Profile;
 use memlens_target::Target;
 
 /// Longest `?seconds=N` window.

@@ -57,14 +57,14 @@ one is closed to make room), idle ones closed after 15 s. See docs/serve.md.";
 pub struct ServeArgs {
     /// Address to listen on (loopback by default; 0.0.0.0:6060 exposes it to the network)
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:6060")]
-    pub listen: String,
+    pub(crate) listen: String,
     /// Serve only this process, also at the bare paths (/debug/pprof/heap without ?pid=)
     #[arg(long, value_name = "PID")]
-    pub pid: Option<String>,
+    pub(crate) pid: Option<String>,
     /// Label added to every profile and metric (repeatable); `service=NAME` replaces the name taken
     /// from the command
     #[arg(long = "label", value_name = "KEY=VALUE")]
-    pub labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
 }
 
 /// A bound server, not yet serving.

@@ -11,9 +11,9 @@
 //! longer, and the process is left as it was found.
 use crate::stop::Stop;
 use anyhow::{anyhow, Result};
-use memlens_profile::model::Profile;
-use memlens_profile::raw::RawDump;
-use memlens_profile::symbolize::Symbolizer;
+use memlens_profile::Profile;
+use memlens_profile::RawDump;
+use memlens_profile::Symbolizer;
 use memlens_target::Target;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -106,7 +106,7 @@ impl Profiler {
     /// scrapes: a process scraped again costs only its new addresses. Modules that cannot be
     /// symbolized are said once per server, and their frames named `module+0xOFFSET` when served.
     fn symbolize(&self, d: &RawDump) -> Profile {
-        let (p, warnings) = memlens_profile::convert::symbolize_dump_with(d, Symbolizer::global());
+        let (p, warnings) = memlens_profile::symbolize_dump_with(d, Symbolizer::global());
         let mut warned = lock(&self.warned);
         for w in warnings {
             if warned.insert(w.clone()) {
@@ -224,7 +224,7 @@ impl Drop for OpenWindow {
 /// made in the window, and the change of the live heap over it (negative where it shrank). Stacks
 /// whose values are all zero are left out (Go's merge drops them too).
 pub fn delta(base: &Profile, new: &Profile) -> Profile {
-    let key = |p: &Profile, s: &memlens_profile::model::Sample| -> Vec<u64> {
+    let key = |p: &Profile, s: &memlens_profile::Sample| -> Vec<u64> {
         s.locations
             .iter()
             .map(|&id| {
@@ -330,7 +330,7 @@ fn import_location(out: &mut Profile, from: &Profile, id: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlens_profile::model::{Function, Line, Location, Sample};
+    use memlens_profile::{Function, Line, Location, Sample};
 
     fn profile(stacks: &[(u64, [f64; 4])]) -> Profile {
         let mut p = Profile::default();

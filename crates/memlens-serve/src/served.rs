@@ -14,8 +14,8 @@
 //! * memlens' own values (peak, freed, lifetimes) are left out of the Go-shaped profiles and served
 //!   whole at `/debug/pprof/lifetimes` (see docs/serve.md for which engines show them).
 use anyhow::Result;
-use memlens_profile::model::{Function, Line, Profile, SampleIndex};
-use memlens_profile::pprof::proto;
+use memlens_profile::proto;
+use memlens_profile::{Function, Line, Profile, SampleIndex};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -92,9 +92,9 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
             s.life = None;
         }
         p.views = None;
-        memlens_profile::pprof::to_proto(&p)
+        memlens_profile::to_proto(&p)
     } else {
-        memlens_profile::pprof::to_proto(p)
+        memlens_profile::to_proto(p)
     };
     let mut ids: HashMap<String, i64> = m
         .string_table
@@ -151,7 +151,7 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlens_profile::model::{Location, Mapping, Sample};
+    use memlens_profile::{Location, Mapping, Sample};
     use std::io::Read;
 
     /// Two locations in a mapping of `libx.so` (file offset 0x1000): the first symbolized as `f`,

@@ -5,7 +5,7 @@
 //! Our profiles never need it (every location has a function), but a pprof client may still ask;
 //! addresses are named from the last profile served of each process (an address only ever means
 //! something in one process: it is named when the processes that know it agree on its name).
-use memlens_profile::model::Profile;
+use memlens_profile::Profile;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -75,7 +75,7 @@ fn parse_addr(s: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlens_profile::model::{Function, Line, Location};
+    use memlens_profile::{Function, Line, Location};
 
     fn profile(addr: u64, name: &str) -> Profile {
         Profile {

@@ -13,7 +13,7 @@
 //!   command after `--`) runs in separate, interleaved processes (`runner.rs`, `configs.rs`,
 //!   `workload.rs`, `judge.rs`; `report.rs` renders it), marked unpaired.
 //!
-//! Shared by both: [`Row`], the JSON contract of a configuration's row (`row.rs`); the overhead
+//! Shared by both: `Row`, the JSON contract of a configuration's row (`row.rs`); the overhead
 //! estimate with its bootstrap 95% interval (`estimate.rs`); quality against the exact truth
 //! (`quality.rs`); the profilers found on this machine (`profilers.rs`).
 #![warn(missing_docs)]
@@ -27,8 +27,6 @@ mod profilers;
 mod quality;
 mod row;
 mod unpaired;
-
-pub use row::Row;
 
 const EXAMPLE: &str = "Examples:
   memlens study                                  paired study: synthetic loop, redis, pipeline (< 5 min)
@@ -51,125 +49,125 @@ pub struct StudyArgs {
     /// Built-in workloads to study: synthetic, redis, pipeline (a list) or all (ignored with
     /// --load or a CMD)
     #[arg(long, default_value = "all", value_name = "LIST")]
-    pub workload: String,
+    pub(crate) workload: String,
     /// Study a program under its own load, paired in time inside its process: CMD (run by `sh -c`)
     /// is one block's load; the program is `-- SERVER ARGS` (started with the runtime inactive) or
     /// --pid
     #[arg(long, value_name = "CMD")]
-    pub load: Option<String>,
+    pub(crate) load: Option<String>,
     /// With --load: a running process to study (through its control socket; attached, and
     /// detached at the end, when it has no runtime)
     #[arg(long, value_name = "PID")]
-    pub pid: Option<String>,
+    pub(crate) pid: Option<String>,
     /// Sampling intervals (mean bytes between samples) [default: 64K,128K,256K,512K,1M,2M,4M; --quick: 64K,2M]
     #[arg(long, value_name = "LIST")]
-    pub intervals: Option<String>,
+    pub(crate) intervals: Option<String>,
     /// Unwinders to measure: dwarf, fp, libgcc, libunwind (default: dwarf,fp; --quick: fp; --unpaired:
     /// all available here); `none` = only off and inactive
     #[arg(long, value_name = "LIST")]
-    pub unwinders: Option<String>,
+    pub(crate) unwinders: Option<String>,
     /// Baseline profilers: jemalloc (paired), tcmalloc and heaptrack (--unpaired only), or none
     #[arg(long, default_value = "jemalloc", value_name = "LIST")]
-    pub baselines: String,
+    pub(crate) baselines: String,
     /// A small study for tests and a first look: 4 rounds, intervals 64K and 2M, the fp unwinder,
     /// one working set
     #[arg(long)]
-    pub quick: bool,
+    pub(crate) quick: bool,
     /// Paired: rounds of every configuration in the first processes, all together (each round:
     /// every configuration once between off blocks) [default: 40, a service 16; --quick: 4]
     #[arg(long, value_name = "N")]
-    pub rounds: Option<u32>,
+    pub(crate) rounds: Option<u32>,
     /// Paired: processes every configuration is measured in, at least (the intervals cover what
     /// differs between them); a --pid study has one
     #[arg(long, default_value_t = 3, value_name = "N")]
-    pub processes: u32,
+    pub(crate) processes: u32,
     /// Paired: placebo configurations per process (switched to as off is); the first calibrates
     /// what counts as resolved, more measure how often an A/A difference is called resolved
     #[arg(long, default_value_t = 1, value_name = "N")]
-    pub placebos: u32,
+    pub(crate) placebos: u32,
     /// Service: runs of the load in each profile window (quality)
     #[arg(long, default_value_t = 4, value_name = "N")]
-    pub window_loads: u32,
+    pub(crate) window_loads: u32,
     /// Paired: block length in milliseconds
     #[arg(long, default_value_t = 10, value_name = "MS")]
-    pub block_ms: u64,
+    pub(crate) block_ms: u64,
     /// Paired: time limit of the whole study in seconds; after the first rounds, further rounds
     /// of the configurations whose 95% CI is still wider than its target (--ci-target) run while
     /// they fit; 0 = the first rounds only [default: 270; --quick: 0]
     #[arg(long, value_name = "S")]
-    pub max_time: Option<f64>,
+    pub(crate) max_time: Option<f64>,
     /// Paired: half width of the 95% CI to aim for, points: synthetic loop, pipeline, service
     /// (the service's defaults to the pipeline's)
     #[arg(long, default_value = "2,4,4", value_name = "SYN,PIPE[,SVC]")]
-    pub ci_target: String,
+    pub(crate) ci_target: String,
     /// Paired pipeline: working sets of the books, from l2 (4 x L2 per thread), llc (half the
     /// last-level cache), dram (4 x LLC)
     #[arg(long, default_value = "l2,llc,dram", value_name = "LIST")]
-    pub working_sets: String,
+    pub(crate) working_sets: String,
     /// Paired: ticks per thread of each profile window (quality); 0 = no quality
     #[arg(long, value_name = "N")]
-    pub window_ticks: Option<u64>,
+    pub(crate) window_ticks: Option<u64>,
     /// Overhead budget of the recommendation: the upper end of the interval's 95% CI, percent
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
-    pub budget: f64,
+    pub(crate) budget: f64,
     /// Separate processes per configuration, compared by medians (for what cannot switch at run
     /// time: tcmalloc, heaptrack, a CMD); results are marked unpaired
     #[arg(long)]
-    pub unpaired: bool,
+    pub(crate) unpaired: bool,
     /// Unpaired: repeats of every configuration (run interleaved: A B C … A B C …)
     #[arg(long, default_value_t = 5)]
-    pub repeats: u32,
+    pub(crate) repeats: u32,
     /// Skip the exact-mode runs (no coverage figures then)
     #[arg(long)]
-    pub no_exact: bool,
+    pub(crate) no_exact: bool,
     /// Repeats of the exact-mode runs (the truth; slow with the libgcc unwinder), at most --repeats
     #[arg(long, default_value_t = 1, value_name = "N")]
-    pub exact_repeats: u32,
+    pub(crate) exact_repeats: u32,
     /// synthetic: thread counts, one table per count (e.g. 1,2)
     #[arg(long, default_value = "2", value_name = "LIST")]
-    pub threads: String,
+    pub(crate) threads: String,
     /// synthetic: block size
     #[arg(long, default_value = "512", value_name = "SIZE")]
-    pub size: String,
+    pub(crate) size: String,
     /// synthetic: call-stack depth of the loop
     #[arg(long, default_value_t = 10)]
-    pub depth: u32,
+    pub(crate) depth: u32,
     /// synthetic: malloc/free pairs per thread (and as many timed mallocs)
     #[arg(long, default_value_t = 100_000)]
-    pub ops: u64,
+    pub(crate) ops: u64,
     /// pipeline: quotes per run
     #[arg(long, default_value_t = 10_000)]
-    pub quotes: u64,
+    pub(crate) quotes: u64,
     /// pipeline: instruments (order books)
     #[arg(long, default_value_t = 4096)]
-    pub instruments: usize,
+    pub(crate) instruments: usize,
     /// pipeline: seed of the quote generator
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Coverage a recommended interval must reach, in percent
     #[arg(long, default_value_t = 90.0, value_name = "PCT")]
-    pub min_coverage: f64,
+    pub(crate) min_coverage: f64,
     /// Also recommend the interval with the best coverage whose overhead stays under PCT
     #[arg(long, value_name = "PCT")]
-    pub max_overhead: Option<f64>,
+    pub(crate) max_overhead: Option<f64>,
     /// The metric. With --load: cpu (the process's CPU time per run of the load, the default),
     /// wall (the load's wall time), or a REGEX whose first capture group is read from the load's
     /// output. Unpaired CMD: a REGEX (default: wall time)
     #[arg(long, value_name = "cpu|wall|REGEX")]
-    pub metric: Option<String>,
+    pub(crate) metric: Option<String>,
     /// The --metric figure is a rate (higher is better, e.g. requests per second): its inverse is
     /// the cost
     #[arg(long)]
-    pub metric_rate: bool,
+    pub(crate) metric_rate: bool,
     /// Result files (--json, --csv, --html).
     #[command(flatten)]
-    pub out: memlens_measure::output::OutputArgs,
+    pub(crate) out: memlens_render::output::OutputArgs,
     /// Write the SVG plots into DIR
     #[arg(long, value_name = "DIR")]
-    pub plots: Option<PathBuf>,
+    pub(crate) plots: Option<PathBuf>,
     /// With --load: the server to start and study; else any program to study unpaired
     #[arg(last = true, value_name = "CMD")]
-    pub cmd: Vec<String>,
+    pub(crate) cmd: Vec<String>,
 }
 
 const DEFAULT_INTERVALS: &str = "64K,128K,256K,512K,1M,2M,4M";

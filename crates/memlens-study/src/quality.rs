@@ -9,11 +9,11 @@
 //! * top-stack errors = error of the estimate for each of the truth's top stacks.
 //!
 //! Addresses differ between runs (ASLR): the dumps of a workload are symbolized together by
-//! memlens-profile ([`memlens_profile::convert::symbolize_dumps`]) and a stack is compared across
-//! runs as its sequence of function names ([`memlens_profile::agg::Stacks`]).
+//! memlens-profile ([`memlens_profile::symbolize_dumps`]) and a stack is compared across
+//! runs as its sequence of function names ([`memlens_profile::Stacks`]).
 use anyhow::{Context, Result};
-use memlens_measure::names::short_name;
-use memlens_profile::{agg, convert, Profile, SampleIndex};
+use memlens_profile::short_name;
+use memlens_profile::{symbolize_dumps, Frames, Profile, SampleIndex, Stacks};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -110,8 +110,8 @@ impl RunProfile {
     fn add(&mut self, p: &Profile) {
         self.samples += p.meta.samples;
         self.truncated += p.meta.truncated;
-        let mut fr = agg::Frames::default();
-        let st = agg::Stacks::new(p, &mut fr);
+        let mut fr = Frames::default();
+        let st = Stacks::new(p, &mut fr);
         for s in &st.list {
             *self.stacks.entry(st.key(s, &fr)).or_insert(0.0) += s.get(SampleIndex::AllocSpace);
         }
@@ -133,13 +133,13 @@ pub(crate) fn load_runs(runs: &[Vec<PathBuf>]) -> Result<Vec<RunProfile>> {
         .iter()
         .flatten()
         .map(|p| {
-            memlens_profile::raw::read(p)
+            memlens_profile::read_raw(p)
                 .with_context(|| format!("cannot read the profile {}", p.display()))
         })
         .collect::<Result<Vec<_>>>()?;
     // A module that cannot be symbolized keeps `module+0xOFFSET` names, still stable across runs:
     // quality is judged all the same, so its warning is not worth printing here.
-    let (profiles, _warnings) = convert::symbolize_dumps(&dumps);
+    let (profiles, _warnings) = symbolize_dumps(&dumps);
     let mut profiles = profiles.into_iter();
     Ok(runs
         .iter()

@@ -193,9 +193,9 @@ impl Target {
 
     /// Have the process dump, read the raw dump back from the control directory and remove it: the
     /// dump in memory, and no file left anywhere (for `memlens serve`, which makes one per scrape).
-    pub fn read_dump(&self) -> Result<memlens_profile::raw::RawDump> {
+    pub fn read_dump(&self) -> Result<memlens_profile::RawDump> {
         let raw = self.dump_in_dir()?;
-        let r = memlens_profile::raw::read(&raw);
+        let r = memlens_profile::read_raw(&raw);
         std::fs::remove_file(&raw).ok();
         r
     }

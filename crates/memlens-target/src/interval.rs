@@ -6,7 +6,7 @@ use memlens_measure::units::{format_size, parse_size};
 /// The largest mean sampling interval: 1 TiB. The runtime draws each countdown from Exp(R) into a
 /// signed 64-bit counter, so R must leave room for the tail of the draw; and an interval larger
 /// than anything a program allocates samples nothing (`--inactive` loads the runtime that way).
-pub const MAX_INTERVAL: u64 = 1 << 40;
+const MAX_INTERVAL: u64 = 1 << 40;
 
 /// A sampling interval from the command line (`flag` names the option in the error).
 pub fn parse_interval(s: &str, flag: &str) -> Result<u64> {

@@ -18,6 +18,6 @@ mod socket;
 
 pub use client::{Reply, Target};
 pub use dumps::{default_dump_name, raw_dumps, Dump};
-pub use interval::{parse_interval, MAX_INTERVAL};
+pub use interval::parse_interval;
 pub use proc::{is_runtime_path, parse_pid, rss_bytes, runtime_loaded, ProcStatus};
 pub use socket::{ctl_dir, remove_stale_sockets, socket_pids};

@@ -2,21 +2,24 @@
 //! subcommand so the study can start them under the runtime (LD_PRELOAD) like any other program.
 //!
 //! * `rtc`: the realistic hot path, a run-to-completion trading pipeline (one thread per core:
-//!   quote → book → strategy → order), paired blocks or a profile window; see [`rtc`].
+//!   quote → book → strategy → order), paired blocks or a profile window.
 //! * `pipeline`: the staged version (three threads connected by queues), kept as an option; its
-//!   latency includes queueing between the stages; see [`pipeline`].
-//! * [`paired`]: the block lines both paired workloads print, and the profiler switch.
+//!   latency includes queueing between the stages ([`PipelineMetrics`]: what it prints).
+//! * `paired`: the block lines both paired workloads print ([`Block`]), their order ([`schedule`]), and
+//!   the profiler switch.
 //!
 //! The synthetic malloc-test loop is a C program (`workloads/c/malloc_test.c`), because its point is
 //! to be as thin as the published test: nothing between the loop and malloc.
 #![warn(missing_docs)]
 use anyhow::Result;
 
-pub mod paired;
-#[allow(missing_docs)] // the staged pipeline: described at module level
-pub mod pipeline;
+mod paired;
+mod pipeline;
 mod rng;
-pub mod rtc;
+mod rtc;
+
+pub use paired::{schedule, Block, AFTER};
+pub use pipeline::Metrics as PipelineMetrics;
 
 /// Run a built-in workload in this process and print its metrics as one JSON line
 #[derive(Debug, clap::Args)]
@@ -24,12 +27,12 @@ pub mod rtc;
 pub struct WorkloadArgs {
     /// The workload to run
     #[command(subcommand)]
-    pub kind: WorkloadKind,
+    kind: WorkloadKind,
 }
 
 /// The built-in workloads.
 #[derive(Debug, clap::Subcommand)]
-pub enum WorkloadKind {
+enum WorkloadKind {
     /// Trading pipeline, staged over three threads: generate quotes, parse, update order books, decide, serialise orders
     Pipeline(pipeline::PipelineArgs),
     /// Trading pipeline, run to completion on each core (the study's realistic hot path)

@@ -79,8 +79,8 @@ fn sysinfo(a: SysinfoArgs) -> anyhow::Result<i32> {
         println!("{k:>24}: {v}");
     }
     if let Some(p) = a.json {
-        let json = memlens_measure::output::to_json_pretty(&s)?;
-        memlens_measure::output::write_text(&p, &(json + "\n"))?;
+        let json = memlens_render::output::to_json_pretty(&s)?;
+        memlens_render::output::write_text(&p, &(json + "\n"))?;
     }
     Ok(0)
 }

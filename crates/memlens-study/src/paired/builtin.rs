@@ -5,7 +5,7 @@
 use super::engine::{Key, Part, ProcOut, Settings, Workload};
 use crate::profilers::{find_lib, lg_of, SCRUB};
 use anyhow::{bail, Context, Result};
-use memlens_workloads::paired::Block;
+use memlens_workloads::Block;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 

@@ -8,8 +8,8 @@
 use super::engine::{Results, Row};
 use crate::estimate::Estimate;
 use anyhow::{anyhow, Result};
-use memlens_measure::doc::wrap;
 use memlens_measure::units::format_size;
+use memlens_render::doc::wrap;
 use plotters::prelude::*;
 
 /// The symmetric-log transform of the overhead axis.

@@ -17,7 +17,7 @@ use super::engine::{Key, Metric, Part, ProcOut, Service, Settings};
 use crate::profilers::{lg_of, SCRUB};
 use anyhow::{anyhow, bail, Context, Result};
 use memlens_target::{is_runtime_path, Reply, Target};
-use memlens_workloads::paired::{schedule, Block};
+use memlens_workloads::{schedule, Block};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

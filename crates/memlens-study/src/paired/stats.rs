@@ -1,6 +1,6 @@
 //! Paired-in-time statistics: each configuration block against the `off` blocks beside it.
 use crate::estimate::Estimate;
-use memlens_workloads::paired::Block;
+use memlens_workloads::Block;
 use serde::{Deserialize, Serialize};
 
 /// Rounds a configuration still needs for its interval to shrink to `target` points (half
@@ -133,7 +133,7 @@ impl Paired {
 mod tests {
     use super::*;
     use crate::estimate::estimate;
-    use memlens_workloads::paired::schedule;
+    use memlens_workloads::schedule;
 
     /// Blocks following the real schedule, with a drifting machine speed (×1 … ×2 over the run),
     /// noise, and configuration c slowed by `effect[c]` percent.

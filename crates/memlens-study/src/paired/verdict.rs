@@ -3,9 +3,9 @@
 use super::engine::{placebo_band, Results, Row};
 use crate::estimate::{self, Estimate};
 use anyhow::Result;
-use memlens_measure::doc::{terminal_width, wrap, Document, Section, Table};
-use memlens_measure::output;
 use memlens_measure::units::format_size;
+use memlens_render::doc::{terminal_width, wrap, Document, Section, Table};
+use memlens_render::output;
 use serde::Serialize;
 
 /// Published figures (jemalloc 3.4.1, 2×8-core Xeon, libgcc unwinder, 16 threads): increase of the
@@ -328,7 +328,7 @@ pub fn verdict(r: &Results) -> Vec<String> {
                 v.push(format!(
                     "  split on {rw}: direct (the sampling ticks) {}%, indirect (the {} ticks after) {}%, rest {:+.1}%",
                     di.show(),
-                    memlens_workloads::paired::AFTER,
+                    memlens_workloads::AFTER,
                     ii.show(),
                     a.overhead().pct - di.pct - ii.pct
                 ));
@@ -626,7 +626,7 @@ pub fn answer_text(r: &Results, width: usize) -> String {
 
 /// Print the answer, the verdict and the tables (fitted to the terminal's width); write the files
 /// asked for.
-pub fn emit(r: &Results, out: &memlens_measure::output::OutputArgs) -> Result<()> {
+pub fn emit(r: &Results, out: &memlens_render::output::OutputArgs) -> Result<()> {
     let doc = document(r);
     let width = terminal_width();
     print!("{}{}", answer_text(r, width), doc.to_text(width));

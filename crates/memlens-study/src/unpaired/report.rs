@@ -8,10 +8,10 @@ use super::Plan;
 use crate::quality::TruthSummary;
 use crate::StudyArgs;
 use anyhow::Result;
-use memlens_measure::doc::{self, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED};
 use memlens_measure::stats::{overhead_pct, Summary};
 use memlens_measure::units::format_size;
-use memlens_measure::{output, plot};
+use memlens_render::doc::{self, Document, Section, Table, NOT_APPLICABLE, NOT_MEASURED};
+use memlens_render::{output, plot};
 use serde::{Deserialize, Serialize};
 
 /// Where the published figures come from.

@@ -7,7 +7,7 @@ use super::workload::{Measure, Workload};
 use super::Plan;
 use crate::profilers::{self, SCRUB};
 use anyhow::{bail, Context, Result};
-use memlens_measure::progress::Progress;
+use memlens_render::progress::Progress;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

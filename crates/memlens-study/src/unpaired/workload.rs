@@ -250,7 +250,7 @@ fn parse_synthetic(stdout: &str) -> Result<Measure> {
 }
 
 fn parse_pipeline(stdout: &str) -> Result<Measure> {
-    let m = memlens_workloads::pipeline::Metrics::find(stdout)?;
+    let m = memlens_workloads::PipelineMetrics::find(stdout)?;
     let ns = &m.latency_ns;
     let mut extra = BTreeMap::from([
         ("mean_ns".to_string(), ns.mean),

@@ -25,7 +25,7 @@ pub struct Report {
 }
 
 /// Escape `&`, `<`, `>` and `"` for HTML text and attributes.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -46,7 +46,7 @@ pub fn render(r: &Report) -> String {
         escape(&r.title),
         escape(&r.title)
     );
-    let machine = crate::sysinfo::collect();
+    let machine = memlens_measure::sysinfo::collect();
     let facts = Section {
         heading: "Machine".into(),
         tables: vec![(

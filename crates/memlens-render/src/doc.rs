@@ -26,10 +26,10 @@ pub fn terminal_width() -> usize {
     120
 }
 
-/// A column of a [`Table`]: its header and the topic it belongs to. Key columns name the row and
+/// A column of a `Table`: its header and the topic it belongs to. Key columns name the row and
 /// are repeated in every part when a wide table is split.
 #[derive(Debug, Clone)]
-pub struct Column {
+pub(crate) struct Column {
     /// Header text.
     pub name: String,
     /// Columns of one topic stay together when a table is split.
@@ -43,7 +43,7 @@ pub struct Column {
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     /// The columns, key columns first.
-    pub columns: Vec<Column>,
+    pub(crate) columns: Vec<Column>,
     /// One formatted cell per column.
     pub rows: Vec<Vec<String>>,
 }
@@ -379,7 +379,7 @@ impl Document {
         }
         let machine = Table::simple(
             &["fact", "value"],
-            crate::sysinfo::collect()
+            memlens_measure::sysinfo::collect()
                 .lines()
                 .into_iter()
                 .map(|(k, v)| vec![k, v])

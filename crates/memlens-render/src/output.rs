@@ -56,7 +56,7 @@ pub fn write_json<T: Serialize>(path: &Path, payload: &T) -> Result<()> {
     if let serde_json::Value::Object(m) = &mut v {
         m.insert(
             "machine".into(),
-            serde_json::to_value(crate::sysinfo::collect())?,
+            serde_json::to_value(memlens_measure::sysinfo::collect())?,
         );
         m.insert(
             "command".into(),
