@@ -184,11 +184,7 @@ void ml_reset(void)
     ml_state_own();
     ml_stacks_zero_alloc();
     ml_blocks_reset();
-    atomic_store(&ml_st->truncated, 0);
-    atomic_store(&ml_st->dropped, 0);
-    atomic_store(&ml_st->dropped_bytes, 0);
-    atomic_store(&ml_st->unwind_fallbacks, 0);
-    atomic_store(&ml_st->untracked, 0);
+    ml_state_zero_counters();
     uint64_t now = ml_now_ns();
     atomic_store(&ml_cfg.start_ns, now);
     ml_st->start_ns = now;

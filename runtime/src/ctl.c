@@ -57,6 +57,7 @@
 #include "fmt.h"
 #include "jeprof.h"
 #include "log.h"
+#include "proc.h"
 #include "stacks.h"
 #include "state.h"
 
@@ -278,17 +279,9 @@ static char task_state(const char *tid)
     put_str(&b, "/proc/self/task/");
     put_str(&b, tid);
     put_str(&b, "/stat");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
     char s[512];
-    ssize_t n = read(fd, s, sizeof s - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    s[n] = 0;
-    char *rp = strrchr(s, ')'); /* the command name may contain spaces and parentheses */
-    return rp && rp[1] == ' ' ? rp[2] : 0;
+    const char *f = ml_proc_read(path, s, sizeof s) > 0 ? ml_proc_after_comm(s) : NULL;
+    return f && f[0] == ' ' ? f[1] : 0;
 }
 
 /* The main thread's state letter (R, S, Z...), 0 if unknown. */

@@ -44,11 +44,7 @@ static void child(void)
     ml_stacks_fork_child();
     ml_blocks_fork_child();
     ml_sample_fork_child();
-    atomic_store(&ml_st->truncated, 0);
-    atomic_store(&ml_st->dropped, 0);
-    atomic_store(&ml_st->dropped_bytes, 0);
-    atomic_store(&ml_st->unwind_fallbacks, 0);
-    atomic_store(&ml_st->untracked, 0);
+    ml_state_zero_counters();
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     if (ml_ctl_atfork_child)
         ml_ctl_atfork_child();

@@ -33,6 +33,7 @@
 #include "fmt.h"
 #include "lifetime.h"
 #include "log.h"
+#include "proc.h"
 #include "stacks.h"
 #include "state.h"
 
@@ -179,18 +180,10 @@ int ml_state_in_file(void) { return in_file; }
  * ever have that pid. */
 static uint64_t start_ticks(void)
 {
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
     char b[1024];
-    ssize_t n = read(fd, b, sizeof b - 1);
-    close(fd);
-    if (n <= 0)
+    const char *p = ml_proc_read("/proc/self/stat", b, sizeof b) > 0 ? ml_proc_after_comm(b) : NULL;
+    if (!p)
         return 0;
-    b[n] = 0;
-    char *p = b + n;
-    while (p > b && *p != ')')
-        p--;
     int field = 2; /* the comm was field 2 */
     uint64_t v = 0;
     for (; *p; p++) {

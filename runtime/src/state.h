@@ -130,6 +130,16 @@ static inline int ml_state_table_inherited(void)
 void ml_state_final(uint64_t seq);
 /* Is the state in a file that outlives us (a failed exit dump then loses nothing)? */
 int ml_state_in_file(void);
+/* The samplers' counters start over (a reset, a fork child). table_full stays: the table is as full
+ * as it was. */
+static inline void ml_state_zero_counters(void)
+{
+    atomic_store(&ml_st->truncated, 0);
+    atomic_store(&ml_st->dropped, 0);
+    atomic_store(&ml_st->dropped_bytes, 0);
+    atomic_store(&ml_st->unwind_fallbacks, 0);
+    atomic_store(&ml_st->untracked, 0);
+}
 
 #pragma GCC visibility pop
 #endif

@@ -18,6 +18,7 @@
 #include "lifetime.h"
 #include "out.h"
 #include "peak.h"
+#include "proc.h"
 #include "range.h"
 #include "state.h"
 #include "timeline.h"
@@ -127,15 +128,9 @@ static void allocator_stats(int64_t *in_use, int64_t *footprint)
 /* Resident bytes from /proc/self/statm (second field, in pages). */
 static int64_t rss_bytes(void)
 {
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
     char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
+    if (ml_proc_read("/proc/self/statm", buf, sizeof buf) < 0)
         return -1;
-    buf[n] = 0;
     char *p = buf;
     while (*p && *p != ' ')
         p++;
