@@ -397,14 +397,7 @@ fn parca_stores_heap_snapshots_and_alloc_windows_of_run_serve() {
     let prog = target_program(&tmp);
     let dir = tmp.join("a");
     std::fs::create_dir(&dir).unwrap();
-    let mut cmd = memlens();
-    cmd.args(["run", "--serve", "127.0.0.1:0", "--interval", "32K", "-o"])
-        .arg(dir.join("exit.pb.gz"))
-        .arg("--")
-        .arg(&prog)
-        .arg(&dir)
-        .env("MEMLENS_CTL_DIR", &ctl);
-    let mut server = Server::spawn(&mut cmd);
+    let mut server = Server::run_serve(&ctl, "32K", &dir, &prog, &[]);
     wait_for("the leak", 30, || dir.join("leaked").exists());
     let static_target = format!(
         "    static_configs: [{{targets: [\"127.0.0.1:{}\"]}}]\n",

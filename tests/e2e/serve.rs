@@ -170,6 +170,33 @@ impl Server {
         Server::spawn(cmd.env("MEMLENS_CTL_DIR", ctl))
     }
 
+    /// `memlens run --serve` on a loopback port of the system's choosing, sampling every
+    /// `interval`: `prog DIR ARGS…` with its profile at `DIR/exit.pb.gz`.
+    pub(crate) fn run_serve(
+        ctl: &Path,
+        interval: &str,
+        dir: &Path,
+        prog: &Path,
+        args: &[&str],
+    ) -> Server {
+        let mut cmd = memlens();
+        cmd.args([
+            "run",
+            "--serve",
+            "127.0.0.1:0",
+            "--interval",
+            interval,
+            "-o",
+        ])
+        .arg(dir.join("exit.pb.gz"))
+        .arg("--")
+        .arg(prog)
+        .arg(dir)
+        .args(args)
+        .env("MEMLENS_CTL_DIR", ctl);
+        Server::spawn(&mut cmd)
+    }
+
     /// Start `cmd` and read the port from its `memlens: serving … http://127.0.0.1:PORT/…` line.
     pub(crate) fn spawn(cmd: &mut Command) -> Server {
         let mut child = cmd
@@ -673,15 +700,7 @@ fn run_serve_serves_its_program() {
     let prog = program(tmp.path());
     let dir = tmp.path().join("a");
     std::fs::create_dir(&dir).unwrap();
-    let mut cmd = memlens();
-    cmd.args(["run", "--serve", "127.0.0.1:0", "--interval", "64K", "-o"])
-        .arg(dir.join("exit.pb.gz"))
-        .arg("--")
-        .arg(&prog)
-        .arg(&dir)
-        .arg("steady")
-        .env("MEMLENS_CTL_DIR", &ctl);
-    let mut server = Server::spawn(&mut cmd);
+    let mut server = Server::run_serve(&ctl, "64K", &dir, &prog, &["steady"]);
     wait_for("the program's pid", 20, || dir.join("pid").exists());
     let pid: i32 = std::fs::read_to_string(dir.join("pid"))
         .unwrap()

@@ -189,14 +189,7 @@ fn go_pprof_over_http_reads_a_cpp_std_thread_program() {
     let prog = compile(&src, &tmp, "threads", &[]);
     let dir = tmp.join("a");
     std::fs::create_dir(&dir).unwrap();
-    let mut cmd = memlens();
-    cmd.args(["run", "--serve", "127.0.0.1:0", "--interval", "64K", "-o"])
-        .arg(dir.join("exit.pb.gz"))
-        .arg("--")
-        .arg(&prog)
-        .arg(&dir)
-        .env("MEMLENS_CTL_DIR", &ctl);
-    let mut server = Server::spawn(&mut cmd);
+    let mut server = Server::run_serve(&ctl, "64K", &dir, &prog, &[]);
     let pp = tmp.join("pprof");
     wait_for("samples of the threads", 20, || {
         server.get("/debug/pprof/allocs").1.len() > 500

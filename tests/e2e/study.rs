@@ -65,24 +65,31 @@ fn synthetic_workload_runs_and_reports() {
     assert_unpaired_contract(&v);
 }
 
+/// The contract's fields both engines' rows carry (docs/study.md).
+const CONTRACT: [&str; 9] = [
+    "workload",
+    "config",
+    "interval_bytes",
+    "unwinder",
+    "paired",
+    "overhead_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "coverage_pct",
+];
+
+fn assert_has_fields(r: &Value, keys: &[&str]) {
+    for k in keys {
+        assert!(r.get(k).is_some(), "row lacks {k}: {r}");
+    }
+}
+
 /// Unpaired rows (separate processes) carry the paired study's contract fields, marked
 /// `paired: false`, with the same interval estimate; references have no overhead.
 fn assert_unpaired_contract(v: &Value) {
     for w in v["workloads"].as_array().unwrap() {
         for r in w["rows"].as_array().unwrap() {
-            for k in [
-                "workload",
-                "config",
-                "interval_bytes",
-                "unwinder",
-                "paired",
-                "overhead_pct",
-                "ci_low_pct",
-                "ci_high_pct",
-                "coverage_pct",
-            ] {
-                assert!(r.get(k).is_some(), "row lacks {k}: {r}");
-            }
+            assert_has_fields(r, &CONTRACT);
             assert_eq!(r["paired"], false, "{r}");
             assert_eq!(r["workload"], w["workload"], "{r}");
             if r["reference"].is_null() {
@@ -205,23 +212,16 @@ fn pipeline_workload_runs_reports_and_is_deterministic() {
 /// The contract's fields of a paired row: present, `paired: true`, the median inside its CI, and
 /// whether the CI reached its target.
 fn assert_paired_contract(r: &Value) {
-    for k in [
-        "workload",
-        "config",
-        "interval_bytes",
-        "unwinder",
-        "paired",
-        "overhead_pct",
-        "ci_low_pct",
-        "ci_high_pct",
-        "coverage_pct",
-        "direct_cost_pct",
-        "indirect_cost_pct",
-        "processes",
-        "resolved",
-    ] {
-        assert!(r.get(k).is_some(), "row lacks {k}: {r}");
-    }
+    assert_has_fields(r, &CONTRACT);
+    assert_has_fields(
+        r,
+        &[
+            "direct_cost_pct",
+            "indirect_cost_pct",
+            "processes",
+            "resolved",
+        ],
+    );
     assert_eq!(r["paired"], true, "{r}");
     let (lo, x, hi) = (
         r["ci_low_pct"].as_f64().unwrap(),

@@ -505,6 +505,16 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
     let err = stderr(&o);
     let master: u64 = wait_pid_file(&prefix.join("nginx.pid"));
     let run_dir = run_dir_named(&err);
+    // What `memlens report RUNDIR` says of the run's processes (stderr).
+    let report_run = || {
+        stderr(
+            &memlens()
+                .current_dir(&*dir)
+                .arg("report")
+                .arg(&run_dir)
+                .ok(),
+        )
+    };
     assert!(
         err.contains(&format!("pid {master} ")),
         "master not named: {err}"
@@ -530,12 +540,7 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
         );
     }
     // Collected while they run: each is named as running (their state files say they live).
-    let o = memlens()
-        .current_dir(&*dir)
-        .arg("report")
-        .arg(&run_dir)
-        .ok();
-    let e = stderr(&o);
+    let e = report_run();
     for pid in std::iter::once(master).chain(workers.iter().copied()) {
         assert!(
             e.contains(&format!("pid {pid} (nginx) is still running")),
@@ -556,12 +561,7 @@ fn nginx_daemon_and_its_workers_leave_profiles() {
     wait_for("nginx to quit", 30, || {
         gone(master) && workers.iter().all(|&w| gone(w))
     });
-    let o = memlens()
-        .current_dir(&*dir)
-        .arg("report")
-        .arg(&run_dir)
-        .ok();
-    let e = stderr(&o);
+    let e = report_run();
     for pid in std::iter::once(master).chain(workers.iter().copied()) {
         let f = beside(&out, pid);
         assert!(f.exists(), "no profile of nginx pid {pid}: {e}");
