@@ -24,9 +24,12 @@ const WINDOWS: usize = 6;
 
 /// parca_target DIR MODE: holds a known heap and allocates at a steady, logged rate.
 const TARGET: &str = r#"
-/* leak_alloc() keeps 48 MiB in blocks of 1..16 KiB, then DIR/leaked appears; churn_alloc() then
- * allocates and frees about 20 MB/s. Every millisecond a line "REALTIME_NS ALLOCATED HELD" (bytes
- * the program asked malloc for, in all and still held) is appended to DIR/log. Until DIR/stop. */
+/* parca_target DIR [GROW [TITLE]]: leak_alloc() keeps 48 MiB in blocks of 1..16 KiB, then
+ * DIR/leaked appears; churn_alloc() then allocates and frees about 20 MB/s, and leak_alloc() keeps
+ * GROW more bytes per second (a leak). Every millisecond a line "REALTIME_NS ALLOCATED HELD"
+ * (bytes the program asked malloc for, in all and still held) is appended to DIR/log. Until
+ * DIR/stop. With TITLE the program rewrites its command line into TITLE, as redis does
+ * (`redis-server *:6379`). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,7 @@ const TARGET: &str = r#"
 #include <unistd.h>
 
 #define LEAK (48u << 20)
+#define KEPT (1 << 16)
 static char dir[4000];
 static unsigned long long allocated, held;
 
@@ -44,6 +48,10 @@ static int exists(const char *name) {
 static void touch(const char *name) {
     char p[4100]; snprintf(p, sizeof p, "%s/%s", dir, name);
     int fd = open(p, O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd);
+}
+static long long now_ns(void) {
+    struct timespec t; clock_gettime(CLOCK_REALTIME, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 __attribute__((noinline)) void *leak_alloc(size_t n) {
     void *p = malloc(n); /* leak line */
@@ -58,24 +66,43 @@ __attribute__((noinline)) void churn_alloc(size_t n) {
     allocated += n;
     free(p);
 }
+/* The command line becomes `title`, written over the arguments as setproctitle does. */
+static void set_title(int argc, char **argv, const char *title) {
+    char *end = argv[argc - 1] + strlen(argv[argc - 1]);
+    size_t room = (size_t)(end - argv[0]);
+    char t[256]; snprintf(t, sizeof t, "%s", title);
+    memset(argv[0], 0, room);
+    snprintf(argv[0], room, "%s", t);
+}
 int main(int argc, char **argv) {
-    (void)argc;
     snprintf(dir, sizeof dir, "%s", argv[1]);
+    double grow = argc > 2 ? atof(argv[2]) : 0;
+    if (argc > 3) set_title(argc, argv, argv[3]);
     char p[4100]; snprintf(p, sizeof p, "%s/log", dir);
     int log = open(p, O_CREAT | O_WRONLY | O_APPEND, 0644);
     snprintf(p, sizeof p, "%s/pid.tmp", dir);
     FILE *f = fopen(p, "w"); fprintf(f, "%d\n", (int)getpid()); fclose(f);
     char q[4100]; snprintf(q, sizeof q, "%s/pid", dir); rename(p, q);
-    static void *kept[1 << 16];
+    /* The runtime's sampling of this thread starts after its first MiB or so (until then its
+     * countdown is the budget it polls with before it is ready): warm up past it, so that the
+     * leak is sampled whole and the program's count is what a profile can show. */
+    for (int i = 0; i < 512; i++) free(malloc(4096));
+    static void *kept[KEPT];
     unsigned n = 0;
     while (held < LEAK) kept[n] = leak_alloc(((n % 16) + 1) * 1024), n++;
     touch("leaked");
+    long long t0 = now_ns();
+    unsigned long long grown = 0;
     for (unsigned i = 0; !exists("stop"); i++) {
         for (int k = 0; k < 5; k++) churn_alloc(512 + ((i * 5 + k) % 16) * 480);
-        struct timespec t; clock_gettime(CLOCK_REALTIME, &t);
+        long long t = now_ns();
+        while (n < KEPT && grown < grow * (double)(t - t0) / 1e9) {
+            size_t b = ((n % 16) + 1) * 1024;
+            kept[n++] = leak_alloc(b);
+            grown += b;
+        }
         char line[100];
-        int len = snprintf(line, sizeof line, "%lld %llu %llu\n",
-                           (long long)t.tv_sec * 1000000000LL + t.tv_nsec, allocated, held);
+        int len = snprintf(line, sizeof line, "%lld %llu %llu\n", t, allocated, held);
         if (write(log, line, len) != len) return 1;
         usleep(1000);
     }
@@ -93,7 +120,7 @@ fn line_of(marker: &str) -> usize {
 }
 
 /// The test program, compiled in `dir`.
-fn target_program(dir: &Path) -> PathBuf {
+pub(crate) fn target_program(dir: &Path) -> PathBuf {
     let src = dir.join("parca_target.c");
     std::fs::write(&src, TARGET).unwrap();
     compile(&src, dir, "parca_target", &[])
@@ -103,10 +130,10 @@ fn target_program(dir: &Path) -> PathBuf {
 type Point = (u64, i64, u64);
 
 /// The program's log: (realtime ns, bytes allocated so far, bytes held).
-struct Log(Vec<(u64, u64, u64)>);
+pub(crate) struct Log(pub(crate) Vec<(u64, u64, u64)>);
 
 impl Log {
-    fn read(dir: &Path) -> Log {
+    pub(crate) fn read(dir: &Path) -> Log {
         let text = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
         Log(text
             .lines()
@@ -118,7 +145,7 @@ impl Log {
     }
 
     /// Bytes allocated by time `ns`, interpolated between the log's lines (a millisecond apart).
-    fn allocated_at(&self, ns: u64) -> f64 {
+    pub(crate) fn allocated_at(&self, ns: u64) -> f64 {
         let i = self.0.partition_point(|e| e.0 < ns);
         match (i.checked_sub(1).map(|j| self.0[j]), self.0.get(i)) {
             (Some(a), Some(b)) => {
@@ -132,6 +159,12 @@ impl Log {
 
     fn held(&self) -> u64 {
         self.0.last().map_or(0, |e| e.2)
+    }
+
+    /// Bytes held at time `ns`: the last line's at or before it.
+    pub(crate) fn held_at(&self, ns: u64) -> u64 {
+        let i = self.0.partition_point(|e| e.0 <= ns);
+        i.checked_sub(1).map_or(0, |j| self.0[j].2)
     }
 }
 
@@ -357,10 +390,21 @@ fn parse_rfc3339(s: &str) -> u64 {
     secs as u64 * 1_000_000_000 + nanos
 }
 
-/// What a pprof job of one profile (others off) looks like in Parca's configuration.
-fn job(name: &str, targets: &str, profiles: &str) -> String {
+/// What a pprof job of one profile (others off) looks like in Parca's configuration, with the
+/// server's token (its file) as the bearer token of every scrape.
+fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
     format!(
-        "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n"
+        "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{}{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n",
+        authorization(token_file, "    ")
+    )
+}
+
+/// Parca's (Prometheus's) `authorization` block sending the token in `file` as a bearer token,
+/// indented by `indent`.
+fn authorization(file: &Path, indent: &str) -> String {
+    format!(
+        "{indent}authorization: {{type: Bearer, credentials_file: \"{}\"}}\n",
+        file.display()
     )
 }
 
@@ -407,10 +451,12 @@ fn parca_stores_heap_snapshots_and_alloc_windows_of_run_serve() {
         "heap",
         &static_target,
         "        memory: {enabled: true, path: /debug/pprof/heap}\n        memlens_lifetimes: {enabled: true, path: /debug/pprof/lifetimes}\n",
+        &server.token_file,
     ) + &job(
         "allocs",
         &static_target,
         "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        &server.token_file,
     );
     let pdir = tmp.join("parca");
     std::fs::create_dir(&pdir).unwrap();
@@ -530,14 +576,17 @@ fn parca_discovers_inactive_programs_through_sd() {
     );
     wait_for("the leak", 30, || t.dir.join("leaked").exists());
     let server = Server::start(&ctl, &[]);
+    // The discovery request carries the token too.
     let sd = format!(
-        "    http_sd_configs: [{{url: \"http://127.0.0.1:{}/sd\", refresh_interval: \"1s\"}}]\n",
-        server.port
+        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{}/sd\"\n        refresh_interval: \"1s\"\n{}",
+        server.port,
+        authorization(&server.token_file, "        ")
     );
     let configs = job(
         "fleet",
         &sd,
         "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        &server.token_file,
     );
     let pdir = tmp.join("parca");
     std::fs::create_dir(&pdir).unwrap();

@@ -35,6 +35,9 @@ pub enum Kind {
     Window { allocs: bool, duration_ns: u64 },
     /// `/debug/pprof/lifetimes`: a snapshot with every memlens value (what `memlens run` writes).
     Lifetimes,
+    /// What `--push` sends Pyroscope: a window's allocations and the heap at its end (0: a first
+    /// window, with no allocations).
+    Push { duration_ns: u64 },
 }
 
 impl Kind {
@@ -46,6 +49,7 @@ impl Kind {
             Kind::Window { allocs: true, .. } => "allocs-delta",
             Kind::Window { allocs: false, .. } => "heap-delta",
             Kind::Lifetimes => "lifetimes",
+            Kind::Push { .. } => "push",
         }
     }
 }
@@ -151,6 +155,7 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
             },
         ),
         Kind::Lifetimes => (0, id(&mut m, SampleIndex::InuseSpace.name())),
+        Kind::Push { duration_ns } => (duration_ns as i64, 0),
     };
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&m.encode_to_vec())?;
