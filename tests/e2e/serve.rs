@@ -97,6 +97,17 @@ impl Target {
         mode: &str,
         run_args: &[&str],
     ) -> Target {
+        Target::start_with(ctl, dir, prog, &[mode], run_args)
+    }
+
+    /// `memlens run RUN_ARGS -- PROG DIR PROG_ARGS…`, as [`Target::start`].
+    pub(crate) fn start_with(
+        ctl: &Path,
+        dir: &Path,
+        prog: &Path,
+        prog_args: &[&str],
+        run_args: &[&str],
+    ) -> Target {
         std::fs::create_dir_all(dir).unwrap();
         let child = memlens()
             .arg("run")
@@ -106,7 +117,7 @@ impl Target {
             .arg("--")
             .arg(prog)
             .arg(dir)
-            .arg(mode)
+            .args(prog_args)
             .env("MEMLENS_CTL_DIR", ctl)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -254,7 +265,10 @@ impl Server {
     /// The URL of `path` with the token as the password of basic auth, as `go tool pprof` and
     /// curl send it.
     pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://memlens:{}@127.0.0.1:{}{path}", self.token, self.port)
+        format!(
+            "http://memlens:{}@127.0.0.1:{}{path}",
+            self.token, self.port
+        )
     }
 
     pub(crate) fn get(&self, path: &str) -> (u16, Vec<u8>) {
@@ -529,8 +543,13 @@ fn the_window_holds_only_allocations_made_inside_it() {
     // server removes once read): phase B starts once it is written, and ends (in milliseconds) well
     // before the window does.
     let mut written = Written::watch(&ctl);
-    let req =
-        std::thread::spawn(move || get(port, &token, &format!("/debug/pprof/allocs?pid={pid}&seconds=4")));
+    let req = std::thread::spawn(move || {
+        get(
+            port,
+            &token,
+            &format!("/debug/pprof/allocs?pid={pid}&seconds=4"),
+        )
+    });
     written.wait("the window's first dump", 20, |n| {
         n.starts_with(&format!("{pid}.dump-")) && n.ends_with(".raw")
     });
@@ -736,37 +755,20 @@ fn another_local_user_reads_nothing_and_command_lines_are_shown_only_when_asked(
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
     let prog = program(tmp.path());
-    let dir = tmp.path().join("a");
-    std::fs::create_dir_all(&dir).unwrap();
     // The program's arguments carry a secret (it ignores them).
     let secret = "--db-password=hunter2";
-    let mut child = memlens()
-        .args(["run", "-o"])
-        .arg(dir.join("exit.pb.gz"))
-        .arg("--")
-        .arg(&prog)
-        .arg(&dir)
-        .args(["steady", secret])
-        .env("MEMLENS_CTL_DIR", &ctl)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut pid = 0;
-    wait_for("the program's pid", 20, || {
-        pid = std::fs::read_to_string(dir.join("pid"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        pid != 0 && ctl_cmd(&ctl, pid, "status").status.success()
-    });
+    let t = Target::start_with(&ctl, &tmp.path().join("a"), &prog, &["steady", secret], &[]);
+    let pid = t.pid;
     let server = Server::start(&ctl, &[]);
     let shown = Server::start(&ctl, &["--show-cmdline"]);
     // Both servers of this user share one token.
     assert_eq!(server.token, shown.token);
     let targets = curl(&server.url("/targets"));
     assert!(targets.contains(&format!("\"pid\": {pid}")), "{targets}");
-    assert!(!targets.contains("hunter2") && !targets.contains("cmdline"), "{targets}");
+    assert!(
+        !targets.contains("hunter2") && !targets.contains("cmdline"),
+        "{targets}"
+    );
     let all = curl(&shown.url("/targets"));
     assert!(all.contains(secret), "{all}");
     // Without the token: 401 with one line that names no process, whatever the path.
@@ -780,7 +782,10 @@ fn another_local_user_reads_nothing_and_command_lines_are_shown_only_when_asked(
         let (st, body) = get(server.port, "", &path);
         let body = String::from_utf8_lossy(&body);
         assert_eq!((st, body.lines().count()), (401, 1), "{path}: {body}");
-        assert!(!body.contains("serve_target") && !body.contains(&pid.to_string()), "{body}");
+        assert!(
+            !body.contains("serve_target") && !body.contains(&pid.to_string()),
+            "{body}"
+        );
         let (st, _) = get(server.port, "not-the-token-at-all", &path);
         assert_eq!(st, 401, "{path}");
     }
@@ -820,13 +825,26 @@ fn another_local_user_reads_nothing_and_command_lines_are_shown_only_when_asked(
         };
         let token = server.token_file.display().to_string();
         let cat = nobody(&["cat", &token]);
-        assert!(!cat.status.success() && cat.stdout.is_empty(), "{}", stdout(&cat));
+        assert!(
+            !cat.status.success() && cat.stdout.is_empty(),
+            "{}",
+            stdout(&cat)
+        );
         let url = format!("http://127.0.0.1:{}", server.port);
         for path in ["/targets", &format!("/debug/pprof/heap?pid={pid}")] {
-            let o = nobody(&["curl", "-s", "-w", "\n%{http_code}", &format!("{url}{path}")]);
+            let o = nobody(&[
+                "curl",
+                "-s",
+                "-w",
+                "\n%{http_code}",
+                &format!("{url}{path}"),
+            ]);
             let out = stdout(&o);
             assert!(out.ends_with("\n401"), "{path}: {out}");
-            assert!(!out.contains("hunter2") && !out.contains("serve_target"), "{out}");
+            assert!(
+                !out.contains("hunter2") && !out.contains("serve_target"),
+                "{out}"
+            );
         }
         let sock_s = sock.display().to_string();
         let o = nobody(&["curl", "-s", "--unix-socket", &sock_s, "http://x/targets"]);
@@ -838,8 +856,8 @@ fn another_local_user_reads_nothing_and_command_lines_are_shown_only_when_asked(
     unsafe { libc::kill(unix.id() as i32, libc::SIGTERM) };
     assert_eq!(unix.wait().unwrap().code(), Some(0));
     assert!(!sock.exists(), "the socket is removed when the server ends");
-    std::fs::write(dir.join("stop"), "").unwrap();
-    assert!(child.wait().unwrap().success());
+    let (code, out, err) = t.finish();
+    assert_eq!((code, out.trim()), (0, "checks>0=1 errors=0"), "{err}");
 }
 
 /// `memlens run --serve` serves the program it runs at the bare Go paths, labelled with its name.

@@ -12,13 +12,13 @@
 //!   held, the `alloc_space` series what it allocated in each window, and the flame graphs of one
 //!   window the same; within 5 % of the program's own count. Without `../shared` (a user's clone)
 //!   that test prints one `SKIPPED:` line.
-use crate::parca::{target_program, Log};
+use crate::parca::{shared_tool, target_program, Log};
 use crate::serve::{Server, Target};
 use crate::util::*;
 use memlens_profile::proto;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -145,19 +145,6 @@ fn alloy_deltas_of_consecutive_allocs_scrapes_are_what_was_allocated_between_the
     drop(server);
     let (code, _, err) = t.finish();
     assert_eq!(code, 0, "{err}");
-}
-
-/// The Pyroscope server for tests, or None (after printing why) when this clone has none.
-fn pyroscope_sh(test: &str) -> Option<PathBuf> {
-    let sh = root().join("../shared/tools/pyroscope/pyroscope.sh");
-    if sh.exists() {
-        return Some(sh);
-    }
-    eprintln!(
-        "SKIPPED: {test}: no Pyroscope server at {} (a clone without ../shared)",
-        sh.display()
-    );
-    None
 }
 
 /// A running Pyroscope (single process, every listener on 127.0.0.1), its HTTP API on `port`;
@@ -327,8 +314,9 @@ const WINDOWS: usize = 7;
 /// 5 % of the program's own count.
 #[test]
 fn pyroscope_shows_the_heap_held_and_the_allocations_of_each_window_pushed() {
-    let name = "serve_pyroscope::pyroscope_shows_the_heap_held_and_the_allocations_of_each_window_pushed";
-    let Some(sh) = pyroscope_sh(name) else {
+    let name =
+        "serve_pyroscope::pyroscope_shows_the_heap_held_and_the_allocations_of_each_window_pushed";
+    let Some(sh) = shared_tool(name, "pyroscope/pyroscope.sh") else {
         return;
     };
     let tmp = test_dir();
@@ -387,7 +375,10 @@ fn pyroscope_shows_the_heap_held_and_the_allocations_of_each_window_pushed() {
             assert!(text.contains(&l), "{l} in {text}");
         }
         // The host as it is, when it is a valid name already (else sanitized as a service name).
-        if host.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)) {
+        if host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+        {
             let l = format!("{{\"name\":\"host\",\"value\":\"{host}\"}}");
             assert!(text.contains(&l), "{l} in {text}");
         }
@@ -406,20 +397,18 @@ fn pyroscope_shows_the_heap_held_and_the_allocations_of_each_window_pushed() {
 
 /// `memlens run --interval 8K -- PROG DIR GROW TITLE` in the control directory `ctl`.
 fn start_titled(ctl: &Path, dir: &Path, prog: &Path, grow: &str, title: &str) -> Target {
-    // Target::start runs `PROG DIR MODE`: the mode is the leak's rate, and the title comes as the
-    // program's last argument through a wrapper script (its `exec` keeps the pid).
-    let wrapper = dir.join("titled.sh");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec \"{}\" \"$1\" \"$2\" \"{title}\"\n",
-            prog.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Target::start(ctl, dir, &wrapper, grow, &["--interval", "8K"])
+    Target::start_with(ctl, dir, prog, &[grow, title], &["--interval", "8K"])
+}
+
+/// The largest |got / want − 1| of `pairs` (got, want, what), asserting each is under 5 %.
+fn within_5_percent(pairs: &[(f64, f64, String)]) -> f64 {
+    let mut worst: f64 = 0.0;
+    for (got, want, what) in pairs {
+        let r = got / want;
+        worst = worst.max((r - 1.0).abs());
+        assert!((r - 1.0).abs() < 0.05, "{what}: {got} vs {want}");
+    }
+    worst
 }
 
 /// What Pyroscope holds of process `t` (`sel`) against its own log, within 5 %: each inuse point,
@@ -446,13 +435,14 @@ fn check_pushed(pyro: &Pyroscope, t: &Target, sel: &str, secs: u64) {
             "pushes {gap} ms apart: {heap:?}"
         );
     }
-    let mut worst: f64 = 0.0;
-    for &(ts, v) in &heap {
-        let held = log.held_at(ts * 1_000_000) as f64;
-        let r = v / held;
-        worst = worst.max((r - 1.0).abs());
-        assert!((r - 1.0).abs() < 0.05, "pid {}: inuse {v} at {ts} vs held {held}: {heap:?}", t.pid);
-    }
+    let pairs: Vec<(f64, f64, String)> = heap
+        .iter()
+        .map(|&(ts, v)| {
+            let held = log.held_at(ts * 1_000_000) as f64;
+            (v, held, format!("pid {}: inuse at {ts} vs held", t.pid))
+        })
+        .collect();
+    let worst = within_5_percent(&pairs);
     eprintln!(
         "pyroscope: pid {} inuse_space series: {} points, each within {:.1} % of what it held ({:.1} → {:.1} MB)",
         t.pid,
@@ -463,19 +453,24 @@ fn check_pushed(pyro: &Pyroscope, t: &Target, sel: &str, secs: u64) {
     );
     // Each alloc point is the window that ended at its push, which began at the push before.
     assert!(allocs.len() + 1 >= heap.len(), "{allocs:?} vs {heap:?}");
-    let mut worst: f64 = 0.0;
-    for &(ts, v) in &allocs {
-        let prev = heap
-            .iter()
-            .rev()
-            .find(|h| h.0 < ts)
-            .unwrap_or_else(|| panic!("no push before {ts}: {heap:?}"))
-            .0;
-        let made = log.allocated_at(ts * 1_000_000) - log.allocated_at(prev * 1_000_000);
-        let r = v / made;
-        worst = worst.max((r - 1.0).abs());
-        assert!((r - 1.0).abs() < 0.05, "pid {}: window ending {ts}: alloc {v} vs {made}", t.pid);
-    }
+    let pairs: Vec<(f64, f64, String)> = allocs
+        .iter()
+        .map(|&(ts, v)| {
+            let prev = heap
+                .iter()
+                .rev()
+                .find(|h| h.0 < ts)
+                .unwrap_or_else(|| panic!("no push before {ts}: {heap:?}"))
+                .0;
+            let made = log.allocated_at(ts * 1_000_000) - log.allocated_at(prev * 1_000_000);
+            (
+                v,
+                made,
+                format!("pid {}: window ending {ts}: alloc vs allocated", t.pid),
+            )
+        })
+        .collect();
+    let worst = within_5_percent(&pairs);
     eprintln!(
         "pyroscope: pid {} alloc_space series: {} windows, each within {:.1} % of what it allocated (~{:.0} MB)",
         t.pid,
@@ -501,16 +496,14 @@ fn check_pushed(pyro: &Pyroscope, t: &Target, sel: &str, secs: u64) {
         leak / total * 100.0
     );
     assert!((total / held - 1.0).abs() < 0.05, "{total} vs {held}");
-    assert!(leak > 0.95 * total, "leak_alloc {leak} of {total}: {selfs:?}");
+    assert!(
+        leak > 0.95 * total,
+        "leak_alloc {leak} of {total}: {selfs:?}"
+    );
     // The flame graph of the allocations over the windows after the first push: what was
     // allocated from that push to the last.
     let (first, last) = (heap[0].0, allocs.last().unwrap().0);
-    let (total, selfs) = pyro.flame(
-        "memory:alloc_space:bytes:space:bytes",
-        sel,
-        first + 1,
-        last,
-    );
+    let (total, selfs) = pyro.flame("memory:alloc_space:bytes:space:bytes", sel, first + 1, last);
     let made = log.allocated_at(last * 1_000_000) - log.allocated_at(first * 1_000_000);
     eprintln!(
         "pyroscope: pid {} alloc_space flame graph of {:.0} s: {total:.0} bytes, allocated {made:.0} (ratio {:.3})",
@@ -519,5 +512,8 @@ fn check_pushed(pyro: &Pyroscope, t: &Target, sel: &str, secs: u64) {
         total / made
     );
     assert!((total / made - 1.0).abs() < 0.05, "{total} vs {made}");
-    assert!(selfs.get("churn_alloc").copied().unwrap_or(0.0) > 0.8 * total, "{selfs:?}");
+    assert!(
+        selfs.get("churn_alloc").copied().unwrap_or(0.0) > 0.8 * total,
+        "{selfs:?}"
+    );
 }

@@ -22,8 +22,9 @@ pub struct Auth {
 
 impl Auth {
     /// The token of `file`, or of `<control directory>/serve.token` (the directory made 0700 if
-    /// missing); a token is made when the file does not exist. The file must be ours and readable
-    /// by nobody else, its directory not writable by others.
+    /// missing); a token is made (mode 0600) when the file does not exist. The file must be ours,
+    /// not writable by others and not readable by all (a group may read it: a scraper running as
+    /// another user, given that group), its directory not writable by others.
     pub fn load(file: Option<&Path>) -> Result<Auth> {
         let file = match file {
             Some(f) => std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf()),
@@ -118,10 +119,10 @@ fn read_token(file: &Path) -> Result<Option<String>> {
     };
     let m = f.metadata()?;
     let me = crate::discovery::my_uid();
-    if !m.is_file() || m.uid() != me || m.mode() & 0o077 != 0 {
+    if !m.is_file() || m.uid() != me || m.mode() & 0o027 != 0 {
         bail!(
-            "the token file {} must be a file of ours (uid {me}) that nobody else can read (chmod \
-             600), and it is uid {}'s with mode 0{:o}",
+            "the token file {} must be a file of ours (uid {me}) that others cannot read (chmod \
+             600, or 640 for a group), and it is uid {}'s with mode 0{:o}",
             file.display(),
             m.uid(),
             m.mode() & 0o7777
@@ -166,8 +167,9 @@ fn create_token(file: &Path) -> Result<String> {
     std::fs::remove_file(&tmp).ok();
     match made {
         Ok(()) => Ok(token),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_token(file)?
-            .ok_or_else(|| anyhow!("the token file {} vanished", file.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_token(file)?.ok_or_else(|| anyhow!("the token file {} vanished", file.display()))
+        }
         Err(e) => Err(anyhow!(
             "cannot write the token file {}: {e}",
             file.display()
@@ -220,7 +222,10 @@ mod tests {
         // A token file others can read is refused, and so is a directory others can write to.
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = Auth::load(Some(&file)).unwrap_err().to_string();
-        assert!(e.contains("nobody else can read"), "{e}");
+        assert!(e.contains("others cannot read"), "{e}");
+        // A group may read it (a scraper running as another user, given the group).
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(Auth::load(Some(&file)).unwrap().token, t);
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = Auth::load(Some(&file)).unwrap_err().to_string();

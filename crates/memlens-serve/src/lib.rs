@@ -46,10 +46,11 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:6060";
 
 const EXAMPLE: &str = "Example:
   memlens run --inactive -- ./server &          # any number of programs under memlens
-  memlens serve &                               # http://127.0.0.1:6060, token in /tmp/memlens-$UID/serve.token
-  T=$(cat /tmp/memlens-$(id -u)/serve.token)
-  curl -H \"Authorization: Bearer $T\" http://127.0.0.1:6060/targets
-  go tool pprof -top \"http://memlens:$T@127.0.0.1:6060/debug/pprof/allocs?pid=1234&seconds=10\"
+  memlens serve &                               # http://127.0.0.1:6060, with a token:
+  auth() { printf 'Authorization: Bearer %s\\n' \"$(cat /tmp/memlens-$(id -u)/serve.token)\"; }
+  curl -H @<(auth) http://127.0.0.1:6060/targets     # the token never on a command line
+  curl -H @<(auth) -o a.pb.gz 'http://127.0.0.1:6060/debug/pprof/allocs?pid=1234&seconds=10'
+  go tool pprof -top a.pb.gz
   memlens serve --listen unix:/tmp/memlens-$(id -u)/serve.sock   # no token: only you and root
   curl --unix-socket /tmp/memlens-$(id -u)/serve.sock http://x/targets
   memlens serve --pid 1234 --label service=orders   # one process at the bare Go paths
@@ -232,23 +233,33 @@ impl Endpoint {
 /// Where the server says it listens and how to get in (tests and scripts read the address from
 /// this line).
 fn announce(ep: &Endpoint, only: Option<i32>) {
-    let url = ep.listener.url();
+    let base = ep.listener.url();
+    let at = |path: &str| {
+        if ep.listener.is_unix() {
+            format!("{base} (GET {path})")
+        } else {
+            format!("{base}{path}")
+        }
+    };
     let access = match &ep.auth {
         Some(a) => format!(
             "; every request needs the token of {} (Authorization: Bearer TOKEN)",
             a.file.display()
         ),
-        None => "; only uid {me} and root can connect".replace(
-            "{me}",
-            &discovery::my_uid().to_string(),
-        ),
+        None => {
+            "; only uid {me} and root can connect".replace("{me}", &discovery::my_uid().to_string())
+        }
     };
     match only {
-        Some(p) => eprintln!("memlens: serving process {p} on {url}/debug/pprof/heap{access}"),
+        Some(p) => eprintln!(
+            "memlens: serving process {p} on {}{access}",
+            at("/debug/pprof/heap")
+        ),
         None => eprintln!(
-            "memlens: serving the processes of uid {} under memlens (control directory {}) on {url}/targets{access}",
+            "memlens: serving the processes of uid {} under memlens (control directory {}) on {}{access}",
             discovery::my_uid(),
-            memlens_target::ctl_dir().display()
+            memlens_target::ctl_dir().display(),
+            at("/targets")
         ),
     }
 }

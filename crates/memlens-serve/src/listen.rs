@@ -50,7 +50,9 @@ impl Listener {
     /// socket's path.
     pub fn addr(&self) -> String {
         match self {
-            Listener::Tcp(l) => l.local_addr().map_or_else(|_| "?".into(), |a| a.to_string()),
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
             Listener::Unix(_, p) => p.display().to_string(),
         }
     }

@@ -413,28 +413,35 @@ mod tests {
         p
     }
 
+    /// The first dump of the tests: three stacks.
+    fn base() -> Profile {
+        profile(&[
+            (0x10, [1.0, 100.0, 1.0, 100.0]),
+            (0x20, [2.0, 64.0, 0.0, 0.0]),
+            (0x40, [1.0, 50.0, 1.0, 50.0]),
+        ])
+    }
+
+    /// Each sample's function (named after its address) and values.
+    fn values(p: &Profile) -> Vec<(String, [f64; 4])> {
+        p.samples
+            .iter()
+            .map(|s| (p.frames(s)[0].function.clone(), s.values()))
+            .collect()
+    }
+
     #[test]
     fn a_window_is_the_difference_of_every_value_as_go_computes_it() {
         // Location ids differ between the two dumps; addresses match the stacks. 0x20 did nothing
         // in between: left out. 0x40's blocks were all freed: its live heap fell by 50.
-        let base = profile(&[
-            (0x10, [1.0, 100.0, 1.0, 100.0]),
-            (0x20, [2.0, 64.0, 0.0, 0.0]),
-            (0x40, [1.0, 50.0, 1.0, 50.0]),
-        ]);
         let new = profile(&[
             (0x20, [2.0, 64.0, 0.0, 0.0]),
             (0x10, [3.0, 300.0, 1.0, 40.0]),
             (0x30, [1.0, 8.0, 1.0, 8.0]),
         ]);
-        let d = delta(&base, &new);
-        let got: Vec<(String, [f64; 4])> = d
-            .samples
-            .iter()
-            .map(|s| (d.frames(s)[0].function.clone(), s.values()))
-            .collect();
+        let d = delta(&base(), &new);
         assert_eq!(
-            got,
+            values(&d),
             vec![
                 ("f16".to_string(), [2.0, 200.0, 0.0, -60.0]),
                 ("f48".to_string(), [1.0, 8.0, 1.0, 8.0]),
@@ -448,23 +455,13 @@ mod tests {
 
     #[test]
     fn a_push_is_the_window_s_allocations_and_the_heap_at_its_end() {
-        let base = profile(&[
-            (0x10, [1.0, 100.0, 1.0, 100.0]),
-            (0x20, [2.0, 64.0, 0.0, 0.0]),
-            (0x40, [1.0, 50.0, 1.0, 50.0]),
-        ]);
+        let base = base();
         let mut new = profile(&[
             (0x20, [2.0, 64.0, 0.0, 0.0]),
             (0x10, [3.0, 300.0, 1.0, 40.0]),
             (0x30, [1.0, 8.0, 1.0, 8.0]),
             (0x40, [1.0, 50.0, 1.0, 50.0]),
         ]);
-        let values = |p: &Profile| -> Vec<(String, [f64; 4])> {
-            p.samples
-                .iter()
-                .map(|s| (p.frames(s)[0].function.clone(), s.values()))
-                .collect()
-        };
         // 0x20 allocated nothing and holds nothing: left out; 0x40 allocated nothing but holds 50.
         let want = vec![
             ("f16".to_string(), [2.0, 200.0, 1.0, 40.0]),
@@ -475,11 +472,7 @@ mod tests {
         let (p, duration) = pushed(Some(&base), &new);
         assert_eq!((values(&p), duration), (want, 5_000));
         // The heap adds up to what is held at the end, not to its change.
-        let inuse: f64 = p
-            .samples
-            .iter()
-            .map(|s| s.values()[3])
-            .sum();
+        let inuse: f64 = p.samples.iter().map(|s| s.values()[3]).sum();
         assert_eq!(inuse, 40.0 + 8.0 + 50.0);
         // The first window of a process (or of a reset runtime): its heap, no allocations.
         let (first, duration) = pushed(None, &new);

@@ -65,10 +65,7 @@ impl Pusher {
     pub fn announce(&self, only: Option<i32>) {
         let what = match only {
             Some(p) => format!("process {p}"),
-            None => format!(
-                "the processes of uid {} under memlens",
-                discovery::my_uid()
-            ),
+            None => format!("the processes of uid {} under memlens", discovery::my_uid()),
         };
         eprintln!(
             "memlens: pushing the heap and allocations of {what} to {} every {} s",
@@ -91,7 +88,10 @@ impl Pusher {
                     Err(e) => {
                         let e = format!("{e:#}");
                         // Said once a minute per reason, not once per window and process.
-                        if said.get(&e).is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                        if said
+                            .get(&e)
+                            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+                        {
                             eprintln!("memlens: warning: push of process {}: {e}", t.pid);
                             said.insert(e, Instant::now());
                         }
@@ -215,7 +215,10 @@ fn auth_header(file: &Path) -> Result<String> {
         .map_err(|e| anyhow!("cannot read --push-auth-file {}: {e}", file.display()))?;
     let line = text.lines().next().unwrap_or("").trim();
     if line.is_empty() {
-        bail!("--push-auth-file {}: its first line is empty", file.display());
+        bail!(
+            "--push-auth-file {}: its first line is empty",
+            file.display()
+        );
     }
     Ok(if line.contains(':') {
         format!(
@@ -248,7 +251,13 @@ mod tests {
             ingest_url("https://p.example/ingest").unwrap(),
             "https://p.example/ingest"
         );
-        for bad in ["127.0.0.1:4040", "ftp://x", "http://", "http://u:p@h:1", "http://h/?a=1"] {
+        for bad in [
+            "127.0.0.1:4040",
+            "ftp://x",
+            "http://",
+            "http://u:p@h:1",
+            "http://h/?a=1",
+        ] {
             assert!(ingest_url(bad).is_err(), "{bad}");
         }
         let l = |k: &str, v: &str| (k.to_string(), v.to_string());

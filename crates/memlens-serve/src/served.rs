@@ -342,7 +342,9 @@ mod tests {
         }
         // The lifetimes endpoint keeps the per-stack sample count.
         let m = decode(&encode(&later, Kind::Lifetimes, &labels).unwrap());
-        assert!(label_sets(&m)[0].iter().any(|l| l.0 == "samples" && l.2 == 7));
+        assert!(label_sets(&m)[0]
+            .iter()
+            .any(|l| l.0 == "samples" && l.2 == 7));
     }
 
     #[test]
