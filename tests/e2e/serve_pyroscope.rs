@@ -25,6 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// A label as Alloy hashes it: key, string value, number, unit (all resolved to text).
 type Label = (String, String, i64, String);
 
+/// A sample's identity for Alloy: its location addresses and its labels, sorted.
+type Identity = (Vec<u64>, Vec<Label>);
+
 /// A gzipped pprof, decoded.
 fn decode(gz: &[u8]) -> proto::Profile {
     use prost::Message;
@@ -37,7 +40,7 @@ fn decode(gz: &[u8]) -> proto::Profile {
 
 /// Each sample of `m` as Alloy identifies it: the addresses of its locations and its labels
 /// sorted, with its values.
-fn identified(m: &proto::Profile) -> Vec<((Vec<u64>, Vec<Label>), Vec<i64>)> {
+fn identified(m: &proto::Profile) -> Vec<(Identity, Vec<i64>)> {
     let st = |i: i64| m.string_table[i as usize].clone();
     let addr: HashMap<u64, u64> = m.location.iter().map(|l| (l.id, l.address)).collect();
     m.sample
@@ -74,7 +77,7 @@ fn type_index(m: &proto::Profile, name: &str) -> usize {
 fn alloy_delta(prev: &proto::Profile, next: &proto::Profile) -> Vec<i64> {
     let sum = |m: &proto::Profile| {
         let (objects, space) = (type_index(m, "alloc_objects"), type_index(m, "alloc_space"));
-        let mut by_id: BTreeMap<(Vec<u64>, Vec<Label>), [i64; 2]> = BTreeMap::new();
+        let mut by_id: BTreeMap<Identity, [i64; 2]> = BTreeMap::new();
         for (id, v) in identified(m) {
             let e = by_id.entry(id).or_default();
             e[0] += v[objects];
