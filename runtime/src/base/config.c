@@ -1,17 +1,12 @@
-/* The configuration: MEMLENS_* read from the environment into ml_cfg, once, from ml_init (before
- * main, or at the first malloc if that comes first). The lowest floor with boot.c's ml_real: it
- * calls nothing of the runtime but the log, so every file may read what it sets.
- *
- * The globals every file shares are defined here too: ml_cfg and the per-thread state ml_tls. */
+/* The configuration: MEMLENS_* read from the environment into ml_cfg (rt.c), once, from ml_init
+ * (before main, or at the first malloc if that comes first). The bottom floor: it calls nothing of
+ * the runtime but the log, so every file may read what it sets. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "log.h"
-
-__thread struct ml_thread ml_tls;
-struct ml_config ml_cfg = {.interval = 524288, .active = 1, .max_depth = 64, .unwinder = -1};
 
 const char *ml_unwinder_name(int u)
 {

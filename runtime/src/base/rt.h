@@ -36,7 +36,7 @@ struct ml_thread {
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
-    /* Fast switch (control.c): the last switch epoch this thread's slow path saw (written by this
+    /* Fast switch (switch.c): the last switch epoch this thread's slow path saw (written by this
      * thread, read by the switcher), whether it is in the switch registry, and its sample count. */
     _Atomic uint64_t epoch;
     int registered;      /* ML_REG_*: 0 not yet, then registered, full or exited */

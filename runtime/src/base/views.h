@@ -8,6 +8,9 @@
 
 #pragma GCC visibility push(hidden)
 
+/* Off (MEMLENS_VIEWS=0, or memlens_views(0)): sampled blocks carry no time and no view runs. */
+extern _Atomic int ml_views_on;
+
 /* Lifetime buckets are decades of time: bucket 0 is < 1 us, bucket k is [10^(k-1), 10^k) us, the
  * last (>= 100 s) is open. Decades, not powers of two of ticks: a report's "freed within 1 ms" and
  * "median 100 ms-1 s" are then what was measured, with nothing spread across buckets. */

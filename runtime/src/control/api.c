@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "../sample/cost.h"
+#include "../sample/switch.h"
 #include "control.h"
 #include "dump.h"
 

@@ -13,6 +13,7 @@
 #include "../control/ctl.h"
 #include "../control/dump.h"
 #include "../record/block.h"
+#include "../record/lifetime.h"
 #include "../record/range.h"
 #include "../sample/sample.h"
 #include "../store/modules.h"
@@ -43,6 +44,7 @@ static void child(void)
     atomic_store(&ml_cfg.exit_dumped, 0);
     ml_stacks_fork_child();
     ml_blocks_fork_child();
+    ml_views_fork_child();
     ml_sample_fork_child();
     ml_state_zero_counters();
     atomic_store(&ml_cfg.start_ns, ml_now_ns());

@@ -35,12 +35,13 @@
 #include <x86intrin.h>
 
 #include "../base/check.h"
+#include "../sample/clock.h"
 #include "../sample/cost.h"
 #include "../sample/sample.h"
 #include "../store/stacks.h"
 #include "../store/state.h"
+#include "../unwind/unwind.h"
 #include "block.h"
-#include "lifetime.h"
 #include "peak.h"
 #include "range.h"
 #include "timeline.h"
@@ -251,7 +252,7 @@ void ml_sampled_free(void *p)
 /* A reallocation from another call site: its stack, and the block's live bytes moved there. */
 static ML_NOINLINE void resite(struct ml_block *b, uintptr_t ra)
 {
-    uint32_t id = ml_sample_stack(ra, 0);
+    uint32_t id = ml_unwind_intern(ra, 0);
     uint64_t now = tick(b);
     flush_alloc(b); /* what came from the old site stays there */
     ml_range_lock();
@@ -376,7 +377,6 @@ void ml_blocks_fork_child(void)
     atomic_fetch_add(&gen, 1); /* the parent's pending reallocations are in the parent's profile */
     ml_peak_fork_child(atomic_load(&ml_views_on) ? __rdtsc() | 1 : 0);
     ml_timeline_fork_child();
-    ml_views_fork_child();
 }
 
 void ml_blocks_reset(void) { atomic_fetch_add(&gen, 1); }

@@ -12,7 +12,7 @@ void ml_sampled_free(void *p);
 /* realloc of a sampled block to n > 0 bytes: in place, or moved (within the range when it can);
  * NULL if no memory (p is left as it was). */
 void *ml_block_realloc(void *p, size_t n, uintptr_t ra);
-/* fork child: inherited blocks, a fresh peak and timeline */
+/* fork child: inherited blocks, a fresh peak and timeline (fork.c then starts the views' dumps anew) */
 void ml_blocks_fork_child(void);
 /* ml_reset: reallocations pending before it are not counted */
 void ml_blocks_reset(void);

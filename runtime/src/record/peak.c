@@ -9,9 +9,9 @@
  * copied is the one of a single moment. */
 #define _GNU_SOURCE
 #include "../base/out.h"
+#include "../sample/clock.h"
 #include "../store/stacks.h"
 #include "../store/state.h"
-#include "lifetime.h"
 #include "peak.h"
 
 /* In the state's header (state.c), where they outlive the process:

@@ -16,9 +16,8 @@
 
 #include "../base/out.h"
 #include "../base/proc.h"
+#include "../sample/clock.h"
 #include "../store/state.h"
-#include "block.h"
-#include "lifetime.h"
 #include "peak.h"
 #include "range.h"
 #include "timeline.h"
@@ -148,10 +147,9 @@ static void compact(void)
     period_ns *= 2;
 }
 
-void ml_timeline_tick(uint64_t now, int why)
+/* A point at tick `now`; a dump's adds `unflushed` to the heap, as the dump counts it. */
+static void point(uint64_t now, int why, int64_t unflushed)
 {
-    if (why == ML_TL_PERIODIC && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
-        return;
     if (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
         return;
     ml_tls.busy++; /* dlsym and the allocator's stats may allocate: straight to the real allocator */
@@ -161,8 +159,7 @@ void ml_timeline_tick(uint64_t now, int why)
     ml_life_set_rate(hz);
     struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
                         .in_use = -1, .footprint = -1};
-    if (why == ML_TL_DUMP)
-        pt.heap += ml_blocks_dump_heap(); /* what blocks have not flushed yet, as the dump counts it */
+    pt.heap += unflushed;
     if (why != ML_TL_DUMP) {
         if (stats_kind == ST_UNSEEN)
             find_stats();
@@ -187,6 +184,15 @@ void ml_timeline_tick(uint64_t now, int why)
     ml_tls.busy--;
     ml_spin_unlock(&lock);
 }
+
+void ml_timeline_tick(uint64_t now, int why)
+{
+    if (why == ML_TL_PERIODIC && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
+        return;
+    point(now, why, 0);
+}
+
+void ml_timeline_dump(uint64_t now, int64_t unflushed) { point(now, ML_TL_DUMP, unflushed); }
 
 void ml_timeline_fork_child(void)
 {

@@ -25,7 +25,7 @@
  * preempted one over-counts by that much at most.
  *
  * Ticks become nanoseconds as they are added, at one rate per process: the views' calibration
- * (lifetime.c) when the first is added. Converting the total at each reading instead would let
+ * (clock.c) when the first is added. Converting the total at each reading instead would let
  * the rate's refinement change the whole past, and a difference of two readings (the study's
  * per-block figure) would be mostly that change. */
 #define _GNU_SOURCE
@@ -34,9 +34,9 @@
 #include <pthread.h>
 
 #include "../base/out.h"
-#include "../control/control.h"
-#include "../record/lifetime.h"
+#include "clock.h"
 #include "cost.h"
+#include "switch.h"
 
 #define ML_COST_CAP_NS 200000u
 
@@ -58,7 +58,7 @@ static void cost_child(void)
     ml_tls.cost_calls_fx = 0;
 }
 
-/* With the registry locked (control.c): the thread leaves it, its account goes to the total. */
+/* With the registry locked (switch.c): the thread leaves it, its account goes to the total. */
 void ml_cost_thread_exit(struct ml_thread *t)
 {
     atomic_fetch_add_explicit(&cost.ns, t->cost_ns, memory_order_relaxed);

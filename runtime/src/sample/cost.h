@@ -24,7 +24,7 @@ void ml_cost_end(uint64_t t0, uint64_t calls_fx, uint64_t times);
 int ml_cost_get(uint64_t *sampled_ns, uint64_t *calls, uint64_t *cpu_ns);
 /* The same as a dump's `cost_ns`, `cost_calls` and `cpu_ns` lines (none when unknown). */
 void ml_cost_write(struct ml_out *o);
-/* A thread exits (control.c's key destructor): fold its account into the total. */
+/* A thread exits (switch.c's key destructor): fold its account into the total. */
 void ml_cost_thread_exit(struct ml_thread *t);
 
 #pragma GCC visibility pop

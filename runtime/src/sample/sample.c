@@ -9,7 +9,6 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
-#include "../control/control.h"
 #include "../control/ctl.h"
 #include "../intercept/boot.h"
 #include "../record/block.h"
@@ -19,6 +18,7 @@
 #include "../unwind/unwind.h"
 #include "cost.h"
 #include "sample.h"
+#include "switch.h"
 
 #define ARMED_EXACT UINT64_MAX
 
@@ -161,27 +161,6 @@ void ml_sample_fork_child(void)
     t->countdown = 0;
 }
 
-uint32_t ml_sample_stack(uintptr_t ra, int sample)
-{
-    struct ml_thread *t = &ml_tls;
-    t->busy++;
-    int trunc = 0;
-    uint32_t id;
-    if (ml_cfg.unwinder != ML_UNW_DWARF || !ml_dwarf_stack(ra, ml_cfg.max_depth, &id, &trunc)) {
-        if (ml_cfg.unwinder == ML_UNW_DWARF && sample)
-            atomic_fetch_add_explicit(&ml_st->unwind_fallbacks, 1, memory_order_relaxed);
-        uintptr_t buf[ML_UNWIND_BUF];
-        const uintptr_t *pcs;
-        trunc = 0;
-        int depth = ml_unwind(buf, ml_cfg.max_depth, &trunc, ra, &pcs);
-        id = ml_stack_intern(pcs, depth, trunc);
-    }
-    if (trunc && sample && id != ML_NO_STACK)
-        atomic_fetch_add_explicit(&ml_st->truncated, 1, memory_order_relaxed);
-    t->busy--;
-    return id;
-}
-
 /* A sample of `size` bytes with weights (w_fx, w_bytes) on stack `id`: the cumulative counts. */
 static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
 {
@@ -205,7 +184,7 @@ void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
     t->busy++;
     weights(t, size, t->armed);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
-    uint32_t id = ml_sample_stack(ra, 1);
+    uint32_t id = ml_unwind_intern(ra, 1);
     void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
@@ -226,7 +205,7 @@ void ml_exact_record(size_t size, uintptr_t ra)
     ml_state_own();
     t->busy++;
     weights(t, size, 0);
-    count_alloc(ml_sample_stack(ra, 1), t->w_fx, t->w_bytes);
+    count_alloc(ml_unwind_intern(ra, 1), t->w_fx, t->w_bytes);
     t->busy--;
     if (timed)
         ml_cost_end(c0, t->w_fx, ML_COST_EXACT_EVERY);

@@ -14,9 +14,6 @@ int ml_slow_decide(size_t size);
 void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra);
 /* Exact mode: record an allocation served by the real allocator (cumulative counts only). */
 void ml_exact_record(size_t size, uintptr_t ra);
-/* The stack of the current allocation (ra: the return address into malloc's caller) in the table;
- * ML_NO_STACK if it is full. Counts truncated stacks and fallbacks when `sample`. */
-uint32_t ml_sample_stack(uintptr_t ra, int sample);
 /* The weights of a sample of `size` bytes at interval R (0: exact): 1/p in 16.16 fixed point
  * (objects) and size/p, p = 1 - exp(-size/R). */
 void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes);

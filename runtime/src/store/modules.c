@@ -1,5 +1,5 @@
 /* Loaded modules for the dump (dl_iterate_phdr: base, build id from the PT_NOTE in memory, PT_LOAD
- * segments), plus modules that were dlclose'd since start, remembered by the dlclose interposer so
+ * segments), plus modules that were dlclose'd since start, remembered by the dlclose interposer (dlclose.c) so
  * samples taken in them can still be symbolized.
  *
  * The same records go into the state file's module table (state.h), which a reader uses once the
@@ -18,7 +18,6 @@
 
 #include "../base/out.h"
 #include "../control/ctl.h"
-#include "../unwind/dwarf.h"
 #include "modules.h"
 #include "state.h"
 
@@ -37,7 +36,6 @@ static struct module unloaded[MAX_UNLOADED];
 static int nunloaded;
 static _Atomic int lock;
 static _Atomic int st_lock; /* appending to the state file's module table (rare: a new module) */
-static int (*real_dlclose)(void *);
 
 /* Our lock, but never forever: a signal handler that dumps (or calls _exit) may have interrupted
  * this thread inside dlclose's remember(). Returns 0 if it was not taken. */
@@ -241,22 +239,16 @@ static int remember(struct dl_phdr_info *info, size_t size, void *arg)
     return 1;
 }
 
-ML_EXPORT int dlclose(void *handle)
+void ml_modules_unloading(void *handle)
 {
-    if (!real_dlclose)
-        real_dlclose = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose");
     struct link_map *lm = NULL;
-    void *h = handle;
-    __asm__("" : "+r"(h)); /* dlclose is declared nonnull, but a NULL from a buggy caller must not crash here */
-    if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
+    /* Not declared nonnull here (dlclose is): a NULL from a buggy caller is tested, not assumed away. */
+    if (handle && dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) {
         struct find_ctx f = {lm->l_addr, lm->l_name};
         ml_tls.busy++;
         dl_iterate_phdr(remember, &f);
         ml_tls.busy--;
     }
-    int r = real_dlclose(handle);
-    ml_dwarf_code_unloaded();
-    return r;
 }
 
 void ml_modules_reset_lock(void)

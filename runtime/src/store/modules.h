@@ -11,6 +11,8 @@
 void ml_state_modules_init(void);
 void ml_state_modules_note(const uintptr_t *pcs, int depth);
 void ml_state_module_unloaded(uintptr_t base, const char *path);
+/* dlclose(handle) is about to run (dlclose.c): remember its module, in case the call unloads it. */
+void ml_modules_unloading(void *handle);
 /* A dump's `module` and `segment` lines. */
 void ml_modules_write(struct ml_out *o);
 /* Fork child: the modules lock may have been held by a thread of the parent. */

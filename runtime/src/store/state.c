@@ -33,7 +33,7 @@
 #include "../base/fmt.h"
 #include "../base/log.h"
 #include "../base/proc.h"
-#include "../record/lifetime.h"
+#include "../base/views.h"
 #include "stacks.h"
 #include "state.h"
 

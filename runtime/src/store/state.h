@@ -73,7 +73,7 @@ struct ml_state {
     _Alignas(64) _Atomic uint64_t arena_used;
     _Atomic uint32_t nstacks;
     _Atomic uint32_t nmodules;
-    /* the views: the heap estimate and its peak (peak.c), the clock (lifetime.c), the timeline */
+    /* the views: the heap estimate and its peak (peak.c), the clock (clock.c), the timeline */
     _Alignas(64) _Atomic int64_t heap;
     int64_t heap_max, next_snap;
     uint64_t heap_max_tick;

@@ -15,9 +15,9 @@
 #include <sys/mman.h>
 
 #include "../store/stacks.h"
+#include "bounds.h"
 #include "cfi.h"
 #include "dwarf.h"
-#include "unwind.h"
 
 #define WAYS 4
 #define MAX_READS 48 /* stacks that need more are walked every time */

@@ -10,12 +10,13 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
-#include <sys/resource.h>
-#include <sys/uio.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include "../base/log.h"
+#include "../store/stacks.h"
+#include "../store/state.h"
+#include "bounds.h"
 #include "cfi.h"
 #include "dwarf.h"
 #include "unwind.h"
@@ -27,49 +28,6 @@ static uintptr_t self_lo, self_hi;
 static int (*unw_backtrace_fn)(void **, int);
 
 static int is_self(uintptr_t pc) { return pc - self_lo < self_hi - self_lo; }
-
-extern void *__libc_stack_end;
-
-/* Upper bound of the current thread's stack, without pthread_getattr_np: that function takes the
- * thread's lock and then mallocs, so sampling its malloc and asking it again from here deadlocks
- * (Rust's std calls it at every thread start). glibc places a thread's descriptor (pthread_self())
- * at the top of the thread's stack, above every frame; the main thread's frames lie below
- * __libc_stack_end. */
-uintptr_t ml_stack_top(void)
-{
-    struct ml_thread *t = &ml_tls;
-    if (!t->stack_hi) {
-        uintptr_t self = (uintptr_t)pthread_self(), here = (uintptr_t)__builtin_frame_address(0);
-        uintptr_t main_hi = (uintptr_t)__libc_stack_end;
-        t->stack_hi = (self > here && self - here < (1ul << 30)) ? self : main_hi;
-    }
-    return t->stack_hi;
-}
-
-/* How far below its top a thread's own stack may reach: the stack size limit, which is also
- * glibc's default thread stack size (less a margin for the thread descriptor at its top). */
-static uintptr_t own_span = 8u << 20;
-
-int ml_on_own_stack(uintptr_t sp, uintptr_t hi) { return sp < hi && hi - sp < own_span; }
-
-/* Can the 8 bytes at addr be read? For walks on a stack that is not the thread's own (a coroutine,
- * a fiber, a sigaltstack), whose bounds we do not know: the kernel tells, without a fault. One
- * system call per page; the last good page is remembered. */
-static __thread uintptr_t readable_page;
-int ml_readable(uintptr_t addr)
-{
-    uintptr_t page = addr & ~(uintptr_t)4095;
-    if (addr & 7)
-        return 0;
-    if (page == readable_page)
-        return 1;
-    uintptr_t v;
-    struct iovec here = {&v, sizeof v}, there = {(void *)addr, sizeof v};
-    if (process_vm_readv(getpid(), &here, 1, &there, 1, 0) != (ssize_t)sizeof v)
-        return 0;
-    readable_page = page;
-    return 1;
-}
 
 /* Where the rbp chain breaks, the frame above was built without a frame pointer (typically libc's
  * start-up code after main: its rbp holds anything). The walk goes on from there with the DWARF
@@ -257,10 +215,27 @@ void ml_unwind_setup(void)
         void *tmp[4];
         unw_backtrace_fn(tmp, 4);
     }
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > (128u << 10))
-        own_span = rl.rlim_cur - (64u << 10);
-    else if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY)
-        own_span = 1ul << 30;
-    ml_stack_top();
+    ml_bounds_setup();
+}
+
+/* The configured unwinder first; dwarf hands what it cannot follow to the others. */
+uint32_t ml_unwind_intern(uintptr_t ra, int sample)
+{
+    struct ml_thread *t = &ml_tls;
+    t->busy++;
+    int trunc = 0;
+    uint32_t id;
+    if (ml_cfg.unwinder != ML_UNW_DWARF || !ml_dwarf_stack(ra, ml_cfg.max_depth, &id, &trunc)) {
+        if (ml_cfg.unwinder == ML_UNW_DWARF && sample)
+            atomic_fetch_add_explicit(&ml_st->unwind_fallbacks, 1, memory_order_relaxed);
+        uintptr_t buf[ML_UNWIND_BUF];
+        const uintptr_t *pcs;
+        trunc = 0;
+        int depth = ml_unwind(buf, ml_cfg.max_depth, &trunc, ra, &pcs);
+        id = ml_stack_intern(pcs, depth, trunc);
+    }
+    if (trunc && sample && id != ML_NO_STACK)
+        atomic_fetch_add_explicit(&ml_st->truncated, 1, memory_order_relaxed);
+    t->busy--;
+    return id;
 }
