@@ -1,4 +1,4 @@
-/* Digits without stdio or malloc (fmt.c). */
+/* Digits and lines without stdio or malloc (fmt.c). */
 #ifndef MEMLENS_FMT_H
 #define MEMLENS_FMT_H
 #include "rt.h"
@@ -10,6 +10,17 @@
 #define ML_FMT_MAX 24
 size_t ml_fmt_u64(char *buf, uint64_t v, int width);
 size_t ml_fmt_hex(char *buf, uint64_t v); /* "0x…" */
+
+/* A line built in a caller's fixed buffer (the control replies, socket paths): what does not fit is
+ * cut, and p[len] is always NUL. cap > 0. */
+struct ml_buf {
+    char *p;
+    size_t len, cap;
+};
+void ml_buf_str(struct ml_buf *b, const char *s);
+void ml_buf_u64(struct ml_buf *b, uint64_t v);
+/* " key=v" */
+void ml_buf_kv(struct ml_buf *b, const char *key, uint64_t v);
 
 #pragma GCC visibility pop
 #endif

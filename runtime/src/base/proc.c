@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fmt.h"
 #include "proc.h"
 
 ssize_t ml_proc_read(const char *path, char *buf, size_t cap)
@@ -24,4 +25,23 @@ const char *ml_proc_after_comm(const char *stat)
 {
     const char *p = strrchr(stat, ')');
     return p ? p + 1 : NULL;
+}
+
+char ml_proc_task_state(const char *tid)
+{
+    char path[64];
+    struct ml_buf b = {path, 0, sizeof path};
+    ml_buf_str(&b, "/proc/self/task/");
+    ml_buf_str(&b, tid);
+    ml_buf_str(&b, "/stat");
+    char s[512];
+    const char *f = ml_proc_read(path, s, sizeof s) > 0 ? ml_proc_after_comm(s) : NULL;
+    return f && f[0] == ' ' ? f[1] : 0;
+}
+
+char ml_proc_main_state(void)
+{
+    char pid[ML_FMT_MAX];
+    ml_fmt_u64(pid, (uint64_t)getpid(), 0);
+    return ml_proc_task_state(pid);
 }

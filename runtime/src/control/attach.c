@@ -25,13 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/fmt.h"
 #include "../base/log.h"
+#include "../base/proc.h"
 #include "../intercept/boot.h"
 #include "../intercept/got.h"
-#include "../store/modules.h"
 #include "attach.h"
 #include "control.h"
-#include "ctl.h"
 
 #define WATCH_MS 20 /* how often the watcher looks for new modules */
 
@@ -53,15 +53,8 @@ static void put(char *out, size_t cap, const char *s)
 
 static void put_num(char *out, size_t cap, uint64_t v)
 {
-    char tmp[24];
-    int n = 0;
-    do
-        tmp[n++] = (char)('0' + v % 10);
-    while (v /= 10);
-    char s[24];
-    for (int i = 0; i < n; i++)
-        s[i] = tmp[n - 1 - i];
-    s[n] = 0;
+    char s[ML_FMT_MAX];
+    ml_fmt_u64(s, v, 0);
     put(out, cap, s);
 }
 
@@ -149,7 +142,7 @@ static int patch_all(int alloc)
  * the watcher must not outlive them (the control thread leaves on its own). */
 static int main_gone(void)
 {
-    char st = ml_main_state();
+    char st = ml_proc_main_state();
     return st == 'Z' || st == 'X';
 }
 

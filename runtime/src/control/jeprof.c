@@ -29,28 +29,6 @@ static mallctl_fn mallctl_of(void)
     return fn;
 }
 
-struct reply {
-    char *p;
-    size_t len, cap;
-};
-
-static void put(struct reply *r, const char *s)
-{
-    while (*s && r->len + 1 < r->cap)
-        r->p[r->len++] = *s++;
-    r->p[r->len] = 0;
-}
-
-static void put_kv(struct reply *r, const char *k, uint64_t v)
-{
-    char d[ML_FMT_MAX];
-    ml_fmt_u64(d, v, 0);
-    put(r, " ");
-    put(r, k);
-    put(r, "=");
-    put(r, d);
-}
-
 static int get_bool(mallctl_fn m, const char *name, bool *v)
 {
     size_t n = sizeof *v;
@@ -60,37 +38,38 @@ static int get_bool(mallctl_fn m, const char *name, bool *v)
 /* The `jemalloc …` control request (`arg` is what follows the word); writes the reply line. */
 void ml_jemalloc_ctl(const char *arg, char *out, size_t cap)
 {
-    struct reply r = {out, 0, cap};
+    struct ml_buf r = {out, 0, cap};
     out[0] = 0;
     mallctl_fn m = mallctl_of();
     bool prof = false, active = false;
     if (!m) {
-        put(&r, strcmp(arg, "status") == 0 ? "ok allocator=none"
-                                           : "error jemalloc: this process does not run jemalloc");
+        ml_buf_str(&r, strcmp(arg, "status") == 0 ? "ok allocator=none"
+                                                  : "error jemalloc: this process does not run jemalloc");
         return;
     }
     if (get_bool(m, "opt.prof", &prof) != 0 || !prof) {
-        put(&r, strcmp(arg, "status") == 0 ? "ok allocator=jemalloc prof=0"
-                                           : "error jemalloc: its profiler is not enabled "
-                                             "(start the process with MALLOC_CONF=prof:true,prof_active:false)");
+        ml_buf_str(&r, strcmp(arg, "status") == 0
+                           ? "ok allocator=jemalloc prof=0"
+                           : "error jemalloc: its profiler is not enabled "
+                             "(start the process with MALLOC_CONF=prof:true,prof_active:false)");
         return;
     }
     if (strcmp(arg, "status") == 0) {
         size_t lg = 0, n = sizeof lg;
         get_bool(m, "prof.active", &active);
         m("prof.lg_sample", &lg, &n, NULL, 0);
-        put(&r, "ok allocator=jemalloc prof=1");
-        put_kv(&r, "active", active);
-        put_kv(&r, "lg_sample", lg);
+        ml_buf_str(&r, "ok allocator=jemalloc prof=1");
+        ml_buf_kv(&r, "active", active);
+        ml_buf_kv(&r, "lg_sample", lg);
         return;
     }
     if (strcmp(arg, "stop") == 0) {
         active = false;
         if (m("prof.active", NULL, NULL, &active, sizeof active) != 0) {
-            put(&r, "error jemalloc: prof.active failed");
+            ml_buf_str(&r, "error jemalloc: prof.active failed");
             return;
         }
-        put(&r, "ok active=0");
+        ml_buf_str(&r, "ok active=0");
         return;
     }
     size_t lg = 0;
@@ -98,15 +77,15 @@ void ml_jemalloc_ctl(const char *arg, char *out, size_t cap)
     for (; d && *d >= '0' && *d <= '9' && lg < 64; d++)
         lg = lg * 10 + (size_t)(*d - '0');
     if (!d || *d || lg == 0 || lg >= 64) {
-        put(&r, "error jemalloc: expected status, stop or start LG (LG: log2 of the interval, 1-63)");
+        ml_buf_str(&r, "error jemalloc: expected status, stop or start LG (LG: log2 of the interval, 1-63)");
         return;
     }
     active = true;
     if (m("prof.reset", NULL, NULL, &lg, sizeof lg) != 0 ||
         m("prof.active", NULL, NULL, &active, sizeof active) != 0) {
-        put(&r, "error jemalloc: prof.reset or prof.active failed");
+        ml_buf_str(&r, "error jemalloc: prof.reset or prof.active failed");
         return;
     }
-    put(&r, "ok active=1");
-    put_kv(&r, "lg_sample", lg);
+    ml_buf_str(&r, "ok active=1");
+    ml_buf_kv(&r, "lg_sample", lg);
 }

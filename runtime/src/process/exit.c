@@ -42,7 +42,7 @@ ML_EXPORT void _exit(int status)
 {
     exit_dump();
     /* the destructors that would remove the control socket do not run */
-    if (ml_ctl_exit && (int64_t)getpid() == ml_cfg.pid)
+    if ((int64_t)getpid() == ml_cfg.pid)
         ml_ctl_exit();
     syscall(SYS_exit_group, status);
     __builtin_unreachable();

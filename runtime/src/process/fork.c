@@ -48,8 +48,7 @@ static void child(void)
     ml_sample_fork_child();
     ml_state_zero_counters();
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
-    if (ml_ctl_atfork_child)
-        ml_ctl_atfork_child();
+    ml_ctl_atfork_child();
 }
 
 void ml_fork_setup(void)

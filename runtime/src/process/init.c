@@ -20,6 +20,5 @@ __attribute__((constructor(101))) static void ml_constructor(void)
     ml_state_modules_init();
     ml_tls.busy--;
     ml_cfg.ready = 1;
-    if (ml_ctl_start)
-        ml_ctl_start();
+    ml_ctl_start();
 }

@@ -13,7 +13,7 @@
  * shortly after pthread_join returns, so EINVAL is retried for a while (only when we ended one). */
 static int single_threaded(int (*fn)(int, int), int a, int b)
 {
-    int paused = ml_ctl_pause ? ml_ctl_pause() : 0;
+    int paused = ml_ctl_pause();
     int r = fn(a, b);
     for (int i = 0; r != 0 && errno == EINVAL && paused && i < 200; i++) {
         struct timespec d = {.tv_nsec = 1000 * 1000};
@@ -21,7 +21,7 @@ static int single_threaded(int (*fn)(int, int), int a, int b)
         r = fn(a, b);
     }
     int e = errno;
-    if (paused && ml_ctl_resume)
+    if (paused)
         ml_ctl_resume();
     errno = e;
     return r;
