@@ -41,22 +41,7 @@ static _Atomic int patching;    /* one pass over the modules at a time */
 static _Atomic int watcher_gone; /* main() exited: no more attaching */
 static unsigned long long seen_adds;
 
-/* ---- small malloc-free text helpers ---- */
-
-static void put(char *out, size_t cap, const char *s)
-{
-    size_t n = strlen(out);
-    while (*s && n + 1 < cap)
-        out[n++] = *s++;
-    out[n] = 0;
-}
-
-static void put_num(char *out, size_t cap, uint64_t v)
-{
-    char s[ML_FMT_MAX];
-    ml_fmt_u64(s, v, 0);
-    put(out, cap, s);
-}
+/* ---- the arguments of the attach request ---- */
 
 /* Value of `key=` in a space-separated list, copied into val; 0 if absent. */
 static int arg_of(const char *args, const char *key, char *val, size_t cap)
@@ -221,11 +206,12 @@ static int start_watcher(void)
 ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
 {
     char v[32];
+    struct ml_buf m = {msg, 0, cap};
     msg[0] = 0;
     if (arg_of(args, "fd", v, sizeof v))
         close(atoi(v));
     if (atomic_exchange(&attached, 1)) {
-        put(msg, cap, "the runtime is already attached");
+        ml_buf_str(&m, "the runtime is already attached");
         return 1;
     }
     ml_init();
@@ -267,7 +253,7 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
     }
     ml_tls.busy--;
     if (why) {
-        put(msg, cap, why);
+        ml_buf_str(&m, why);
         return 1;
     }
     if (want_active)
@@ -277,19 +263,19 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
 
 /* ---- the control socket's `attach` and `detach` (called from ctl.c) ---- */
 
-static void do_attach(const char *arg, char *out, size_t cap)
+static void do_attach(const char *arg, struct ml_buf *out)
 {
     int want_active = 0;
     const char *why = configure(arg, &want_active);
     if (why) {
-        put(out, cap, "error attach: ");
-        put(out, cap, why);
+        ml_buf_str(out, "error attach: ");
+        ml_buf_str(out, why);
         return;
     }
     int was = atomic_load(&hooked);
     if (atomic_load(&watcher_gone)) {
-        put(out, cap, "error attach: main() has exited (pthread_exit); modules loaded from now on "
-                      "could not be patched");
+        ml_buf_str(out, "error attach: main() has exited (pthread_exit); modules loaded from now on "
+                        "could not be patched");
         return;
     }
     if (!was) {
@@ -299,24 +285,24 @@ static void do_attach(const char *arg, char *out, size_t cap)
         atomic_store(&patching, 0);
         if (e != 0) {
             ml_got_apply(ML_GOT_UNHOOK);
-            put(out, cap, "error attach: cannot make a RELRO page writable to patch it");
+            ml_buf_str(out, "error attach: cannot make a RELRO page writable to patch it");
             return;
         }
         atomic_store(&hooked, 1);
     }
     if (want_active)
         ml_set_active(1);
-    put(out, cap, "ok attached=1 was=");
-    put_num(out, cap, (uint64_t)was);
-    put(out, cap, " active=");
-    put_num(out, cap, (uint64_t)(atomic_load(&ml_cfg.active) != 0));
+    ml_buf_str(out, "ok attached=1 was=");
+    ml_buf_u64(out, (uint64_t)was);
+    ml_buf_str(out, " active=");
+    ml_buf_u64(out, (uint64_t)(atomic_load(&ml_cfg.active) != 0));
 }
 
-static void do_detach(char *out, size_t cap)
+static void do_detach(struct ml_buf *out)
 {
     int n = unhook();
-    put(out, cap, "ok detached unhooked=");
-    put_num(out, cap, (uint64_t)(n > 0 ? n : 0));
+    ml_buf_str(out, "ok detached unhooked=");
+    ml_buf_u64(out, (uint64_t)(n > 0 ? n : 0));
 }
 
 /* Returns 1 if `cmd` was ours (the reply is in out), 0 otherwise. */
@@ -325,13 +311,14 @@ int ml_attach_ctl(const char *cmd, const char *arg, char *out, size_t cap)
     int is_attach = !strcmp(cmd, "attach"), is_detach = !strcmp(cmd, "detach");
     if (!is_attach && !is_detach)
         return 0;
+    struct ml_buf b = {out, 0, cap};
     out[0] = 0;
     if (!atomic_load(&attached))
-        put(out, cap, "error this process was started under memlens (memlens run): it needs no attach; "
-                      "use memlens ctl start|stop");
+        ml_buf_str(&b, "error this process was started under memlens (memlens run): it needs no attach; "
+                       "use memlens ctl start|stop");
     else if (is_attach)
-        do_attach(arg, out, cap);
+        do_attach(arg, &b);
     else
-        do_detach(out, cap);
+        do_detach(&b);
     return 1;
 }
