@@ -1,6 +1,7 @@
-/* The shared base of the runtime's files: per-thread state, the allocator we forward to, the
- * configuration (all three defined in config.c and boot.c, read everywhere), and a few macros. Each
- * .c file's own functions are declared in a header of the same name (range.h for range.c, ...). */
+/* The shared base of the runtime's files: per-thread state and the configuration (defined in rt.c,
+ * read everywhere), the fast path's countdown test, and a few macros. Each .c file's own functions
+ * are declared in a header of the same name (range.h for range.c, ...); the allocators we forward
+ * to are the seam's (intercept/family.h). */
 #ifndef MEMLENS_RT_H
 #define MEMLENS_RT_H
 
@@ -60,19 +61,6 @@ extern __thread struct ml_thread ml_tls;
                  : "r"((int64_t)(size))                                                                \
                  : "rax", "cc", "memory"                                                               \
                  : slow)
-
-/* ---- the allocator we forward to (resolved with dlsym(RTLD_NEXT)) ---- */
-struct ml_real {
-    void *(*malloc)(size_t);
-    void (*free)(void *);
-    void *(*calloc)(size_t, size_t);
-    void *(*realloc)(void *, size_t);
-    int (*posix_memalign)(void **, size_t, size_t);
-    void *(*aligned_alloc)(size_t, size_t);
-    void *(*memalign)(size_t, size_t);
-    size_t (*malloc_usable_size)(void *);
-};
-extern struct ml_real ml_real;
 
 /* ---- configuration and global state ---- */
 enum ml_unwinder { ML_UNW_FP, ML_UNW_LIBGCC, ML_UNW_LIBUNWIND, ML_UNW_DWARF };

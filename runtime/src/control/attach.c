@@ -28,7 +28,9 @@
 #include "../base/fmt.h"
 #include "../base/log.h"
 #include "../base/proc.h"
+#include "../record/timeline.h"
 #include "../intercept/boot.h"
+#include "../intercept/family.h"
 #include "../intercept/got.h"
 #include "attach.h"
 #include "control.h"
@@ -222,7 +224,7 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
     if (!why)
         why = configure(args, &want_active);
     if (!why) {
-        struct ml_real r = ml_real;
+        struct ml_family r = ml_next;
         for (int i = 0; i < ml_nhooks; i++) {
             struct ml_hook *h = &ml_hooks[i];
             void *p = h->real;
@@ -235,7 +237,8 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
             else if (!strcmp(h->name, "memalign")) r.memalign = p;
             else if (!strcmp(h->name, "malloc_usable_size")) r.malloc_usable_size = p;
         }
-        ml_real = r;
+        ml_next = r;
+        ml_timeline_allocator(r.malloc);
         lock_patching();
         seen_adds = ml_got_adds();
         if (patch_all(1) != 0) {

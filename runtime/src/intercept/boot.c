@@ -2,7 +2,7 @@
  * (dlsym(RTLD_NEXT)), reads the configuration, reserves the range and maps the stack table.
  *
  * The first malloc may arrive before our constructor runs (another library's constructor, the
- * loader), so ml_real starts out pointing at the boot versions below: they run ml_init and then
+ * loader), so ml_next (family.h) starts out pointing at the boot versions below: they run ml_init and then
  * forward. While this thread is inside ml_init (dlsym may calloc), they serve memory from the boot
  * arena instead. What must not run inside an arbitrary malloc call (dlopen, pthread_atfork, the
  * control thread) waits for the constructor (init.c), the floor above. */
@@ -14,62 +14,65 @@
 
 #include "../base/config.h"
 #include "../base/log.h"
+#include "../record/timeline.h"
 #include "../record/range.h"
 #include "../store/stacks.h"
 #include "boot.h"
+#include "family.h"
 
 /* Boot versions of the real functions: they run ml_init and then forward. While this thread is inside
  * ml_init (dlsym may calloc), they serve memory from the boot arena. */
 static void *boot_malloc(size_t n)
 {
     ml_init();
-    return ml_tls.in_init ? ml_boot_alloc(n) : ml_real.malloc(n);
+    return ml_tls.in_init ? ml_boot_alloc(n) : ml_next.malloc(n);
 }
 static void boot_free(void *p)
 {
     ml_init();
     if (!ml_tls.in_init && !ml_in_range(p))
-        ml_real.free(p);
+        ml_next.free(p);
 }
 static void *boot_calloc(size_t a, size_t b)
 {
     ml_init();
     if (ml_tls.in_init)
         return b && a > (size_t)-1 / b ? NULL : ml_boot_alloc(a * b); /* boot memory is zeroed */
-    return ml_real.calloc(a, b);
+    return ml_next.calloc(a, b);
 }
 static void *boot_realloc(void *p, size_t n)
 {
     ml_init();
     if (ml_tls.in_init)
         return p ? NULL : ml_boot_alloc(n); /* nothing in dlsym reallocs; refuse rather than guess */
-    return ml_real.realloc(p, n);
+    return ml_next.realloc(p, n);
 }
 static int boot_posix_memalign(void **r, size_t a, size_t n)
 {
     ml_init();
     if (ml_tls.in_init)
         return 12; /* ENOMEM */
-    return ml_real.posix_memalign(r, a, n);
+    return ml_next.posix_memalign(r, a, n);
 }
 static void *boot_aligned_alloc(size_t a, size_t n)
 {
     ml_init();
-    return ml_tls.in_init ? NULL : ml_real.aligned_alloc(a, n);
+    return ml_tls.in_init ? NULL : ml_next.aligned_alloc(a, n);
 }
 static void *boot_memalign(size_t a, size_t n)
 {
     ml_init();
-    return ml_tls.in_init ? NULL : ml_real.memalign(a, n);
+    return ml_tls.in_init ? NULL : ml_next.memalign(a, n);
 }
 static size_t boot_usable(void *p)
 {
     ml_init();
-    return ml_tls.in_init ? 0 : ml_real.malloc_usable_size(p);
+    return ml_tls.in_init ? 0 : ml_next.malloc_usable_size(p);
 }
 
-struct ml_real ml_real = {boot_malloc,   boot_free,          boot_calloc,   boot_realloc,
-                          boot_posix_memalign, boot_aligned_alloc, boot_memalign, boot_usable};
+struct ml_family ml_next = {boot_malloc,        boot_free,          boot_calloc,   boot_realloc,
+                            boot_posix_memalign, boot_aligned_alloc, boot_memalign, boot_usable,
+                            ML_SRC_INTERPOSED};
 
 static _Atomic int init_state; /* 0 not started, 1 running, 2 done */
 
@@ -84,7 +87,7 @@ static void *next_sym(const char *name)
 
 static void resolve_real(void)
 {
-    struct ml_real r;
+    struct ml_family r = {.kind = ML_SRC_INTERPOSED};
     r.malloc = (void *(*)(size_t))next_sym("malloc");
     r.free = (void (*)(void *))next_sym("free");
     r.calloc = (void *(*)(size_t, size_t))next_sym("calloc");
@@ -101,7 +104,8 @@ static void resolve_real(void)
          * would find nothing to do, but a floor this low should not reach up for it. */
         syscall(SYS_exit_group, 127);
     }
-    ml_real = r;
+    ml_next = r;
+    ml_timeline_allocator(r.malloc);
 }
 
 void ml_init(void)

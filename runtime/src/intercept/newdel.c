@@ -1,15 +1,13 @@
-/* C++ operator new/delete. With glibc, libstdc++'s operator new calls malloc and we would see it
- * anyway; but an allocator preloaded after us (jemalloc, tcmalloc) defines its own operator new that
- * calls its internal malloc directly, bypassing our malloc. Defining them here keeps new/delete
- * profiled over every allocator, and makes the caller of `new` the first frame of the stack (so even
- * the frame-pointer unwinder names it). On failure we hand over to the next operator new, which runs
+/* C++ operator new/delete, entry points of the next allocator's family too (source.h). With glibc,
+ * libstdc++'s operator new calls malloc and we would see it anyway; but an allocator preloaded after
+ * us (jemalloc, tcmalloc) defines its own operator new that calls its internal malloc directly,
+ * bypassing our malloc. Defining them here keeps new/delete profiled over every allocator, and makes
+ * the caller of `new` the first frame of the stack (so even the frame-pointer unwinder names it). On failure we hand over to the next operator new, which runs
  * the new_handler loop and throws std::bad_alloc as the program expects. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-#include "../record/block.h"
-#include "../record/range.h"
-#include "alloc.h"
+#include "source.h"
 
 #define FAST __attribute__((optimize("omit-frame-pointer")))
 #define RA() ((uintptr_t)__builtin_return_address(0))
@@ -29,21 +27,20 @@ static ML_NOINLINE void *next_new_aligned(const char *sym, size_t n, size_t al)
     return f ? f(n, al) : NULL;
 }
 
-static inline void *new_from(size_t n, uintptr_t ra) { return ml_malloc_from(n ? n : 1, ra); }
+static inline void *new_from(size_t n, uintptr_t ra) { return ml_src_malloc(&ml_next, n ? n : 1, ra); }
 
 static inline void *new_aligned_from(size_t n, size_t al, uintptr_t ra)
 {
-    int err = 0;
     if (al < sizeof(void *))
         al = sizeof(void *);
-    return ml_aligned_from(AL_MEMALIGN, al, n ? n : 1, &err, ra);
+    return ml_src_aligned(&ml_next, AL_MEMALIGN, al, n ? n : 1, NULL, ra);
 }
 
 /* The slow path of the throwing new, entered by a tail call: its frame then holds the return address
  * into the caller of new, which is how the dwarf unwinder finds where that caller's frame is. */
 static ML_NOINLINE void *new_slow(const char *sym, size_t n, uintptr_t ra)
 {
-    void *p = ml_malloc_slow(n ? n : 1, ra);
+    void *p = ml_src_malloc_slow(&ml_next, n ? n : 1, ra);
     return likely(p != NULL) ? p : next_new(sym, n);
 }
 
@@ -52,7 +49,7 @@ static ML_NOINLINE void *new_slow(const char *sym, size_t n, uintptr_t ra)
     ML_EXPORT FAST void *name(size_t n)                                                                \
     {                                                                                                  \
         ML_COUNTDOWN_OR(n ? n : 1, slow);                                                              \
-        void *p = ml_real.malloc(n ? n : 1);                                                           \
+        void *p = ml_next.malloc(n ? n : 1);                                                           \
         return likely(p != NULL) ? p : next_new(sym, n);                                               \
     slow:                                                                                              \
         return new_slow(sym, n, RA());                                                                 \
@@ -89,10 +86,10 @@ NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
 /* Every delete is a free: sampled blocks are ours, the rest go to the allocator that made them. */
 static inline void del(void *p)
 {
-    if (unlikely(ml_in_range(p)))
-        ml_sampled_free(p);
+    if (unlikely(ml_src_owns(p)))
+        ml_src_free(p);
     else
-        ml_real.free(p);
+        ml_next.free(p);
 }
 
 ML_EXPORT FAST void _ZdlPv(void *p) { del(p); }

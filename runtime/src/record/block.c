@@ -276,11 +276,11 @@ static ML_NOINLINE void settle(struct ml_block *b)
     after(now, snap);
 }
 
-/* The range is full: the block moves out to the real allocator and leaves the profile (counted as
- * dropped: the estimate loses it). */
-static ML_NOINLINE void *leave(struct ml_block *b, size_t n)
+/* The range is full: the block moves out to the allocator the caller forwards to and leaves the
+ * profile (counted as dropped: the estimate loses it). */
+static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t))
 {
-    void *q = ml_real.malloc(n);
+    void *q = out(n);
     if (!q)
         return NULL;
     memcpy(q, b + 1, b->size < n ? b->size : n);
@@ -318,7 +318,7 @@ static void moved(struct ml_block *b, struct ml_block *nb)
     ml_range_free_locked(b);
 }
 
-void *ml_block_realloc(void *p, size_t n, uintptr_t ra)
+void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
 {
     struct ml_block *b = ml_block_of(p);
     ml_state_own();
@@ -360,7 +360,7 @@ void *ml_block_realloc(void *p, size_t n, uintptr_t ra)
     struct ml_block *nb = ml_range_alloc_locked(n, 16, 0, &dirty);
     ml_range_unlock();
     if (!nb)
-        return leave(b, n);
+        return leave(b, n, out);
     memcpy(nb + 1, p, old < n ? old : n);
     ml_range_lock();
     moved(b, nb);

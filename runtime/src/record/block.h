@@ -9,9 +9,10 @@
 void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_fx, uint64_t w_bytes,
                    uintptr_t ra);
 void ml_sampled_free(void *p);
-/* realloc of a sampled block to n > 0 bytes: in place, or moved (within the range when it can);
- * NULL if no memory (p is left as it was). */
-void *ml_block_realloc(void *p, size_t n, uintptr_t ra);
+/* realloc of a sampled block to n > 0 bytes: in place, or moved (within the range when it can, else
+ * out to `out`, the malloc of the family the realloc came through); NULL if no memory (p is left as
+ * it was). */
+void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t));
 /* fork child: inherited blocks, a fresh peak and timeline (fork.c then starts the views' dumps anew) */
 void ml_blocks_fork_child(void);
 /* ml_reset: reallocations pending before it are not counted */

@@ -37,8 +37,9 @@ _Atomic uint64_t ml_timeline_next = 0; /* 0: the first sample takes the first po
 #define stats_kind (ml_st->stats_kind)
 static _Atomic int lock;
 
-/* The allocator is the one our malloc forwards to (the next definition after us), named by the
- * file that holds it; its figures are read only from that same file. */
+/* The allocator is the one our malloc forwards to (the next definition after us: ml_timeline_allocator),
+ * named by the file that holds it; its figures are read only from that same file. */
+static void *(*forwarded)(size_t);
 enum { ST_UNSEEN, ST_UNKNOWN, ST_GLIBC, ST_JEMALLOC, ST_TCMALLOC, ST_MIMALLOC };
 static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);
 static int (*tc_property)(const char *, size_t *);
@@ -70,7 +71,7 @@ static void find_stats(void)
 {
     Dl_info di;
     stats_kind = ST_UNKNOWN;
-    if (!dladdr((void *)ml_real.malloc, &di) || !di.dli_fname)
+    if (!forwarded || !dladdr((void *)forwarded, &di) || !di.dli_fname)
         return;
     const char *slash = di.dli_fname, *file = di.dli_fname;
     for (; *slash; slash++)
@@ -148,7 +149,7 @@ static void compact(void)
 }
 
 /* A point at tick `now`; a dump's adds `unflushed` to the heap, as the dump counts it. */
-static void point(uint64_t now, int why, int64_t unflushed)
+static void take_point(uint64_t now, int why, int64_t unflushed)
 {
     if (atomic_exchange_explicit(&lock, 1, memory_order_acquire))
         return;
@@ -185,14 +186,16 @@ static void point(uint64_t now, int why, int64_t unflushed)
     ml_spin_unlock(&lock);
 }
 
+void ml_timeline_allocator(void *(*malloc_fn)(size_t)) { forwarded = malloc_fn; }
+
 void ml_timeline_tick(uint64_t now, int why)
 {
     if (why == ML_TL_PERIODIC && now < atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
         return;
-    point(now, why, 0);
+    take_point(now, why, 0);
 }
 
-void ml_timeline_dump(uint64_t now, int64_t unflushed) { point(now, ML_TL_DUMP, unflushed); }
+void ml_timeline_dump(uint64_t now, int64_t unflushed) { take_point(now, ML_TL_DUMP, unflushed); }
 
 void ml_timeline_fork_child(void)
 {

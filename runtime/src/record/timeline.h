@@ -14,6 +14,9 @@ void ml_timeline_tick(uint64_t now, int why);
 void ml_timeline_dump(uint64_t now, int64_t unflushed);
 extern _Atomic uint64_t ml_timeline_next; /* tick of the next periodic point */
 void ml_timeline_write(struct ml_out *o);
+/* The malloc our malloc forwards to (intercept/boot.c, attach.c): the allocator whose figures the
+ * points carry is the one in its file. */
+void ml_timeline_allocator(void *(*malloc_fn)(size_t));
 /* Fork child: the points so far are the parent's. */
 void ml_timeline_fork_child(void);
 

@@ -10,13 +10,6 @@
 #include <x86intrin.h>
 
 #include "../control/ctl.h"
-#include "../intercept/boot.h"
-#include "../record/block.h"
-#include "../store/stacks.h"
-#include "../store/state.h"
-#include "../unwind/dwarf.h"
-#include "../unwind/unwind.h"
-#include "cost.h"
 #include "sample.h"
 #include "switch.h"
 
@@ -69,9 +62,6 @@ static void thread_setup(struct ml_thread *t)
 int ml_slow_decide(size_t size)
 {
     struct ml_thread *t = &ml_tls;
-    ml_init();
-    if (unlikely(t->in_init))
-        return ML_BOOT;
     if (t->busy)
         return ML_FORWARD; /* nested inside the runtime: leave the countdown alone */
     if (unlikely(!ml_cfg.ready)) {
@@ -132,17 +122,6 @@ void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes)
     *bytes = (uint64_t)(w * (double)size + 0.5);
 }
 
-/* The weights of this thread's last sample, for (w_size, w_R): programs allocate few distinct
- * sizes, and this saves an expm1 on most samples. */
-static void weights(struct ml_thread *t, size_t size, uint64_t R)
-{
-    if (t->w_size == size && t->w_R == R)
-        return;
-    t->w_size = size;
-    t->w_R = R;
-    ml_weights(size, R, &t->w_fx, &t->w_bytes);
-}
-
 uint64_t ml_draw(uint64_t R)
 {
     struct ml_thread *t = &ml_tls;
@@ -159,54 +138,4 @@ void ml_sample_fork_child(void)
     thread_setup(t);
     t->armed = 0;
     t->countdown = 0;
-}
-
-/* A sample of `size` bytes with weights (w_fx, w_bytes) on stack `id`: the cumulative counts. */
-static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
-{
-    if (id == ML_NO_STACK) {
-        atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&ml_st->dropped_bytes, w_bytes, memory_order_relaxed);
-        return;
-    }
-    struct ml_stack *st = ml_stack_get(id);
-    ml_stack_touch(st);
-    atomic_fetch_add_explicit(&st->samples, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->alloc_fx, w_fx, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
-}
-
-void *ml_sample_alloc(size_t size, size_t align, int zero, uintptr_t ra)
-{
-    uint64_t c0 = ml_cost_begin();
-    struct ml_thread *t = &ml_tls;
-    ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
-    t->busy++;
-    weights(t, size, t->armed);
-    uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
-    uint32_t id = ml_unwind_intern(ra, 1);
-    void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
-    /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
-     * the real allocator, and the sample still counts as allocated (as in exact mode), without
-     * live tracking. */
-    count_alloc(id, w_fx, w_bytes);
-    if (!p)
-        atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
-    t->busy--;
-    ml_cost_end(c0, w_fx, 1);
-    return p;
-}
-
-void ml_exact_record(size_t size, uintptr_t ra)
-{
-    struct ml_thread *t = &ml_tls;
-    int timed = t->samples % ML_COST_EXACT_EVERY == 0; /* cost.c: one record in 64 */
-    uint64_t c0 = timed ? ml_cost_begin() : 0;
-    ml_state_own();
-    t->busy++;
-    weights(t, size, 0);
-    count_alloc(ml_unwind_intern(ra, 1), t->w_fx, t->w_bytes);
-    t->busy--;
-    if (timed)
-        ml_cost_end(c0, t->w_fx, ML_COST_EXACT_EVERY);
 }
