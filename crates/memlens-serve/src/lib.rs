@@ -256,11 +256,23 @@ fn announce(ep: &Endpoint, only: Option<i32>) {
             at("/debug/pprof/heap")
         ),
         None => eprintln!(
-            "memlens: serving the processes of uid {} under memlens (control directory {}) on {}{access}",
-            discovery::my_uid(),
-            memlens_target::ctl_dir().display(),
+            "memlens: serving {} under memlens ({}) on {}{access}",
+            discovery::whose(),
+            where_found(),
             at("/targets")
         ),
+    }
+}
+
+/// Where the server looks for processes, for its first line.
+fn where_found() -> String {
+    if memlens_target::ctl_dir_given() {
+        format!(
+            "control directory {}, any pid namespace",
+            memlens_target::ctl_dir().display()
+        )
+    } else {
+        "/tmp/memlens-UID of every root: the host's and each container's".to_string()
     }
 }
 
