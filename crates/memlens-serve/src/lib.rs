@@ -246,9 +246,10 @@ fn announce(ep: &Endpoint, only: Option<i32>) {
             "; every request needs the token of {} (Authorization: Bearer TOKEN)",
             a.file.display()
         ),
-        None => {
-            "; only uid {me} and root can connect".replace("{me}", &discovery::my_uid().to_string())
-        }
+        None => match discovery::my_uid() {
+            0 => "; only root can connect".to_string(),
+            me => format!("; only uid {me} and root can connect"),
+        },
     };
     match only {
         Some(p) => eprintln!(

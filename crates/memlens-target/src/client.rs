@@ -242,7 +242,7 @@ impl Target {
     /// at `out` (the profile crate's reader, symbolizer and writer), and remove the raw file.
     pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
         let raw = self.dump_in_dir()?;
-        let r = memlens_profile::convert_raw(&raw, out).with_context(|| {
+        let r = memlens_profile::convert_raw_in(&raw, out, &self.files()).with_context(|| {
             format!(
                 "cannot convert the dump of process {} to {}",
                 self.pid,
@@ -251,6 +251,12 @@ impl Target {
         });
         std::fs::remove_file(&raw).ok();
         r
+    }
+
+    /// Where the process's files are reached from here, for the symbolizer: its root when that
+    /// is not ours (a container), its mapped files.
+    pub fn files(&self) -> memlens_profile::ProcessFiles {
+        memlens_profile::ProcessFiles::of(self.pid, self.root.clone())
     }
 
     /// Wait until the socket answers (a freshly started program creates it during start-up).

@@ -5,11 +5,10 @@
 //! and that namespace's inode. So the directories are listed in every root there is (ours, and
 //! `/proc/PID/root` of one process per other root: each container's `/tmp`), and each name is
 //! mapped to the process whose pid namespace has that inode and whose last `NSpid:` is that pid.
-use crate::ns::ns_inode;
+use crate::ns::{ns_inode, root_key};
 use crate::proc::ProcStatus;
 use crate::socket::{ctl_dir, ctl_dir_given};
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A socket's name: the pid inside and the pid namespace's inode (None: a runtime older than the
@@ -69,16 +68,12 @@ pub fn socket_hosts() -> Vec<i32> {
         dirs.push(ctl_dir());
     } else {
         dirs.extend(default_dirs(Path::new("/")));
-        let ours = std::fs::metadata("/").map(|m| (m.dev(), m.ino())).ok();
         let mut roots = HashSet::new();
+        roots.insert(root_key("self"));
         for &p in &pids {
-            let root = PathBuf::from(format!("/proc/{p}/root"));
-            let Ok(m) = std::fs::metadata(&root) else {
-                continue;
-            };
-            let id = (m.dev(), m.ino());
-            if Some(id) != ours && roots.insert(id) {
-                dirs.extend(default_dirs(&root));
+            let key = root_key(&p.to_string());
+            if key.is_some() && roots.insert(key) {
+                dirs.extend(default_dirs(Path::new(&format!("/proc/{p}/root"))));
             }
         }
     }

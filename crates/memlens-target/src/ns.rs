@@ -27,14 +27,21 @@ pub fn ns_pid(pid: i32, status: &ProcStatus) -> i32 {
         .unwrap_or(pid)
 }
 
-/// `/proc/PID/root` when the process's root directory is not ours (another mount namespace, a
-/// container, a chroot): the prefix its paths take from here. `None` when it shares our root (or
-/// we may not look: then its paths are tried as they are).
+/// `/proc/PID/root` when the process's root is not ours — another mount namespace (a container,
+/// `unshare --mount`: the same root directory may hold other mounts, a private `/tmp`), or a
+/// chroot: the prefix its paths take from here. `None` when it shares our mounts and root (or we
+/// may not look: then its paths are tried as they are).
 pub fn foreign_root(pid: i32) -> Option<PathBuf> {
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
-    let theirs = std::fs::metadata(&root).ok()?;
-    let ours = std::fs::metadata("/").ok()?;
-    ((theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino())).then_some(root)
+    root_key(&pid.to_string())
+        .filter(|k| Some(k) != root_key("self").as_ref())
+        .map(|_| PathBuf::from(format!("/proc/{pid}/root")))
+}
+
+/// What tells two roots apart: the mount namespace and the root directory in it.
+pub(crate) fn root_key(pid: &str) -> Option<(u64, u64, u64)> {
+    let mnt = ns_inode(pid, "mnt")?;
+    let m = std::fs::metadata(format!("/proc/{pid}/root")).ok()?;
+    Some((mnt, m.dev(), m.ino()))
 }
 
 /// `path` (as the process sees it) as we reach it: under `root` when it has its own.
