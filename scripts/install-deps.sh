@@ -26,6 +26,9 @@ PKGS=(
   elfutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
+  # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
+  podman runc crun mmdebstrap systemd-container python3-yaml
 )
 
 missing=()

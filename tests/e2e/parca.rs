@@ -43,7 +43,7 @@ pub(crate) fn target_program(dir: &Path) -> PathBuf {
 }
 
 /// A point of a Parca series: (time ns, value, duration ns; 0 for a snapshot).
-type Point = (u64, i64, u64);
+pub(crate) type Point = (u64, i64, u64);
 
 /// The program's log: (realtime ns, bytes allocated so far, bytes held).
 pub(crate) struct Log(pub(crate) Vec<(u64, u64, u64)>);
@@ -99,19 +99,19 @@ pub(crate) fn shared_tool(test: &str, path: &str) -> Option<PathBuf> {
 }
 
 /// The Parca server for tests (see [`shared_tool`]).
-fn parca_sh(test: &str) -> Option<PathBuf> {
+pub(crate) fn parca_sh(test: &str) -> Option<PathBuf> {
     shared_tool(test, "parca/parca.sh")
 }
 
 /// A running Parca, its API on `port`; killed on drop.
-struct Parca {
+pub(crate) struct Parca {
     child: Child,
     port: u16,
 }
 
 impl Parca {
     /// Start Parca in `dir` with `scrape_configs` (YAML, indented as a list under the key).
-    fn start(sh: &Path, dir: &Path, scrape_configs: &str) -> Parca {
+    pub(crate) fn start(sh: &Path, dir: &Path, scrape_configs: &str) -> Parca {
         let config = format!(
             "object_storage:\n  bucket: {{type: \"FILESYSTEM\", config: {{directory: \"{}\"}}}}\nscrape_configs:\n{scrape_configs}",
             dir.join("data").display()
@@ -182,7 +182,11 @@ impl Parca {
     /// QueryRange over the last two minutes with a step of a millisecond (one point per profile),
     /// series split by the labels `sum_by` (a delta query sums all series into one without):
     /// (labels, [(time ns, value, duration ns)]) of each series.
-    fn range(&self, query: &str, sum_by: &[&str]) -> Vec<(serde_json::Value, Vec<Point>)> {
+    pub(crate) fn range(
+        &self,
+        query: &str,
+        sum_by: &[&str],
+    ) -> Vec<(serde_json::Value, Vec<Point>)> {
         let now = now_s();
         let (start, end) = (rfc3339(now - 120), rfc3339(now + 1));
         let mut params = vec![
@@ -220,7 +224,7 @@ impl Parca {
 
     /// What Parca stored for `query` over the last 3 s, as pprof (its REPORT_TYPE_PPROF), read
     /// by `go tool pprof -raw`.
-    fn pprof_raw(&self, query: &str, tmp: &Path) -> String {
+    pub(crate) fn pprof_raw(&self, query: &str, tmp: &Path) -> String {
         let now = now_s();
         let (start, end) = (rfc3339(now - 3), rfc3339(now + 1));
         let v = self
@@ -314,7 +318,7 @@ fn parse_rfc3339(s: &str) -> u64 {
 
 /// What a pprof job of one profile (others off) looks like in Parca's configuration, with the
 /// server's token (its file) as the bearer token of every scrape.
-fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
+pub(crate) fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
     format!(
         "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{}{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n",
         authorization(token_file, "    ")
@@ -323,7 +327,7 @@ fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
 
 /// Parca's (Prometheus's) `authorization` block sending the token in `file` as a bearer token,
 /// indented by `indent`.
-fn authorization(file: &Path, indent: &str) -> String {
+pub(crate) fn authorization(file: &Path, indent: &str) -> String {
     format!(
         "{indent}authorization: {{type: Bearer, credentials_file: \"{}\"}}\n",
         file.display()
