@@ -1,305 +1,223 @@
-//! Running the configurations: one child process per run, started with the environment of its
-//! configuration (LD_PRELOAD + memlens/jemalloc/tcmalloc variables, or under heaptrack), with every
-//! profile written into a private temporary directory.
-use super::configs::{self, Config, Setup};
-use super::judge;
-use super::workload::{Measure, Workload};
-use super::Plan;
-use crate::profilers::{self, SCRUB};
+//! Whole processes: what cannot be switched inside a process — tcmalloc's sampler, heaptrack, a
+//! command that runs to completion, and everything under `--schedule processes` — runs one process
+//! per block, in the schedule of the blocks (`off, c1, off, c2, …, off`, the configurations
+//! shuffled per round), so each run is paired with the runs of its reference beside it: the program
+//! over the same allocator without any profiler (glibc, jemalloc or tcmalloc preloaded). A placebo
+//! is a run of the reference.
+//!
+//! The built-in workloads run in their plain mode: the synthetic loop `--ops` malloc/free pairs per
+//! thread (mean cycles per malloc), the pipeline `--ops` ticks per thread (mean tick latency, and
+//! its p99); a command's run is measured by `--metric` (wall time by default).
+use super::blocks::{malloc_test, rtc};
+use super::launch::{cost, cost_block, lib, memlens_env, regex_of, scale_of, spawn, window_dumps};
+use crate::model::{shell_words, Alloc, Command, Key, Part, ProcOut, Settings, Workload};
+use crate::profilers::{find_exe, lg_of};
+use crate::rows::config_name;
 use anyhow::{bail, Context, Result};
-use memlens_render::progress::Progress;
-use serde::Serialize;
+use memlens_workloads::schedule;
+use regex::Regex;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// One run of one configuration.
-#[derive(Debug, Clone, Serialize)]
-pub struct Run {
-    /// Which repeat (0-based): runs of the same repeat are compared with each other.
-    pub repeat: u32,
-    /// The workload's metric and extra figures.
-    pub measure: Measure,
-    /// Wall time of the process, seconds.
-    pub wall_s: f64,
-    /// Samples the profiler reported (memlens: from its dump).
-    pub samples: Option<u64>,
-    /// Share of truncated stacks among the samples (memlens).
-    pub truncated_share: Option<f64>,
-    /// Quality of the profile against the exact truth (memlens sampled and exact runs).
-    pub quality: Option<crate::quality::Quality>,
-}
-
-/// Every run of one configuration.
-#[derive(Debug, Clone, Serialize)]
-pub struct ConfigRuns {
-    /// The configuration.
-    pub config: Config,
-    /// Its runs, in repeat order.
-    pub runs: Vec<Run>,
-}
-
-/// All results of one workload.
-#[derive(Debug, Clone, Serialize)]
-pub struct WorkloadResults {
-    /// Workload name ([`Workload::name`]).
-    pub workload: String,
-    /// What it does ([`Workload::describe`]).
-    pub description: String,
-    /// Unit of its metric ([`Workload::unit`]).
-    pub unit: String,
-    /// Every configuration's runs, in the order they were interleaved.
-    pub configs: Vec<ConfigRuns>,
-    /// The top stacks of the exact truth, per unwinder (for the per-stack error table).
-    pub truth: Vec<crate::quality::TruthSummary>,
-    /// Why quality could not be judged, when it could not.
-    pub quality_note: Option<String>,
-}
-
-/// The environment, preload and wrapper of a configuration.
+/// How a run of one configuration is started: its environment, and a program it runs under.
+#[derive(Default)]
 struct Launch {
     env: Vec<(String, String)>,
     wrapper: Vec<String>,
-    /// Prefix of memlens raw dumps (`<prefix>.<pid>.<seq>.raw`).
-    dump_prefix: Option<PathBuf>,
 }
 
-/// heaptrack blocks the program until its interpreter process runs (~0.5 s here): start-up, not what
-/// the per-pair figure compares, so under heaptrack the synthetic loop runs untimed for a second first
-/// (the pipeline workload ignores it). memlens exact mode gets no warm-up: its run is also the truth
-/// the sampled runs are scored against, so it must allocate exactly what they do.
-fn warm_up() -> Vec<(String, String)> {
-    vec![("MALLOC_TEST_WARMUP_MS".into(), "1000".into())]
-}
-
-fn launch(cfg: &Config, tmp: &Path, tag: &str) -> Result<Launch> {
-    let runtime = || -> Result<String> { Ok(memlens_native::runtime()?.display().to_string()) };
-    let mut l = Launch {
-        env: Vec::new(),
-        wrapper: Vec::new(),
-        dump_prefix: None,
-    };
-    let lib = |name: &str| -> Result<String> {
-        profilers::find_lib(name)
-            .map(|p| p.display().to_string())
-            .with_context(|| format!("{name} is not installed"))
-    };
-    match &cfg.setup {
-        Setup::Off => {}
-        Setup::Inactive => {
-            l.env.push(("LD_PRELOAD".into(), runtime()?));
-            l.env.push(("MEMLENS_ACTIVE".into(), "0".into()));
-        }
-        Setup::Sampled { interval, unwinder } => {
-            let prefix = tmp.join(tag);
-            l.env.push(("LD_PRELOAD".into(), runtime()?));
-            l.env.push(("MEMLENS_ACTIVE".into(), "1".into()));
+/// The launch of `key` (the reference's with None) in a cell over `alloc`; any file a profiler
+/// writes goes under `tmp`, named from `tag`.
+fn launch(alloc: Alloc, key: Option<&Key>, s: &Settings, tmp: &Path, tag: &str) -> Result<Launch> {
+    let mut l = Launch::default();
+    match alloc {
+        Alloc::Glibc => {}
+        Alloc::Jemalloc => l.env.push((
+            "LD_PRELOAD".into(),
+            lib("libjemalloc.so.2", "libjemalloc2")?,
+        )),
+        Alloc::Tcmalloc => l.env.push((
+            "LD_PRELOAD".into(),
+            lib("libtcmalloc.so.4", "libgoogle-perftools4")?,
+        )),
+    }
+    let out = tmp.join(tag);
+    match key {
+        None | Some(Key::Placebo(_)) => {}
+        Some(Key::Inactive) => l.env.extend(memlens_env("dwarf", None, Some(&out))?),
+        Some(Key::Memlens(u, i)) => {
             l.env
-                .push(("MEMLENS_INTERVAL".into(), interval.to_string()));
-            l.env.push(("MEMLENS_UNWINDER".into(), unwinder.clone()));
-            l.env
-                .push(("MEMLENS_OUT".into(), prefix.display().to_string()));
-            l.dump_prefix = Some(prefix);
+                .extend(memlens_env(u, Some(s.intervals[*i]), Some(&out))?)
         }
-        Setup::Exact { unwinder } => {
-            let prefix = tmp.join(tag);
-            l.env.push(("LD_PRELOAD".into(), runtime()?));
-            l.env.push(("MEMLENS_ACTIVE".into(), "1".into()));
-            l.env.push(("MEMLENS_INTERVAL".into(), "0".into()));
-            l.env.push(("MEMLENS_UNWINDER".into(), unwinder.clone()));
-            l.env
-                .push(("MEMLENS_OUT".into(), prefix.display().to_string()));
-            l.dump_prefix = Some(prefix);
-        }
-        Setup::Jemalloc { lg_sample } => {
-            l.env.push(("LD_PRELOAD".into(), lib("libjemalloc.so.2")?));
-            if let Some(lg) = lg_sample {
-                // prof_final off: the dump at exit is not part of what the study measures, and the
-                // prefix keeps any dump jemalloc still writes inside the temporary directory.
-                let conf = format!(
-                    "prof:true,prof_active:true,lg_prof_sample:{lg},prof_final:false,prof_prefix:{}",
-                    tmp.join(format!("{tag}.jeprof")).display()
-                );
-                l.env.push(("MALLOC_CONF".into(), conf));
-            }
-        }
-        Setup::Tcmalloc { interval } => {
-            l.env.push(("LD_PRELOAD".into(), lib("libtcmalloc.so.4")?));
-            if let Some(r) = interval {
-                l.env
-                    .push(("TCMALLOC_SAMPLE_PARAMETER".into(), r.to_string()));
-            }
-        }
-        Setup::Heaptrack => {
-            let exe = profilers::find_exe("heaptrack")
-                .context("heaptrack is not installed (Debian package heaptrack)")?
-                .display()
-                .to_string();
-            l.env.extend(warm_up());
+        // prof_final off: the dump at exit is not part of what the study measures, and the prefix
+        // keeps any dump jemalloc still writes inside the temporary directory.
+        Some(Key::Jemalloc(i)) => l.env.push((
+            "MALLOC_CONF".into(),
+            format!(
+                "prof:true,prof_active:true,lg_prof_sample:{},prof_final:false,prof_prefix:{}",
+                lg_of(s.intervals[*i]),
+                out.display()
+            ),
+        )),
+        Some(Key::Tcmalloc(i)) => l.env.push((
+            "TCMALLOC_SAMPLE_PARAMETER".into(),
+            s.intervals[*i].to_string(),
+        )),
+        Some(Key::Heaptrack) => {
+            let exe = find_exe("heaptrack")
+                .context("heaptrack is not installed (Debian package heaptrack)")?;
             l.wrapper = vec![
-                exe,
+                exe.display().to_string(),
                 "-o".into(),
-                tmp.join(format!("{tag}.heaptrack")).display().to_string(),
+                out.display().to_string(),
             ];
+            // heaptrack blocks the program until its interpreter runs (~0.5 s here): start-up,
+            // not what the per-malloc figure compares, so the synthetic loop warms up first
+            l.env.push(("MALLOC_TEST_WARMUP_MS".into(), "1000".into()));
         }
     }
     Ok(l)
 }
 
-/// Raw dumps written under `prefix` (`<prefix>.<pid>.<seq>.raw`, one per process of the run).
-fn dumps(prefix: &Path) -> Vec<PathBuf> {
-    memlens_target::raw_dumps(prefix)
-        .map(|d| d.into_iter().map(|d| d.path).collect())
-        .unwrap_or_default()
+/// The program of a workload's runs and how a run's value is read from its output.
+struct Program {
+    argv: Vec<String>,
+    workload: Workload,
+    regex: Option<Regex>,
 }
 
-fn last_line(s: &str) -> &str {
-    s.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-}
+/// One run's value: its cost and, where the run has them, its latency quantiles.
+type Value = (f64, Option<[f64; 3]>);
 
-/// Run one configuration once. Returns the metric and the raw dumps it left.
-fn run_once(
-    w: &Workload,
-    cfg: &Config,
-    tmp: &Path,
-    tag: &str,
-) -> Result<(Measure, f64, Vec<PathBuf>)> {
-    let argv = w.argv()?;
-    let l = launch(cfg, tmp, tag)?;
-    let full: Vec<String> = l
-        .wrapper
-        .iter()
-        .cloned()
-        .chain(argv.iter().cloned())
-        .collect();
-    let mut cmd = Command::new(&full[0]);
-    cmd.args(&full[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for k in SCRUB {
-        cmd.env_remove(k);
-    }
-    cmd.envs(l.env.iter().map(|(k, v)| (k, v)));
-    let t0 = Instant::now();
-    let out = cmd
-        .output()
-        .with_context(|| format!("cannot start {}", full[0]))?;
-    let wall = t0.elapsed().as_secs_f64();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    if !out.status.success() {
-        let status = match (
-            out.status.code(),
-            std::os::unix::process::ExitStatusExt::signal(&out.status),
-        ) {
-            (Some(c), _) => format!("exit status {c}"),
-            (None, Some(s)) => format!("signal {s}"),
-            _ => "unknown status".into(),
-        };
-        let why = last_line(&stderr);
-        bail!(
-            "`{}` failed under configuration '{}' with {status}{}; no overhead computed from it",
-            argv.join(" "),
-            cfg.name,
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(" (stderr: {why})")
+impl Program {
+    fn of(w: &Workload, s: &Settings) -> Result<Program> {
+        let argv = match w {
+            Workload::Synthetic { .. } => {
+                let mut a = malloc_test(None, w)?;
+                a.push(s.ops.to_string());
+                a
             }
+            Workload::Pipeline { working_set, .. } => {
+                let mut a = rtc(*working_set, s)?;
+                a.extend(["--ticks".into(), s.ops.to_string()]);
+                a
+            }
+            Workload::Command(c) => c.argv.clone(),
+            Workload::Service(_) => bail!("a service is studied in blocks only"),
+        };
+        let regex = match w {
+            Workload::Command(c) => regex_of(&c.metric)?,
+            _ => None,
+        };
+        Ok(Program {
+            argv,
+            workload: w.clone(),
+            regex,
+        })
+    }
+
+    /// Run once as `l` says; `name` is the configuration's, for the error of a failed run.
+    fn run(&self, l: &Launch, name: &str) -> Result<Value> {
+        let full: Vec<String> = l.wrapper.iter().chain(&self.argv).cloned().collect();
+        let what = format!(
+            "`{}` as {name} (no overhead computed from it)",
+            shell_words(&self.argv)
         );
+        let ran = spawn(&full, &l.env, &what)?;
+        let field = |line: &str, k: &str| -> Option<f64> {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+        };
+        let line = |prefix: &str| {
+            ran.out
+                .lines()
+                .find(|l| l.starts_with(prefix))
+                .with_context(|| format!("{what}: no '{prefix}' line in its output"))
+        };
+        Ok(match &self.workload {
+            Workload::Synthetic { .. } => {
+                let l = line("malloc_test ")?;
+                let v = field(l, "cycles_per_malloc").context("no cycles_per_malloc")?;
+                (v, None)
+            }
+            Workload::Pipeline { .. } => {
+                let l = line("rtc ticks=")?;
+                let q = ["p50_ns", "p99_ns", "p999_ns"].map(|k| field(l, k).unwrap_or(f64::NAN));
+                (field(l, "mean_ns").context("no mean_ns")?, Some(q))
+            }
+            Workload::Command(c) => {
+                let v = cost(&c.metric, self.regex.as_ref(), &ran.out, ran.wall, ran.cpu);
+                (v.with_context(|| what.clone())?, None)
+            }
+            Workload::Service(_) => bail!("a service is studied in blocks only"),
+        })
     }
-    let m = w.measure(&stdout, &stderr, wall).with_context(|| {
-        format!(
-            "configuration '{}' ran, but its metric is missing",
-            cfg.name
-        )
-    })?;
-    let d = l.dump_prefix.as_deref().map(dumps).unwrap_or_default();
-    if l.dump_prefix.is_some() && d.is_empty() {
-        bail!("configuration '{}': the memlens runtime wrote no profile (MEMLENS_OUT) — is the runtime working?", cfg.name);
-    }
-    // Baselines' own profiles can be large (heaptrack's trace): they are not read, so drop them now.
+}
+
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Remove what the profilers of a run left under `tmp` (dumps, heaptrack's trace: not read).
+fn clean(tmp: &Path, tag: &str) {
     if let Ok(rd) = std::fs::read_dir(tmp) {
-        for e in rd.filter_map(|e| e.ok()) {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(tag) && !n.ends_with(".raw") {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(tag) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    Ok((m, wall, d))
 }
 
-/// Run every configuration of every workload, interleaved within each workload:
-/// repeat 1 of A, B, C …, then repeat 2 of A, B, C …, so slow drift (other load, thermal) hits all
-/// configurations alike.
-pub fn run_plan(plan: &Plan) -> Result<Vec<WorkloadResults>> {
-    let cfgs = configs::all(
-        &plan.intervals,
-        &plan.unwinders,
-        &plan.baselines,
-        plan.exact,
-    );
-    for b in plan.baselines.iter().filter(|b| b.path.is_none()) {
-        eprintln!(
-            "memlens: baseline {} is not installed here (Debian package {}); it is left out",
-            b.name(),
-            b.package
-        );
-    }
-    let exact = cfgs
-        .iter()
-        .filter(|c| matches!(c.setup, Setup::Exact { .. }))
-        .count() as u64;
-    let per_workload =
-        (cfgs.len() as u64 - exact) * plan.repeats as u64 + exact * plan.exact_repeats as u64;
-    let total = plan.workloads.len() as u64 * per_workload;
-    let progress = Progress::new(total, "study");
-    let tmp = tempfile::Builder::new()
-        .prefix("memlens-study.")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
-    let mut all = Vec::new();
-    for (wi, w) in plan.workloads.iter().enumerate() {
-        let mut runs: Vec<Vec<(Run, Vec<PathBuf>)>> = vec![Vec::new(); cfgs.len()];
-        for rep in 0..plan.repeats {
-            for (ci, cfg) in cfgs.iter().enumerate() {
-                if matches!(cfg.setup, Setup::Exact { .. }) && rep >= plan.exact_repeats {
-                    continue;
-                }
-                progress.step(format!("{} · {} · repeat {}", w.name(), cfg.name, rep + 1));
-                let tag = format!("w{wi:02}c{ci:03}r{rep:03}");
-                let (measure, wall_s, dumps) = run_once(w, cfg, tmp.path(), &tag)?;
-                let run = Run {
-                    repeat: rep,
-                    measure,
-                    wall_s,
-                    samples: None,
-                    truncated_share: None,
-                    quality: None,
-                };
-                runs[ci].push((run, dumps));
-                progress.inc();
-            }
+/// Run one part of a whole-process cell over `alloc`: a warm-up run of the reference, then the
+/// schedule, every block a run. The blocks' costs are scaled so that the warm-up reads 2^40.
+pub(super) fn run_part(
+    w: &Workload,
+    s: &Settings,
+    alloc: Alloc,
+    part: &Part,
+    tmp: &Path,
+) -> Result<ProcOut> {
+    let prog = Program::of(w, s)?;
+    let name = |c: u32| -> String {
+        match c {
+            0 => "off".into(),
+            c => config_name(&part.confs[c as usize - 1], s).1,
         }
-        progress.step(format!("{} · reading profiles", w.name()));
-        let (configs, truth, note) = judge::judge(&cfgs, runs)?;
-        all.push(WorkloadResults {
-            workload: w.name(),
-            description: w.describe(),
-            unit: w.unit().into(),
-            configs,
-            truth,
-            quality_note: note,
-        });
+    };
+    let run = |c: u32| -> Result<(Value, f64)> {
+        let tag = format!("run-{}", RUNS.fetch_add(1, Ordering::Relaxed));
+        let key = (c > 0).then(|| &part.confs[c as usize - 1]);
+        let l = launch(alloc, key, s, tmp, &tag)?;
+        let t0 = std::time::Instant::now();
+        let v = prog.run(&l, &name(c));
+        clean(tmp, &tag);
+        Ok((v?, t0.elapsed().as_secs_f64()))
+    };
+    let ((first, _), _) = run(0)?;
+    let scale = scale_of(first);
+    let mut out = ProcOut::new(part.confs.clone());
+    let mut wall = 0.0;
+    let sched = schedule(part.confs.len(), part.rounds, part.seed);
+    for &(round, c) in &sched {
+        let ((v, q), t) = run(c)?;
+        wall += t;
+        out.blocks.push(cost_block(round, c, v, scale, q));
     }
-    progress.finish();
-    Ok(all)
+    out.block_s = wall / sched.len().max(1) as f64;
+    Ok(out)
+}
+
+/// The profile windows of a command with one unwinder: a whole run exact, then one at each
+/// interval; the raw dumps of each (every process of the run).
+pub(super) fn windows(c: &Command, s: &Settings, u: &str, tmp: &Path) -> Result<Vec<Vec<PathBuf>>> {
+    let mut out = Vec::new();
+    for (k, r) in std::iter::once(0)
+        .chain(s.intervals.iter().copied())
+        .enumerate()
+    {
+        let prefix = tmp.join(format!("win-{}-{u}-{k}", c.name));
+        let what = format!("{} {u} {r}", c.name);
+        spawn(&c.argv, &memlens_env(u, Some(r), Some(&prefix))?, &what)?;
+        out.push(window_dumps(&prefix, &what)?);
+    }
+    Ok(out)
 }
