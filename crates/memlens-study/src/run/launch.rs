@@ -79,9 +79,12 @@ pub struct Ran {
 
 /// The CPU seconds of the children this process has waited for.
 fn children_cpu() -> f64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    // SAFETY: rusage is plain data (all zeroes is a valid value), and getrusage fills it.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
     let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     s(ru.ru_utime) + s(ru.ru_stime)
 }
