@@ -463,6 +463,13 @@ pub(crate) fn settings(a: &StudyArgs) -> Result<Settings> {
     let p = profilers(a, subject)?;
     let intervals = intervals(a, subject)?;
     let workloads = workloads(a, subject, &intervals, &p.unwinders)?;
+    let mut notes = p.notes;
+    if (p.tcmalloc || p.heaptrack) && workloads.iter().any(Workload::is_service) {
+        notes.push(
+            "tcmalloc and heaptrack are not run on redis: a service is switched in blocks only"
+                .into(),
+        );
+    }
     let max_seconds = a.max_time.unwrap_or(if a.quick { 0.0 } else { 270.0 });
     check_ranges(a, max_seconds)?;
     let (target_synthetic, target_pipeline, target_service) = targets(a)?;
@@ -499,7 +506,7 @@ pub(crate) fn settings(a: &StudyArgs) -> Result<Settings> {
         min_coverage: a.min_coverage,
         budget: a.budget,
         seed: a.seed,
-        notes: p.notes,
+        notes,
         workloads,
     };
     unread(a, &s)?;

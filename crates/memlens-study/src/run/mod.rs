@@ -128,7 +128,8 @@ fn kinds(s: &Settings, w: &Workload) -> Vec<(Kind, Vec<Key>)> {
                 .map(|u| (Kind::Memlens(u.clone()), memlens(u))),
         );
     }
-    if s.heaptrack {
+    // a service is switched in blocks only (settings.rs notes what is left out of it)
+    if s.heaptrack && !w.is_service() {
         glibc.push(Key::Heaptrack);
     }
     if !glibc.is_empty() {
@@ -141,7 +142,7 @@ fn kinds(s: &Settings, w: &Workload) -> Vec<(Kind, Vec<Key>)> {
         _ if s.whole(w) => kinds.push((Kind::Runs(Alloc::Jemalloc), jemalloc)),
         _ => kinds.push((Kind::Jemalloc, jemalloc)),
     }
-    if s.tcmalloc {
+    if s.tcmalloc && !w.is_service() {
         let t = ivs.iter().map(|&i| Key::Tcmalloc(i)).collect();
         kinds.push((Kind::Runs(Alloc::Tcmalloc), t));
     }
