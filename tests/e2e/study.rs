@@ -686,8 +686,7 @@ fn flags_the_study_would_not_read_are_usage_errors() {
             ][..],
             "--schedule processes",
         ),
-        // removed with the second engine: the pipeline is sized by --working-sets, one
-        // recommendation rule (--budget), the chart on the --html page, --rounds for repeats
+        // gone with the second engine, each saying what replaced it
         (&["study", "--quotes", "10"][..], "--quotes"),
         (&["study", "--max-overhead", "5"][..], "--max-overhead"),
         (&["study", "--plots", "d"][..], "--plots"),

@@ -144,7 +144,64 @@ pub struct StudyArgs {
     /// Result files (--json, --csv, --html).
     #[command(flatten)]
     pub(crate) out: OutputArgs,
+    /// Flags of the former second engine (refused with what replaced each).
+    #[command(flatten)]
+    pub(crate) former: Former,
     /// With --load: the server to start and study; else a program to study as whole processes
     #[arg(last = true, value_name = "CMD")]
     pub(crate) cmd: Vec<String>,
+}
+
+/// The flags only the former `--unpaired` engine read (docs/study.md, Options): hidden, and a
+/// usage error that says what replaced each, so an old command line fails plainly.
+#[derive(Debug, clap::Args)]
+pub struct Former {
+    #[arg(long, hide = true)]
+    repeats: Option<String>,
+    #[arg(long, hide = true)]
+    exact_repeats: Option<String>,
+    #[arg(long, hide = true)]
+    quotes: Option<String>,
+    #[arg(long, hide = true)]
+    instruments: Option<String>,
+    #[arg(long, hide = true)]
+    max_overhead: Option<String>,
+    #[arg(long, hide = true)]
+    plots: Option<String>,
+}
+
+impl Former {
+    /// The first of them given, and what replaced it.
+    pub(crate) fn given(&self) -> Option<(&'static str, &'static str)> {
+        [
+            (
+                &self.repeats,
+                "--repeats",
+                "it is --rounds (of whole processes too)",
+            ),
+            (
+                &self.exact_repeats,
+                "--exact-repeats",
+                "one exact profile window per unwinder is the truth",
+            ),
+            (
+                &self.quotes,
+                "--quotes",
+                "the pipeline is the run-to-completion one: --working-sets, --ops",
+            ),
+            (
+                &self.instruments,
+                "--instruments",
+                "the pipeline is the run-to-completion one: --working-sets",
+            ),
+            (
+                &self.max_overhead,
+                "--max-overhead",
+                "one recommendation rule: --budget",
+            ),
+            (&self.plots, "--plots", "the chart is on the --html page"),
+        ]
+        .into_iter()
+        .find_map(|(v, flag, why)| v.as_ref().map(|_| (flag, why)))
+    }
 }

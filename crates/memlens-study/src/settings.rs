@@ -450,6 +450,11 @@ fn unread(a: &StudyArgs, s: &Settings) -> Result<()> {
 
 /// The study's settings from the command line (usage errors before anything runs).
 pub(crate) fn settings(a: &StudyArgs) -> Result<Settings> {
+    if let Some((flag, why)) = a.former.given() {
+        return Err(usage(format!(
+            "{flag} is gone with the second engine: {why}"
+        )));
+    }
     if a.pid.is_some() && a.load.is_none() {
         return Err(usage(
             "--pid needs --load 'CMD': the load that drives the process",
