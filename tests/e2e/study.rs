@@ -125,7 +125,10 @@ fn what_cannot_switch_runs_as_whole_processes_beside_the_blocks() {
     let o = memlens()
         .env("COLUMNS", "100")
         .args(["study", "--workload", "synthetic", "--threads", "1"])
-        .args(["--ops", "20000", "--rounds", "3", "--intervals", "64K"])
+        .args(["--ops", "20000", "--rounds", "4", "--intervals", "64K"])
+        // one process of 30 ms blocks: on a loaded machine a 10 ms block may get no CPU at all
+        // (its round is then not counted), and every schedule needs its placebo's rounds
+        .args(["--processes", "1", "--block-ms", "30"])
         .args(["--unwinders", "fp", "--baselines", "tcmalloc,heaptrack"])
         .args(["--max-time", "0", "--json", j.to_str().unwrap()])
         .ok();
