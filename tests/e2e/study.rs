@@ -870,8 +870,15 @@ fn the_runtime_accounts_its_own_cost() {
         .unwrap();
     let mut metrics = String::new();
     wait_for("memlens serve's /metrics", 15, || {
+        // Every request carries the server's token (its file in the control directory).
+        let token = std::fs::read_to_string(ctl.join("serve.token")).unwrap_or_default();
         let o = std::process::Command::new("curl")
-            .args(["-sf", &format!("http://127.0.0.1:{sp}/metrics")])
+            .args([
+                "-sf",
+                "-H",
+                &format!("Authorization: Bearer {}", token.trim()),
+            ])
+            .arg(format!("http://127.0.0.1:{sp}/metrics"))
             .output()
             .unwrap();
         metrics = stdout(&o);
