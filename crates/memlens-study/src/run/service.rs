@@ -13,11 +13,12 @@
 //! the same reach of every thread), so it reads what the pairing shows when nothing changes.
 //! jemalloc's profiler is switched by the runtime (`jemalloc start LG` / `jemalloc stop` on the
 //! socket), where the process runs jemalloc with `prof:true`.
-use super::engine::{Key, Metric, Part, ProcOut, Service, Settings};
+use super::launch::{cost, cost_block, jemalloc_conf, last_line, regex_of, runtime, scale_of};
+use crate::model::{Key, Part, ProcOut, Service, Settings, PORT};
 use crate::profilers::{lg_of, SCRUB};
 use anyhow::{anyhow, bail, Context, Result};
 use memlens_target::{is_runtime_path, Reply, Target};
-use memlens_workloads::{schedule, Block};
+use memlens_workloads::schedule;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -62,11 +63,6 @@ struct Server {
 
 static STARTED: AtomicU64 = AtomicU64::new(0);
 
-/// In a server's arguments and its load (the default study's redis): a TCP port free when that
-/// server starts — picked anew for each, so another program cannot have taken it since the study
-/// began.
-pub const PORT: &str = "{PORT}";
-
 fn free_port() -> Result<String> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -98,7 +94,7 @@ impl Server {
         for k in SCRUB {
             cmd.env_remove(k);
         }
-        let mut preload = super::builtin::runtime()?;
+        let mut preload = runtime()?;
         if let Some(p) = user("LD_PRELOAD") {
             preload = format!("{preload}:{p}");
         }
@@ -106,7 +102,7 @@ impl Server {
             .env("MEMLENS_ACTIVE", "0")
             .env("MEMLENS_UNWINDER", unwinder);
         if jemalloc {
-            let ours = super::builtin::jemalloc_conf(tmp);
+            let ours = jemalloc_conf(tmp);
             cmd.env(
                 "MALLOC_CONF",
                 match user("MALLOC_CONF") {
@@ -186,12 +182,7 @@ impl Server {
         self.log
             .as_ref()
             .and_then(|l| std::fs::read_to_string(l).ok())
-            .and_then(|t| {
-                t.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .map(str::to_string)
-            })
+            .and_then(|t| last_line(&t).map(str::to_string))
             .unwrap_or_else(|| "(it printed nothing)".into())
     }
 
@@ -280,30 +271,14 @@ impl Load<'_> {
         let out = self.spawn()?;
         let wall = t0.elapsed();
         let cpu = cpu_ns(pid)?.saturating_sub(cpu0);
-        let cost = match (&self.svc.metric, &self.regex) {
-            (Metric::Cpu, _) => cpu as f64,
-            (Metric::Wall, _) => wall.as_secs_f64() * 1e9,
-            (Metric::Output { rate, .. }, Some(re)) => {
-                let v = re
-                    .captures(&out)
-                    .and_then(|c| c.get(1)?.as_str().parse::<f64>().ok())
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "the load's output has no match of --metric '{}'",
-                            re.as_str()
-                        )
-                    })?;
-                if *rate {
-                    if v <= 0.0 {
-                        bail!("the load's --metric figure is {v}: a rate must be > 0");
-                    }
-                    1.0 / v
-                } else {
-                    v
-                }
-            }
-            (Metric::Output { .. }, None) => bail!("--metric has no regex"),
-        };
+        let cost = cost(
+            &self.svc.metric,
+            self.regex.as_ref(),
+            &out,
+            wall.as_secs_f64() * 1e9,
+            cpu as f64,
+        )
+        .context("the load")?;
         Ok(Run {
             cost,
             cpu,
@@ -343,14 +318,7 @@ impl Load<'_> {
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() {
-            let why = err
-                .lines()
-                .chain(text.lines())
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string();
+            let why = last_line(&err).or_else(|| last_line(&text)).unwrap_or("");
             bail!("the load failed ({}): {why}", out.status);
         }
         text.push('\n');
@@ -377,6 +345,9 @@ fn requests(k: Option<&Key>, s: &Settings, jemalloc: bool) -> Vec<String> {
         }
         Some(Key::Memlens(_, i)) => vec![format!("start {}", s.intervals[*i])],
         Some(Key::Jemalloc(i)) => vec![format!("jemalloc start {}", lg_of(s.intervals[*i]))],
+        Some(k @ (Key::Inactive | Key::Tcmalloc(_) | Key::Heaptrack)) => {
+            unreachable!("{k:?} runs as whole processes, never in a service (settings.rs)")
+        }
     }
 }
 
@@ -453,10 +424,7 @@ fn drive(
         }
     }
     out.confs = confs.clone();
-    let regex = match &svc.metric {
-        Metric::Output { regex, .. } => Some(Regex::new(regex)?),
-        _ => None,
-    };
+    let regex = regex_of(&svc.metric)?;
     let mut load = Load {
         svc,
         cmd: srv.load.clone(),
@@ -477,12 +445,7 @@ fn drive(
         }
     };
     load.limit = Duration::from_secs_f64((probe.wall * 50.0).max(60.0));
-    // Costs are kept as integers in blocks: scaled so the first run reads 2^40.
-    let scale = if probe.cost > 0.0 {
-        (1u64 << 40) as f64 / probe.cost
-    } else {
-        1.0
-    };
+    let scale = scale_of(probe.cost);
     let switch = |k: Option<&Key>| -> Result<()> {
         for r in requests(k, s, je) {
             srv.request(&r)?;
@@ -514,17 +477,9 @@ fn drive(
         let run = load.run(pid)?;
         let o1 = own(srv)?;
         wall += run.wall;
-        out.blocks.push(Block {
-            round,
-            config: c,
-            ticks: 1,
-            cycles: (run.cost * scale).round() as u64,
-            own: match (o0, o1) {
-                (Some(a), Some(b)) => Some((b.saturating_sub(a), run.cpu)),
-                _ => None,
-            },
-            ..Block::default()
-        });
+        let mut b = cost_block(round, c, run.cost, scale, None);
+        b.own = o0.zip(o1).map(|(a, b)| (b.saturating_sub(a), run.cpu));
+        out.blocks.push(b);
     }
     switch(None)?;
     out.block_s = wall / sched.len().max(1) as f64;

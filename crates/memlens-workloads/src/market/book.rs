@@ -19,6 +19,8 @@ pub struct Book {
 
 /// What the strategy needs to know after an update.
 pub struct Signal {
+    /// The quote's stamp, carried as a real signal carries it (not read by this strategy).
+    #[allow(dead_code)]
     pub stamp: u64,
     pub seq: u64,
     pub instrument: usize,

@@ -1,16 +1,21 @@
 //! The study's answer as a picture: overhead (with its 95% interval) against the sampling
-//! interval, one panel per workload, one line per profiler, the placebo's band behind them and
-//! the coverage on a second axis — as SVG for the HTML page and as characters for the terminal.
+//! interval, one panel per workload and schedule, one line per profiler, the placebo's band behind
+//! them and the coverage on a second axis — as SVG for the HTML page and as characters for the
+//! terminal. A line joins only intervals measured side by side: where a profiler skips an interval
+//! of its panel, its line breaks.
 //!
 //! Overheads run from about 0 to +200% (jemalloc's profiler at 64K on the synthetic loop), so the
 //! overhead axis is symmetric-logarithmic: `sign(y) · log10(1 + |y|)`, linear near 0 and
-//! logarithmic beyond, with ticks at 0, ±1, ±3, ±10, ….
-use super::engine::{Results, Row};
+//! logarithmic beyond, with ticks at 0, ±1, ±3, ±10, …, labelled outside the plot.
 use crate::estimate::Estimate;
+use crate::model::{Results, Row, Schedule};
 use anyhow::{anyhow, Result};
 use memlens_measure::units::format_size;
 use memlens_render::doc::wrap;
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// The symmetric-log transform of the overhead axis.
 pub fn symlog(y: f64) -> f64 {
@@ -42,7 +47,7 @@ struct Panel {
 }
 
 fn family(r: &Row) -> Option<(String, char)> {
-    match (r.engine.profiler.as_str(), r.unwinder.as_deref()) {
+    match (r.profiler.as_str(), r.unwinder.as_deref()) {
         ("memlens", Some(u)) => Some((
             format!("memlens {u}"),
             match u {
@@ -53,21 +58,30 @@ fn family(r: &Row) -> Option<(String, char)> {
             },
         )),
         ("jemalloc", _) => Some(("jemalloc prof".into(), 'j')),
+        ("tcmalloc", _) => Some(("tcmalloc sampler".into(), 't')),
         _ => None,
     }
 }
 
 fn panels(r: &Results) -> Vec<Panel> {
     let mut out = Vec::new();
-    for w in &r.settings.workloads {
-        let name = w.name();
+    for (w, sched) in r
+        .settings
+        .workloads
+        .iter()
+        .flat_map(|w| [Schedule::Blocks, Schedule::Processes].map(|s| (w.name(), s)))
+    {
         let mut p = Panel {
-            workload: name.clone(),
+            workload: format!("{w}{}", sched.suffix()),
             lines: Vec::new(),
             placebo: None,
             intervals: Vec::new(),
         };
-        for row in r.rows.iter().filter(|x| x.workload == name) {
+        for row in r
+            .rows
+            .iter()
+            .filter(|x| x.workload == w && x.schedule() == sched)
+        {
             if row.config == "placebo" {
                 p.placebo = Some(row.overhead());
                 continue;
@@ -97,6 +111,23 @@ fn panels(r: &Results) -> Vec<Panel> {
         }
         if !p.lines.is_empty() {
             out.push(p);
+        }
+    }
+    out
+}
+
+/// A line's points in stretches of intervals measured side by side in its panel: a line is
+/// drawn only along a stretch, never across an interval it did not measure.
+fn stretches<'a>(l: &'a Line, intervals: &[u64]) -> Vec<&'a [(u64, Estimate, Option<f64>)]> {
+    let at = |iv: u64| intervals.iter().position(|&x| x == iv);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=l.points.len() {
+        let joined = i < l.points.len()
+            && matches!((at(l.points[i - 1].0), at(l.points[i].0)), (Some(a), Some(b)) if b == a + 1);
+        if !joined {
+            out.push(&l.points[start..i]);
+            start = i;
         }
     }
     out
@@ -288,6 +319,7 @@ fn color(glyph: char) -> RGBColor {
         'f' => RGBColor(255, 127, 14),
         'g' => RGBColor(44, 160, 44),
         'u' => RGBColor(148, 103, 189),
+        't' => RGBColor(140, 86, 75),
         _ => RGBColor(214, 39, 40),
     }
 }
@@ -311,6 +343,7 @@ pub fn svg(r: &Results) -> Result<String> {
             ('g', "memlens libgcc"),
             ('u', "memlens libunwind"),
             ('j', "jemalloc prof"),
+            ('t', "tcmalloc sampler"),
         ]
         .into_iter()
         .filter(|(g, _)| ps.iter().any(|p| p.lines.iter().any(|l| l.glyph == *g)))
@@ -356,6 +389,12 @@ pub fn svg(r: &Results) -> Result<String> {
     Ok(svg)
 }
 
+/// The label of an overhead tick (a symlog value).
+fn tick_label(t: f64) -> String {
+    let v = t.signum() * (10f64.powf(t.abs()) - 1.0);
+    format!("{v:+.0}%").replace("+0%", "0%")
+}
+
 fn draw_panel<DB: DrawingBackend>(
     p: &Panel,
     area: &DrawingArea<DB, plotters::coord::Shift>,
@@ -366,29 +405,40 @@ fn draw_panel<DB: DrawingBackend>(
     let (t0, t1) = y_range(p);
     let pad = (t1 - t0) * 0.05;
     let (y0, y1) = (t0 - pad, t1 + pad);
+    let ticks: Vec<f64> = TICKS
+        .iter()
+        .map(|&v| symlog(v))
+        .filter(|t| (y0..=y1).contains(t))
+        .collect();
+    let xs: Vec<f64> = p.intervals.iter().map(|&i| lg(i)).collect();
     let mut chart = ChartBuilder::on(area)
         .caption(&p.workload, ("sans-serif", 16))
         .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(44)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
         .right_y_label_area_size(52)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(err)?
         .set_secondary_coord(x0..x1, 0f64..105f64);
+    // x: a label at each interval measured; y: none of plotters' own (evenly spaced in symlog
+    // units they would read +2.2%), ours at the ticks below
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .disable_y_axis()
         .max_light_lines(0)
         .x_labels(12)
         .x_label_formatter(&|v| {
-            if (v - v.round()).abs() < 0.01 && *v > 0.0 {
-                format_size(2f64.powf(v.round()) as u64)
+            let iv = 2f64.powf(v.round()) as u64;
+            let near = (v - v.round()).abs() < 0.01;
+            if near && xs.contains(&v.round()) {
+                format_size(iv)
             } else {
                 String::new()
             }
         })
+        .y_labels(0)
         .x_desc("sampling interval")
+        .y_desc("overhead %")
         .draw()
         .map_err(err)?;
     chart
@@ -398,74 +448,80 @@ fn draw_panel<DB: DrawingBackend>(
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(err)?;
-    // the overhead axis: grid lines and labels at the symlog ticks
+    // the overhead axis's grid: a line at each tick, 0 in black
     let grid = RGBColor(225, 225, 225);
-    for v in TICKS {
-        let t = symlog(v);
-        if t < y0 || t > y1 {
-            continue;
-        }
-        let style = if v == 0.0 {
+    for t in ticks {
+        let style = if t == 0.0 {
             BLACK.stroke_width(1)
         } else {
             grid.stroke_width(1)
         };
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x0, t), (x1, t)],
-                style,
-            )))
-            .map_err(err)?;
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("{v:+.0}%").replace("+0%", "0%"),
-                (x0 + 0.02, t),
-                ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
-            )))
+        let line = PathElement::new(vec![(x0, t), (x1, t)], style);
+        chart.draw_series(std::iter::once(line)).map_err(err)?;
+        // its label left of the plot, in the label area
+        let (px, py) = chart.backend_coord(&(x0, t));
+        let base = area.get_base_pixel();
+        let font = ("sans-serif", 12).into_font().color(&RGBColor(60, 60, 60));
+        let style = font.pos(Pos::new(HPos::Right, VPos::Center));
+        let at = (px - base.0 - 5, py - base.1);
+        area.draw(&Text::new(tick_label(t), at, style))
             .map_err(err)?;
     }
     if let Some(e) = p.placebo {
         let (a, b) = (symlog(e.lo), symlog(e.hi));
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(x0, a), (x1, b)],
-                RGBColor(200, 200, 200).mix(0.5).filled(),
-            )))
-            .map_err(err)?;
+        let band = Rectangle::new(
+            [(x0, a), (x1, b)],
+            RGBColor(200, 200, 200).mix(0.5).filled(),
+        );
+        chart.draw_series(std::iter::once(band)).map_err(err)?;
     }
     for l in &p.lines {
-        let c = color(l.glyph);
-        let band: Vec<(f64, f64)> = l
-            .points
+        draw_line(&mut chart, l, &p.intervals)?;
+    }
+    Ok(())
+}
+
+/// A panel's chart: the overhead (symlog) on the left, the coverage on the right.
+type Chart<'a, DB> = DualCoordChartContext<
+    'a,
+    DB,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+>;
+
+/// One profiler's line: along each stretch of intervals measured side by side, its 95% band, the
+/// medians joined and the coverage dashed; an interval alone, its interval as a bar.
+fn draw_line<DB: DrawingBackend>(chart: &mut Chart<DB>, l: &Line, intervals: &[u64]) -> Result<()> {
+    let lg = |iv: u64| (iv as f64).log2();
+    let c = color(l.glyph);
+    for st in stretches(l, intervals) {
+        let at = |(iv, e, _): &(u64, Estimate, Option<f64>), y: fn(&Estimate) -> f64| {
+            (lg(*iv), symlog(y(e)))
+        };
+        let band: Vec<(f64, f64)> = st
             .iter()
-            .map(|(iv, e, _)| (lg(*iv), symlog(e.hi)))
-            .chain(
-                l.points
-                    .iter()
-                    .rev()
-                    .map(|(iv, e, _)| (lg(*iv), symlog(e.lo))),
-            )
+            .map(|x| at(x, |e| e.hi))
+            .chain(st.iter().rev().map(|x| at(x, |e| e.lo)))
             .collect();
-        chart
-            .draw_series(std::iter::once(Polygon::new(band, c.mix(0.18).filled())))
-            .map_err(err)?;
-        let pts: Vec<(f64, f64)> = l
-            .points
-            .iter()
-            .map(|(iv, e, _)| (lg(*iv), symlog(e.pct)))
-            .collect();
+        if st.len() > 1 {
+            let poly = Polygon::new(band, c.mix(0.18).filled());
+            chart.draw_series(std::iter::once(poly)).map_err(err)?;
+        } else {
+            let bar = PathElement::new(band, c.stroke_width(2));
+            chart.draw_series(std::iter::once(bar)).map_err(err)?;
+        }
+        let pts: Vec<(f64, f64)> = st.iter().map(|x| at(x, |e| e.pct)).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(err)?;
         chart
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(err)?;
-        let cov: Vec<(f64, f64)> = l
-            .points
+        let cov: Vec<(f64, f64)> = st
             .iter()
             .filter_map(|(iv, _, c)| Some((lg(*iv), (*c)?)))
             .collect();
-        if !cov.is_empty() {
+        if cov.len() > 1 {
             chart
                 .draw_secondary_series(DashedLineSeries::new(cov, 5, 4, c.stroke_width(1)))
                 .map_err(err)?;
@@ -484,5 +540,33 @@ mod tests {
         assert!((symlog(9.0) - 1.0).abs() < 1e-12);
         assert!((symlog(-99.0) + 2.0).abs() < 1e-12);
         assert!(symlog(0.5) > 0.0 && symlog(-0.5) < 0.0);
+        for v in TICKS {
+            assert_eq!(
+                tick_label(symlog(v)),
+                format!("{v:+.0}%").replace("+0%", "0%")
+            );
+        }
+    }
+
+    /// A line breaks where its profiler skipped an interval of the panel.
+    #[test]
+    fn a_line_joins_only_intervals_measured_side_by_side() {
+        let e = Estimate {
+            pct: 1.0,
+            lo: 0.0,
+            hi: 2.0,
+            n: 4,
+        };
+        let l = Line {
+            name: "memlens fp".into(),
+            glyph: 'f',
+            points: [1u64, 2, 4, 5, 7].iter().map(|&i| (i, e, None)).collect(),
+        };
+        let got: Vec<Vec<u64>> = stretches(&l, &[1, 2, 3, 4, 5, 6, 7])
+            .iter()
+            .map(|s| s.iter().map(|x| x.0).collect())
+            .collect();
+        assert_eq!(got, [vec![1, 2], vec![4, 5], vec![7]]);
+        assert_eq!(stretches(&l, &[1, 2, 4, 5, 7]).len(), 1);
     }
 }
