@@ -474,21 +474,52 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn prepare_podman() -> Result<Podman, String> {
+/// The test rootfs, made once: `rootfs.tar` in `dir`, a directory of the cache named by the
+/// recipe's hash.
+struct Rootfs {
+    cache: PathBuf,
+    dir: PathBuf,
+    hash: String,
+}
+
+impl Rootfs {
+    fn tar(&self) -> PathBuf {
+        self.dir.join("rootfs.tar")
+    }
+
+    /// The rootfs unpacked (once) as a directory tree, for systemd-nspawn (`--read-only`).
+    fn tree(&self) -> PathBuf {
+        let tree = self.dir.join("tree");
+        if !tree.exists() {
+            let part = self.dir.join("tree.part");
+            std::fs::remove_dir_all(&part).ok();
+            std::fs::create_dir_all(&part).unwrap();
+            Command::new("tar")
+                .arg("-xf")
+                .arg(self.tar())
+                .arg("-C")
+                .arg(&part)
+                .ok();
+            std::fs::rename(&part, &tree).unwrap();
+        }
+        tree
+    }
+}
+
+/// The rootfs, or why it cannot be had here (printed as a test's `SKIPPED:` line).
+fn rootfs() -> Result<&'static Rootfs, String> {
+    static R: OnceLock<Result<Rootfs, String>> = OnceLock::new();
+    R.get_or_init(make_rootfs).as_ref().map_err(Clone::clone)
+}
+
+fn make_rootfs() -> Result<Rootfs, String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("needs root".into());
     }
-    for tool in ["podman", "mmdebstrap"] {
-        if !have(tool) {
-            return Err(format!("no {tool} (scripts/install-deps.sh installs it)"));
-        }
+    if !have("mmdebstrap") {
+        return Err("no mmdebstrap (scripts/install-deps.sh installs it)".into());
     }
-    let runtime = ["runc", "crun"]
-        .into_iter()
-        .find(|r| have(r))
-        .ok_or("neither runc nor crun is installed")?
-        .to_string();
     let (suite, mirror) = debian_archive().ok_or("no Debian archive in /etc/apt/sources.list*")?;
     let recipe = format!(
         "mmdebstrap --variant=minbase --include=redis-server --components=main {suite} OUT {mirror}"
@@ -501,15 +532,18 @@ fn prepare_podman() -> Result<Podman, String> {
         })
         .join("memlens-test-rootfs");
     let hash = fnv(&recipe);
-    let dir = cache.join(&hash);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tar = dir.join("rootfs.tar");
-    if !tar.exists() {
+    let r = Rootfs {
+        dir: cache.join(&hash),
+        cache,
+        hash,
+    };
+    std::fs::create_dir_all(&r.dir).map_err(|e| format!("{}: {e}", r.dir.display()))?;
+    if !r.tar().exists() {
         // mmdebstrap picks the format by the name's extension: a tar, renamed when complete
-        let part = dir.join("rootfs.part.tar");
+        let part = r.dir.join("rootfs.part.tar");
         eprintln!(
             "containers: making the test rootfs once: {recipe} (cached in {})",
-            dir.display()
+            r.dir.display()
         );
         let o = Command::new("sh")
             .args(["-c", &recipe.replace("OUT", &part.display().to_string())])
@@ -523,17 +557,30 @@ fn prepare_podman() -> Result<Podman, String> {
                 tail.join(" / ")
             ));
         }
-        std::fs::rename(&part, &tar).map_err(|e| e.to_string())?;
+        std::fs::rename(&part, r.tar()).map_err(|e| e.to_string())?;
     }
+    Ok(r)
+}
+
+fn prepare_podman() -> Result<Podman, String> {
+    if !have("podman") {
+        return Err("no podman (scripts/install-deps.sh installs it)".into());
+    }
+    let runtime = ["runc", "crun"]
+        .into_iter()
+        .find(|r| have(r))
+        .ok_or("neither runc nor crun is installed")?
+        .to_string();
+    let r = rootfs()?;
     let p = Podman {
-        store: cache.join("podman"),
+        store: r.cache.join("podman"),
         runtime,
-        image: format!("localhost/memlens-test-redis:{hash}"),
+        image: format!("localhost/memlens-test-redis:{}", r.hash),
     };
     let exists = p.cmd().args(["image", "exists", &p.image]).status();
     if !exists.is_ok_and(|s| s.success()) {
         // podman is there and the rootfs was made: an import that fails is a failure, not a skip
-        p.cmd().arg("import").arg(&tar).arg(&p.image).ok();
+        p.cmd().arg("import").arg(r.tar()).arg(&p.image).ok();
     }
     Ok(p)
 }
@@ -635,7 +682,7 @@ fn podman_redis_attached_from_the_host_served_and_scraped_by_parca() {
     let c = pm.run(&[], &[], &redis_args(&port));
     wait_redis(port.parse().unwrap());
     let _load = Load::start(port.parse().unwrap());
-    attach_redis(&tmp, c.pid);
+    attach_redis(&tmp, c.pid, 1);
 
     let server = Server::spawn(
         memlens()
@@ -686,15 +733,17 @@ fn podman_redis_attached_from_the_host_served_and_scraped_by_parca() {
     );
 }
 
-/// `memlens attach --interval 64K` of redis by its host pid, samples, a dump with names.
+/// `memlens attach --interval 64K` of redis by its host pid (`inside` in its namespace), samples,
+/// a dump with names.
 #[track_caller]
-fn attach_redis(tmp: &Path, pid: i32) {
+fn attach_redis(tmp: &Path, pid: i32, inside: i32) {
     let o = memlens()
         .args(["attach", &pid.to_string(), "--interval", "64K"])
         .env_remove("MEMLENS_CTL_DIR")
         .ok_stdout();
+    let there = format!("pid {inside} in its namespace");
     assert!(
-        o.contains("sampling every 64K") && o.contains("pid 1 in its namespace"),
+        o.contains("sampling every 64K") && o.contains(&there),
         "{o}"
     );
     wait_for("samples", 60, || {
@@ -766,6 +815,61 @@ fn memlens_run_inside_a_podman_container_is_seen_from_the_host() {
     assert_eq!(t["service"], "redis-server", "{t}");
 }
 
+/// redis-server in a systemd-nspawn container (the same rootfs, read-only, a tmpfs `/tmp`,
+/// redis its pid 2) under redis-benchmark: attached from the host by its host pid, dumped with
+/// redis's function names, detached.
+#[test]
+fn systemd_nspawn_redis_attached_from_the_host() {
+    let test = "systemd_nspawn_redis_attached_from_the_host";
+    if !have("systemd-nspawn") {
+        eprintln!("SKIPPED: containers::{test}: no systemd-nspawn (systemd-container)");
+        return;
+    }
+    let r = match rootfs() {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("SKIPPED: containers::{test}: {why}");
+            return;
+        }
+    };
+    let tmp = test_dir();
+    let port = free_port();
+    let mut nspawn = Command::new("systemd-nspawn")
+        .arg("--directory")
+        .arg(r.tree())
+        .args(["--register=no", "--as-pid2", "--quiet", "--keep-unit"])
+        .args(["--read-only", "--tmpfs=/tmp"])
+        .args(redis_args(&port.to_string()))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(tmp.join("nspawn.err")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_redis(port);
+    let title = format!("redis-server *:{port}");
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(title.as_bytes()))
+        })
+        .expect("redis's host pid");
+    let load = Load::start(port);
+    attach_redis(&tmp, pid, 2);
+    drop(load);
+    memlens()
+        .args(["detach", &pid.to_string()])
+        .env_remove("MEMLENS_CTL_DIR")
+        .ok();
+    // SAFETY: a signal to our own child: nspawn stops the container on SIGTERM.
+    unsafe { libc::kill(nspawn.id() as i32, libc::SIGTERM) };
+    if !holds_within(10, || nspawn.try_wait().is_ok_and(|s| s.is_some())) {
+        nspawn.kill().ok();
+    }
+    nspawn.wait().ok();
+}
+
 #[test]
 fn apt_sources_name_a_debian_archive() {
     // The recipe's mirror and suite come from what apt uses; on a Debian machine there is one.
@@ -801,7 +905,7 @@ fn doc_yaml_blocks() -> Vec<Vec<serde_json::Value>> {
         py.stdin
             .take()
             .unwrap()
-            .write_all(body[..end].as_bytes())
+            .write_all(&body.as_bytes()[..end])
             .unwrap();
         let o = py.wait_with_output().unwrap();
         assert_ok(

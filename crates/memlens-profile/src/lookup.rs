@@ -81,9 +81,9 @@ pub(crate) fn places(
                 what: "its debug file in the process's root",
             });
         }
-        if path.starts_with('/') {
+        if let Some(inside) = path.strip_prefix('/') {
             v.push(Place {
-                path: shown(root.join(&path[1..])),
+                path: shown(root.join(inside)),
                 what: "in the process's root",
             });
         }

@@ -116,7 +116,7 @@ impl Container {
     /// container. Paths seen from another cgroup namespace (`/../../…`) read the same.
     pub fn from_cgroup(text: &str) -> Container {
         let mut paths: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("0::")).collect();
-        paths.extend(text.lines().filter_map(|l| Some(l.splitn(3, ':').nth(2)?)));
+        paths.extend(text.lines().filter_map(|l| l.splitn(3, ':').nth(2)));
         paths
             .into_iter()
             .map(Container::from_path)
