@@ -116,7 +116,8 @@ fn host_pid(exe: &str, inside: i32) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.find_map(|e| {
         let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let link = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-        if link.to_string_lossy() != exe {
+        let link = link.to_string_lossy();
+        if link.strip_suffix(" (deleted)").unwrap_or(&link) != exe {
             return None;
         }
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -260,6 +261,64 @@ fn attach_dump_detach(tmp: &Path, pid: i32, inside: i32) {
         .ok_stdout();
     assert!(d.contains("detached"), "{d}");
     assert!(ctl(pid, &["status"]).ok_stdout().contains("inactive"));
+}
+
+/// The build ID of an ELF file (`readelf -n`).
+fn build_id(file: &Path) -> String {
+    let notes = Command::new("readelf").arg("-n").arg(file).ok_stdout();
+    notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {}", file.display()))
+        .trim()
+        .to_string()
+}
+
+/// Names where the binary cannot name them, both read from inside a namespace: a stripped
+/// program whose debug file exists only in its own root (`/usr/lib/debug/.build-id/…` there, a
+/// tmpfs over the host's), and a program deleted after it started (only its mapping,
+/// `/proc/PID/map_files/…`, still has it). Attached from the host, each dump names `churn_alloc`.
+#[test]
+fn names_from_a_debug_file_in_the_root_and_from_the_mapping_of_a_deleted_program() {
+    if !root_or_skip(
+        "names_from_a_debug_file_in_the_root_and_from_the_mapping_of_a_deleted_program",
+    ) {
+        return;
+    }
+    // Stripped, its debug file beside it in the test directory (the host has none by that id).
+    let tmp = test_dir();
+    let prog = target_program(&tmp);
+    let id = build_id(&prog);
+    Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&prog)
+        .arg(tmp.join("prog.debug"))
+        .ok();
+    let stripped = tmp.join("stripped");
+    Command::new("strip")
+        .args(["--strip-all", "-o"])
+        .arg(&stripped)
+        .arg(&prog)
+        .ok();
+    let on_host = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+    assert!(!Path::new(&on_host).exists());
+    let inner = format!(
+        "mount -t tmpfs tmpfs /usr/lib/debug; mkdir -p $(dirname {on_host}); \
+         cp /mnt/prog.debug {on_host}; exec $P /mnt/a"
+    );
+    let mut ns = Namespaced::start(&tmp, &stripped, &inner, None);
+    let (pid, inside) = ns.pids(&tmp);
+    attach_dump_detach(&tmp, pid, inside);
+
+    // Deleted once it runs: its path names nothing, in its root or here.
+    let tmp = test_dir();
+    let prog = target_program(&tmp);
+    let inner = "$P /mnt/a & while [ ! -e /mnt/a/pid ]; do sleep 0.05; done; rm -f $P; wait";
+    let mut ns = Namespaced::start(&tmp, &prog, inner, None);
+    let (pid, inside) = ns.pids(&tmp);
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert!(exe.to_string_lossy().ends_with(" (deleted)"), "{exe:?}");
+    attach_dump_detach(&tmp, pid, inside);
 }
 
 /// A rootless user namespace: uid 65534 is root inside, and the host's root is nobody there (the

@@ -80,12 +80,21 @@ impl Tracee {
         v
     }
 
-    /// The bytes of a file the process has mapped, seen from its mount namespace.
+    /// The bytes of a file the process has mapped, seen from its mount namespace — or, when its
+    /// name leads nowhere (deleted since it was mapped, `PATH (deleted)` in the maps: a service
+    /// whose package was upgraded under it), through the mapping itself (`map_files`, root only).
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let inside = PathBuf::from(format!("{}/root{}", self.proc_dir, path));
         std::fs::read(&inside)
             .or_else(|_| std::fs::read(path))
+            .or_else(|e| self.read_mapped(path).ok_or(e))
             .with_context(|| format!("cannot read {path} of {}", self.label()))
+    }
+
+    /// The file behind a mapping of `path`, through `map_files/LO-HI`.
+    fn read_mapped(&self, path: &str) -> Option<Vec<u8>> {
+        let m = self.maps.iter().find(|m| m.path == path && m.offset == 0)?;
+        std::fs::read(format!("{}/map_files/{:x}-{:x}", self.proc_dir, m.lo, m.hi)).ok()
     }
 
     /// Run-time addresses of the defined dynamic symbols `names` of module `path`:

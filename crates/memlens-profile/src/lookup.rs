@@ -54,13 +54,16 @@ fn debug_file(base: &Path, build_id: &str) -> Option<PathBuf> {
 }
 
 /// The `/proc/PID/map_files/LO-HI` of a mapping of `path` in `maps` (the dump's copy of the
-/// process's `/proc/self/maps`).
+/// process's `/proc/self/maps`). A file deleted since it was mapped is `PATH (deleted)` there (and
+/// may be in the dump's module path too): its mapping is the only way left to it.
 fn mapped(pid: i32, maps: &[String], path: &str) -> Option<String> {
+    let live = |p: &str| p.strip_suffix(" (deleted)").unwrap_or(p).to_string();
+    let want = live(path);
     maps.iter().find_map(|l| {
         let mut it = l.splitn(6, ' ');
         let range = it.next()?;
         let file = it.nth(4)?.trim_start();
-        (file == path).then(|| format!("/proc/{pid}/map_files/{range}"))
+        (live(file) == want).then(|| format!("/proc/{pid}/map_files/{range}"))
     })
 }
 
@@ -117,6 +120,15 @@ mod tests {
             "7f00-7f10 r--p 00000000 08:01 12 /usr/lib/libx.so".to_string(),
             "7f10-7f20 r-xp 00010000 08:01 12 /usr/lib/libx.so".to_string(),
         ];
+        let gone = vec!["7f00-7f10 r-xp 00000000 08:01 12 /tmp/p (deleted)".to_string()];
+        assert_eq!(
+            mapped(7, &gone, "/tmp/p"),
+            Some("/proc/7/map_files/7f00-7f10".into())
+        );
+        assert_eq!(
+            mapped(7, &gone, "/tmp/p (deleted)"),
+            Some("/proc/7/map_files/7f00-7f10".into())
+        );
         let host = places(&ProcessFiles::default(), &maps, "/usr/lib/libx.so", "");
         assert_eq!(host.len(), 1);
         assert_eq!(host[0].path, "/usr/lib/libx.so");
