@@ -62,6 +62,10 @@ pub struct Meta {
     pub ppid: u32,
     /// Executable path.
     pub exe: String,
+    /// The program's name as it was started (argv[0]'s file name: `redis-server`, where `exe` is
+    /// the file its symlink points to, `redis-check-rdb`); empty when the runtime did not say.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub command: String,
     /// Mean sampling interval in bytes; 0 = exact mode.
     pub interval: u64,
     /// Unwinder that captured the stacks.
