@@ -187,6 +187,26 @@ fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f
 
 /// Render a line chart to an SVG string.
 pub fn line_chart(c: &LineChart) -> Result<String> {
+    line_chart_with_ranges(c, &[])
+}
+
+/// A spread drawn on a [`LineChart`]: a vertical bar with caps from `low` to `high` at `x`, in the
+/// colour of series `series` (e.g. min–max over repeats around a median), so that two lines whose
+/// bars overlap read as what they are: not told apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    /// Index of the series it belongs to.
+    pub series: usize,
+    /// Where along x.
+    pub x: f64,
+    /// Bottom of the bar.
+    pub low: f64,
+    /// Top of the bar.
+    pub high: f64,
+}
+
+/// [`line_chart`] with spread bars.
+pub fn line_chart_with_ranges(c: &LineChart, ranges: &[Range]) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
@@ -212,13 +232,20 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0))
             .chain(c.markers.iter().map(|m| m.0));
-        let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = c
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain(ranges.iter().flat_map(|r| [r.low, r.high]));
         let integral_x = c
             .series
             .iter()
             .flat_map(|s| s.points.iter())
             .all(|p| p.0.fract() == 0.0);
-        let (x0, x1) = range(xs, c.log_x, false);
+        let (mut x0, x1) = range(xs, c.log_x, false);
+        if !ranges.is_empty() && !c.log_x {
+            x0 -= (x1 - x0) * 0.04; // room for the first point's bar beside the axis
+        }
         let (y0, y1) = range(ys, c.log_y, true);
         let mut b = ChartBuilder::on(&plot);
         b.caption(&c.title, ("sans-serif", 20))
@@ -265,6 +292,33 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                             (*x, y1),
                             ("sans-serif", 12).into_font(),
                         )))
+                        .map_err(err)?;
+                }
+                // spreads under the lines; a cap is a short horizontal line in x units of 1.5%
+                // bars of series at one x side by side, not over each other
+                let (cap, n) = ((x1 - x0) * 0.008, c.series.len().max(1) as f64);
+                for r in ranges
+                    .iter()
+                    .filter(|r| r.low.is_finite() && r.high.is_finite())
+                {
+                    let style = ShapeStyle::from(&color(r.series)).stroke_width(1);
+                    let (lo, hi) = (r.low.max(y0), r.high.min(y1));
+                    let dodge = if c.log_x {
+                        0.0
+                    } else {
+                        (r.series as f64 - (n - 1.0) / 2.0) * cap * 1.5
+                    };
+                    let r = Range {
+                        x: r.x + dodge,
+                        ..*r
+                    };
+                    let caps = [
+                        vec![(r.x, lo), (r.x, hi)],
+                        vec![(r.x - cap, lo), (r.x + cap, lo)],
+                        vec![(r.x - cap, hi), (r.x + cap, hi)],
+                    ];
+                    chart
+                        .draw_series(caps.into_iter().map(|p| PathElement::new(p, style)))
                         .map_err(err)?;
                 }
                 for (i, s) in c.series.iter().enumerate() {

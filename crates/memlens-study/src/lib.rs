@@ -192,6 +192,9 @@ pub fn run_study(args: StudyArgs) -> Result<i32> {
             "--load studies a program paired in its process: drop --unpaired",
         ));
     }
+    // Says at once when other programs keep the machine busy (engine "study1": a warning at the
+    // end, as `bench alloc` prints, is yours to add with `busy.end_warning`).
+    let _busy = memlens_measure::busy::Watch::start("memlens study");
     if args.unpaired || (!args.cmd.is_empty() && args.load.is_none()) {
         let plan = unpaired::plan(&args)?;
         let results = unpaired::run_plan(&plan)?;

@@ -416,13 +416,18 @@ fn draw_panel<DB: DrawingBackend>(
                 style,
             )))
             .map_err(err)?;
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("{v:+.0}%").replace("+0%", "0%"),
-                (x0 + 0.02, t),
-                ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
-            )))
-            .map_err(err)?;
+        // the label in the axis area left of the plot, not over the lines
+        let (px, py) = chart.backend_coord(&(x0, t));
+        let (bx, by) = area.get_base_pixel();
+        let font = ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90));
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        let right = font.pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(
+            format!("{v:+.0}%").replace("+0%", "0%"),
+            (px - bx - 4, py - by),
+            right,
+        ))
+        .map_err(err)?;
     }
     if let Some(e) = p.placebo {
         let (a, b) = (symlog(e.lo), symlog(e.hi));
@@ -433,7 +438,17 @@ fn draw_panel<DB: DrawingBackend>(
             )))
             .map_err(err)?;
     }
-    for l in &p.lines {
+    // a line joins only neighbouring intervals: none across an interval not measured
+    let runs = p.lines.iter().flat_map(|whole| {
+        measured_runs(&whole.points, &p.intervals)
+            .into_iter()
+            .map(|points| Line {
+                name: whole.name.clone(),
+                glyph: whole.glyph,
+                points,
+            })
+    });
+    for l in runs {
         let c = color(l.glyph);
         let band: Vec<(f64, f64)> = l
             .points
@@ -457,6 +472,16 @@ fn draw_panel<DB: DrawingBackend>(
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(err)?;
+        if let [(iv, e, _)] = l.points.as_slice() {
+            // alone: its interval as a bar (a band needs two points)
+            let x = lg(*iv);
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, symlog(e.lo)), (x, symlog(e.hi))],
+                    c.mix(0.5).stroke_width(3),
+                )))
+                .map_err(err)?;
+        }
         chart
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
             .map_err(err)?;
@@ -474,9 +499,47 @@ fn draw_panel<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The points of a line split where an interval between two of them was not measured: one of
+/// `intervals` (the study's, in order) this line lacks, or a doubling the study skipped (64K then
+/// 256K).
+fn measured_runs<T: Clone>(
+    points: &[(u64, T, Option<f64>)],
+    intervals: &[u64],
+) -> Vec<Vec<(u64, T, Option<f64>)>> {
+    let at = |iv: u64| intervals.iter().position(|&x| x == iv);
+    let mut runs: Vec<Vec<(u64, T, Option<f64>)>> = Vec::new();
+    for p in points {
+        let joined = runs.last().and_then(|r| r.last()).is_some_and(|q| {
+            matches!((at(q.0), at(p.0)), (Some(a), Some(b)) if b == a + 1) && p.0 <= 2 * q.0
+        });
+        match runs.last_mut() {
+            Some(r) if joined => r.push(p.clone()),
+            _ => runs.push(vec![p.clone()]),
+        }
+    }
+    runs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_break_where_an_interval_was_not_measured() {
+        let pts = |ivs: &[u64]| -> Vec<(u64, (), Option<f64>)> {
+            ivs.iter().map(|&i| (i, (), None)).collect()
+        };
+        let ivs = |runs: Vec<Vec<(u64, (), Option<f64>)>>| -> Vec<Vec<u64>> {
+            runs.iter()
+                .map(|r| r.iter().map(|p| p.0).collect())
+                .collect()
+        };
+        let runs = measured_runs(&pts(&[1, 2, 8, 16]), &[1, 2, 4, 8, 16]);
+        assert_eq!(ivs(runs), vec![vec![1, 2], vec![8, 16]]);
+        // a study of 1, 4 and 8: nothing joins 1 to 4
+        let runs = measured_runs(&pts(&[1, 4, 8]), &[1, 4, 8]);
+        assert_eq!(ivs(runs), vec![vec![1], vec![4, 8]]);
+    }
 
     #[test]
     fn symlog_is_linear_near_zero_and_logarithmic_beyond() {
