@@ -484,27 +484,14 @@ pub fn fmt_value(v: f64, i: SampleIndex, signed: bool) -> String {
     } else {
         ""
     };
-    let a = v.abs();
     if !i.is_bytes() {
-        return format!("{sign}{a:.0}");
+        return format!("{sign}{:.0}", v.abs());
     }
-    const U: [(&str, f64); 4] = [
-        ("TiB", (1u64 << 40) as f64),
-        ("GiB", (1u64 << 30) as f64),
-        ("MiB", 1048576.0),
-        ("KiB", 1024.0),
-    ];
-    for (name, unit) in U {
-        if a >= unit {
-            let x = a / unit;
-            return if x >= 100.0 {
-                format!("{sign}{x:.0} {name}")
-            } else {
-                format!("{sign}{x:.2} {name}")
-            };
-        }
+    if sign == "+" {
+        format!("+{}", memlens_measure::units::format_bytes(v))
+    } else {
+        memlens_measure::units::format_bytes(v)
     }
-    format!("{sign}{a:.0} B")
 }
 
 /// A percentage with one decimal.
