@@ -348,7 +348,10 @@ fn report_at_80_columns_keeps_the_programs_own_frames() {
     for view in ["alloc", "peak", "leaks", "temporaries", "timeline"] {
         let out = with_columns("80", &["report", p, "--view", view, "--top", "20"]);
         assert!(widest(&out) <= 80, "--view {view} wider than 80:\n{out}");
-        assert!(!out.contains("(continued"), "--view {view} split in parts:\n{out}");
+        assert!(
+            !out.contains("(continued"),
+            "--view {view} split in parts:\n{out}"
+        );
         if view == "timeline" {
             continue;
         }
@@ -358,7 +361,14 @@ fn report_at_80_columns_keeps_the_programs_own_frames() {
         let stacks = out.split("top stacks by").nth(1).unwrap();
         // a row starts where its first column (as wide as its header) holds a number
         let lines: Vec<&str> = stacks.lines().filter(|l| l.starts_with('│')).collect();
-        let w = lines[0].trim_start_matches('│').trim_start().split(' ').next().unwrap().len() + 2;
+        let w = lines[0]
+            .trim_start_matches('│')
+            .trim_start()
+            .split(' ')
+            .next()
+            .unwrap()
+            .len()
+            + 2;
         let mut rows: Vec<String> = Vec::new();
         for l in &lines[1..] {
             let new_row = l.chars().skip(1).take(w).any(|c| c.is_ascii_digit());
@@ -370,9 +380,15 @@ fn report_at_80_columns_keeps_the_programs_own_frames() {
         assert!(!rows.is_empty(), "--view {view}: no stacks\n{out}");
         for r in rows {
             let own = r.find("service::").or_else(|| r.find(" main "));
-            assert!(own.is_some(), "--view {view}: a stack without the program's frame:\n{r}");
+            assert!(
+                own.is_some(),
+                "--view {view}: a stack without the program's frame:\n{r}"
+            );
             if let Some(more) = r.find(" more") {
-                assert!(more > own.unwrap(), "--view {view}: '… more' before the program's frame:\n{r}");
+                assert!(
+                    more > own.unwrap(),
+                    "--view {view}: '… more' before the program's frame:\n{r}"
+                );
             }
         }
     }
@@ -385,13 +401,19 @@ fn report_at_80_columns_keeps_the_programs_own_frames() {
     // one row per function as displayed: a template's instantiations are one
     let out = with_columns("80", &["report", p, "--top", "40"]);
     let funcs = out.split("top stacks by").next().unwrap();
-    assert_eq!(funcs.matches("std::__new_allocator::allocate").count(), 1, "{funcs}");
+    assert_eq!(
+        funcs.matches("std::__new_allocator::allocate").count(),
+        1,
+        "{funcs}"
+    );
 }
 
 /// Every measuring command says at once when other programs keep the machine busy.
 #[test]
 fn measuring_commands_warn_when_the_machine_is_busy() {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let cpus = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
     let mut loops: Vec<std::process::Child> = (0..cpus)
         .map(|_| {
             std::process::Command::new("sh")
@@ -402,13 +424,46 @@ fn measuring_commands_warn_when_the_machine_is_busy() {
         .collect();
     let cases: [&[&str]; 3] = [
         &[
-            "bench", "latency", "--min-ws", "4K", "--max-ws", "8K", "--repeats", "2", "--min-time",
-            "1ms", "--counters", "software",
+            "bench",
+            "latency",
+            "--min-ws",
+            "4K",
+            "--max-ws",
+            "8K",
+            "--repeats",
+            "2",
+            "--min-time",
+            "1ms",
+            "--counters",
+            "software",
         ],
-        &["bench", "bandwidth", "--size", "64K", "--repeats", "1", "--threads", "1", "--no-pmem"],
-        &["bench", "alloc", "--quick", "--allocators", "system", "--threads", "1", "--sizes", "128"],
+        &[
+            "bench",
+            "bandwidth",
+            "--size",
+            "64K",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--no-pmem",
+        ],
+        &[
+            "bench",
+            "alloc",
+            "--quick",
+            "--allocators",
+            "system",
+            "--threads",
+            "1",
+            "--sizes",
+            "128",
+        ],
     ];
-    let outs: Vec<String> = cases.iter().map(|c| stderr(&memlens().args(*c).ok())).collect();
+    let outs: Vec<String> = cases
+        .iter()
+        .map(|c| stderr(&memlens().args(*c).ok()))
+        .collect();
     for l in &mut loops {
         let _ = l.kill();
         let _ = l.wait();

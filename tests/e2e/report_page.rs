@@ -216,7 +216,7 @@ fn cxx_service_page_searches_zooms_and_sorts() {
     b.click_on("table[data-table=functions] th[data-col=name]");
     let names = column(&mut b, "functions", 4);
     let mut sorted = names.clone();
-    sorted.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()));
+    sorted.sort_by_key(|a| a.to_lowercase());
     assert!(names.len() > 3, "{names:?}");
     assert_eq!(
         names.first().map(|s| s.to_lowercase()),
@@ -331,7 +331,10 @@ fn redis_page_names_the_server_and_stacks_its_sites_over_time() {
     assert!(dumps >= 2, "periodic dumps: {dumps}");
     // named as started, not after the file its symlink points to (redis-check-rdb on Debian)
     let text = memlens().arg("report").arg(&prof).ok_stdout();
-    let program = text.lines().find(|l| l.starts_with("program: ")).unwrap_or("");
+    let program = text
+        .lines()
+        .find(|l| l.starts_with("program: "))
+        .unwrap_or("");
     assert!(program.starts_with("program: redis-server"), "{text}");
     let html = page(d, &prof);
     let Some(chrome) = chromium_or_skip("the report page in a browser") else {
@@ -348,7 +351,7 @@ fn redis_page_names_the_server_and_stacks_its_sites_over_time() {
     let moments =
         b.eval("JSON.parse(document.getElementById('data').textContent).sites.times_s.length");
     assert!(
-        moments.as_u64().unwrap() as usize >= dumps + 1,
+        moments.as_u64().unwrap() as usize > dumps,
         "{moments} moments, {dumps} dumps"
     );
 }

@@ -278,73 +278,7 @@ pub fn line_chart_with_ranges(c: &LineChart, ranges: &[Range]) -> Result<String>
                     mesh.y_labels(log_key_points(y0, y1));
                 }
                 mesh.draw().map_err(err)?;
-                for (x, label) in &c.markers {
-                    let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
-                    chart
-                        .draw_series(std::iter::once(PathElement::new(
-                            vec![(*x, y0), (*x, y1)],
-                            style,
-                        )))
-                        .map_err(err)?;
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            label.clone(),
-                            (*x, y1),
-                            ("sans-serif", 12).into_font(),
-                        )))
-                        .map_err(err)?;
-                }
-                // spreads under the lines; a cap is a short horizontal line in x units of 1.5%
-                // bars of series at one x side by side, not over each other
-                let (cap, n) = ((x1 - x0) * 0.008, c.series.len().max(1) as f64);
-                for r in ranges
-                    .iter()
-                    .filter(|r| r.low.is_finite() && r.high.is_finite())
-                {
-                    let style = ShapeStyle::from(&color(r.series)).stroke_width(1);
-                    let (lo, hi) = (r.low.max(y0), r.high.min(y1));
-                    let dodge = if c.log_x {
-                        0.0
-                    } else {
-                        (r.series as f64 - (n - 1.0) / 2.0) * cap * 1.5
-                    };
-                    let r = Range {
-                        x: r.x + dodge,
-                        ..*r
-                    };
-                    let caps = [
-                        vec![(r.x, lo), (r.x, hi)],
-                        vec![(r.x - cap, lo), (r.x + cap, lo)],
-                        vec![(r.x - cap, hi), (r.x + cap, hi)],
-                    ];
-                    chart
-                        .draw_series(caps.into_iter().map(|p| PathElement::new(p, style)))
-                        .map_err(err)?;
-                }
-                for (i, s) in c.series.iter().enumerate() {
-                    let col = color(i);
-                    let pts: Vec<(f64, f64)> = s
-                        .points
-                        .iter()
-                        .copied()
-                        .filter(|p| p.0.is_finite() && p.1.is_finite())
-                        .collect();
-                    let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
-                    if s.dashed {
-                        chart
-                            .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))
-                            .map_err(err)?
-                    } else {
-                        chart
-                            .draw_series(LineSeries::new(pts.clone(), style))
-                            .map_err(err)?
-                    };
-                    if !s.dashed {
-                        chart
-                            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
-                            .map_err(err)?;
-                    }
-                }
+                draw_content(&mut chart, c, ranges, (x0, x1), (y0, y1))?;
             }};
         }
         match (c.log_x, c.log_y) {
@@ -362,6 +296,82 @@ pub fn line_chart_with_ranges(c: &LineChart, ranges: &[Range]) -> Result<String>
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// The markers, spread bars and lines of a line chart, on any of its four axis kinds.
+fn draw_content<DB: DrawingBackend, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    c: &LineChart,
+    ranges: &[Range],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (x, label) in &c.markers {
+        let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(*x, y0), (*x, y1)],
+                style,
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x, y1),
+                ("sans-serif", 12).into_font(),
+            )))
+            .map_err(err)?;
+    }
+    // spreads under the lines, the bars of series at one x side by side, not over each other
+    let (cap, n) = ((x1 - x0) * 0.008, c.series.len().max(1) as f64);
+    for r in ranges
+        .iter()
+        .filter(|r| r.low.is_finite() && r.high.is_finite())
+    {
+        let style = ShapeStyle::from(&color(r.series)).stroke_width(1);
+        let (lo, hi) = (r.low.max(y0), r.high.min(y1));
+        let dodge = if c.log_x {
+            0.0
+        } else {
+            (r.series as f64 - (n - 1.0) / 2.0) * cap * 1.5
+        };
+        let x = r.x + dodge;
+        let caps = [
+            vec![(x, lo), (x, hi)],
+            vec![(x - cap, lo), (x + cap, lo)],
+            vec![(x - cap, hi), (x + cap, hi)],
+        ];
+        chart
+            .draw_series(caps.into_iter().map(|p| PathElement::new(p, style)))
+            .map_err(err)?;
+    }
+    for (i, s) in c.series.iter().enumerate() {
+        let col = color(i);
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .collect();
+        let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                .map_err(err)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(err)?;
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Render grouped bars to an SVG string.
