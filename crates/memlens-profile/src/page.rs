@@ -76,7 +76,7 @@ pub(crate) fn html(p: &Profile, file: &Path) -> Result<String> {
         "views": views,
         "totals": totals,
         "limit": PAGE_STACKS,
-        "names": names(&fr),
+        "names": names(&views),
         "timeline": timeline,
         "sites": sites_over_time(p, file),
         "flames": flames,
@@ -198,19 +198,28 @@ fn value_title(v: View) -> &'static str {
     }
 }
 
-/// Every function name of the profile: its short form and whether it is a library's (1) or the
-/// program's own (0), for the page to show and fold names as the terminal does.
-fn names(fr: &Frames) -> Value {
+/// Every function name the page's data holds (its views' stacks and functions): its short form and
+/// whether it is a library's (1) or the program's own (0), for the page to show and fold names as
+/// the terminal does.
+fn names(views: &Map<String, Value>) -> Value {
     let mut m = Map::new();
-    for f in 0..fr.count() {
-        let frame = fr.frame(f);
-        if !m.contains_key(&frame.function) {
-            let lib = is_library(&frame.function, &frame.file) as u8;
-            m.insert(
-                frame.function.clone(),
-                json!([short_name(&frame.function), lib]),
-            );
+    let mut add = |f: &Value| {
+        let name = f["function"].as_str().unwrap_or("");
+        if !m.contains_key(name) {
+            let lib = is_library(name, f["file"].as_str().unwrap_or("")) as u8;
+            m.insert(name.to_string(), json!([short_name(name), lib]));
         }
+    };
+    for v in views.values() {
+        let stacks = v["stacks"].as_array().into_iter().flatten();
+        stacks
+            .flat_map(|s| s["frames"].as_array().into_iter().flatten())
+            .for_each(&mut add);
+        v["functions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .for_each(&mut add);
     }
     Value::Object(m)
 }

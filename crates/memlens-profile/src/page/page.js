@@ -303,10 +303,12 @@ function setQuery(text) {
 function cards() {
   const box = h("section", { class: "cards" });
   for (const v of ["peak", "leaks", "temporaries", "alloc"].filter(v => D.views[v])) {
-    const top = D.views[v].stacks[0];
+    const by = new Map(); // bytes per site: its stacks together
+    for (const s of D.views[v].stacks) by.set(site(s.frames), (by.get(site(s.frames)) || 0) + s.value);
+    const top = [...by].sort((a, b) => b[1] - a[1])[0];
     box.append(h("div", { class: "card", "data-view": v, onclick: () => { open(v, "stacks"); document.getElementById("views").scrollIntoView(); } },
       h("h3", {}, LABEL[v]), h("div", { class: "big" }, bytes(total(v))),
-      top ? h("div", {}, "top site: ", h("b", {}, site(top.frames)), " ", bytes(top.value), " (", pct(top.share), ")") : "nothing",
+      top ? h("div", {}, "top site: ", h("b", {}, top[0]), " ", bytes(top[1]), " (", pct(top[1] / total(v)), ")") : "nothing",
       D.summaries[v] ? h("div", { class: "small" }, D.summaries[v].split(";")[0]) : null));
   }
   return box;
