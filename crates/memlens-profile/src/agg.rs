@@ -21,7 +21,7 @@ struct FrameRec {
     file: NameId,
     line: i64,
     inlined: bool,
-    /// The file name of the module the code is in (empty when unknown).
+    /// The path of the module the code is in (empty when unknown).
     module: NameId,
 }
 
@@ -78,6 +78,7 @@ impl Frames {
             file: self.str(r.file).to_string(),
             line: r.line,
             inlined: r.inlined,
+            module: self.str(r.module).to_string(),
         }
     }
 
@@ -86,7 +87,7 @@ impl Frames {
         self.frames.len() as u32
     }
 
-    /// The module (file name, no directory) the code of a frame is in; empty when unknown.
+    /// The module (its path) the code of a frame is in; empty when unknown.
     pub fn module(&self, f: FrameId) -> &str {
         self.str(self.frames[f as usize].module)
     }
@@ -114,11 +115,7 @@ impl Index {
             .collect();
         let mut start = Vec::with_capacity(p.locations.len() + 1);
         let mut ids = Vec::new();
-        let modules: Vec<NameId> = p
-            .mappings
-            .iter()
-            .map(|m| fr.intern(m.filename.rsplit('/').next().unwrap_or("")))
-            .collect();
+        let modules: Vec<NameId> = p.mappings.iter().map(|m| fr.intern(&m.filename)).collect();
         for loc in &p.locations {
             start.push(ids.len() as u32);
             let module = modules

@@ -76,7 +76,7 @@ pub(crate) fn html(p: &Profile, file: &Path) -> Result<String> {
         "views": views,
         "totals": totals,
         "limit": PAGE_STACKS,
-        "names": names(&views),
+        "names": names(&views, &fr),
         "timeline": timeline,
         "sites": sites_over_time(p, file),
         "flames": flames,
@@ -200,27 +200,32 @@ fn value_title(v: View) -> &'static str {
 
 /// Every function name the page's data holds (its views' stacks and functions): its short form and
 /// whether it is a library's (1) or the program's own (0), for the page to show and fold names as
-/// the terminal does.
-fn names(views: &Map<String, Value>) -> Value {
-    let mut m = Map::new();
-    let mut add = |f: &Value| {
-        let name = f["function"].as_str().unwrap_or("");
-        if !m.contains_key(name) {
-            let lib = is_library(name, f["file"].as_str().unwrap_or("")) as u8;
-            m.insert(name.to_string(), json!([short_name(name), lib]));
-        }
-    };
+/// the terminal does (classified by the first frame of that name, with its file and module).
+fn names(views: &Map<String, Value>, fr: &Frames) -> Value {
+    let mut held: HashMap<&str, Option<u8>> = HashMap::new();
     for v in views.values() {
         let stacks = v["stacks"].as_array().into_iter().flatten();
-        stacks
-            .flat_map(|s| s["frames"].as_array().into_iter().flatten())
-            .for_each(&mut add);
-        v["functions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .for_each(&mut add);
+        let frames = stacks.flat_map(|s| s["frames"].as_array().into_iter().flatten());
+        let funcs = v["functions"].as_array().into_iter().flatten();
+        for f in frames.chain(funcs) {
+            held.insert(f["function"].as_str().unwrap_or(""), None);
+        }
     }
+    for id in 0..fr.count() {
+        let f = fr.frame(id);
+        if let Some(slot @ None) = held.get_mut(f.function.as_str()) {
+            *slot = Some(is_library(&f.function, &f.file, &f.module) as u8);
+        }
+    }
+    let m: Map<String, Value> = held
+        .into_iter()
+        .map(|(name, lib)| {
+            (
+                name.to_string(),
+                json!([short_name(name), lib.unwrap_or(0)]),
+            )
+        })
+        .collect();
     Value::Object(m)
 }
 
@@ -232,7 +237,7 @@ fn site(fr: &Frames, frames: &[FrameId]) -> String {
     let own: Vec<_> = frames
         .iter()
         .map(|&f| fr.frame(f))
-        .filter(|f| !is_library(&f.function, &f.file))
+        .filter(|f| !is_library(&f.function, &f.file, &f.module))
         .collect();
     let wrapper = |name: &str| {
         let last = name.rsplit("::").next().unwrap_or("").to_lowercase();

@@ -214,11 +214,8 @@ pub(crate) fn function_names<'a>(
                 return s.clone();
             }
             let file = fr.str(f.file).rsplit('/').next().unwrap_or("");
-            let at = if file.is_empty() {
-                fr.str(f.module)
-            } else {
-                file
-            };
+            let module = fr.str(f.module).rsplit('/').next().unwrap_or("");
+            let at = if file.is_empty() { module } else { file };
             if at.is_empty() {
                 s.clone()
             } else {
@@ -459,7 +456,7 @@ pub(crate) fn program_line(m: &Meta) -> String {
 pub fn stack_cell(frames: &[Frame], max: usize) -> String {
     let lib: Vec<bool> = frames
         .iter()
-        .map(|f| is_library(&f.function, &f.file))
+        .map(|f| is_library(&f.function, &f.file, &f.module))
         .collect();
     let mut lines: Vec<String> = Vec::new();
     if !lib.iter().any(|l| !l) {

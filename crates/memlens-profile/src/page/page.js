@@ -349,7 +349,10 @@ const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"
 function timelineSection() {
   const sec = h("section", { class: "timeline" }, h("h2", {}, "Memory over time"));
   const T = D.timeline;
-  if (!T) { sec.append(h("p", { class: "note" }, "no timeline in this profile (written without the views)")); return sec; }
+  if (!T || T.points.length < 2) {
+    sec.append(h("p", { class: "note" }, T ? "one point only: nothing to draw over time (exact mode keeps no live heap)" : "no timeline in this profile (written without the views)"));
+    return sec;
+  }
   const pts = T.points, S = D.sites;
   const lines = [["estimated heap", p => p.heap_bytes, "#1f3b73", ""], ["RSS", p => p.rss_bytes, "#c0392b", ""],
     ["allocator in use", p => p.allocator_in_use, "#555", "5 3"], ["allocator footprint", p => p.allocator_footprint, "#b9770e", "2 3"]]
