@@ -164,6 +164,7 @@ fn cxx_service_page_searches_zooms_and_sorts() {
         !rows.is_empty() && rows.iter().all(|x| x == &json!(true)),
         "{rows:?}"
     );
+    keep_shot(&mut b, d, "cxx_service-search.png");
     b.eval("(() => { const q = document.getElementById('q'); q.value = ''; q.dispatchEvent(new Event('input')); })()");
     b.wait_until(
         &format!("!{fg}.querySelector('#frames rect[fill=\"rgb(230,0,230)\"]')"),

@@ -443,13 +443,14 @@ function timelineSection() {
   draw();
   return sec;
 }
-function activity(pts, end) { // where the heap changed, when that is a small part of the run
-  const max = Math.max(...pts.map(p => p.heap_bytes), 1);
-  let a = null, b = null;
-  for (let i = 1; i < pts.length; i++) if (Math.abs(pts[i].heap_bytes - pts[i - 1].heap_bytes) > 0.02 * max) { a ??= pts[i - 1].time_s; b = pts[i].time_s; }
-  if (a === null || b - a > 0.5 * end) return null;
-  const pad = Math.max(0.05 * (b - a), 0.2);
-  return [Math.max(0, a - pad), Math.min(end, b + pad)];
+function activity(pts, end) { // where the heap moved away from where it starts and ends, when that is a small part of the run
+  if (pts.length < 3) return null;
+  const max = Math.max(...pts.map(p => p.heap_bytes), 1), first = pts[0].heap_bytes, last = pts[pts.length - 1].heap_bytes;
+  const from = pts.find(p => Math.abs(p.heap_bytes - first) > 0.05 * max);
+  const to = [...pts].reverse().find(p => Math.abs(p.heap_bytes - last) > 0.05 * max);
+  if (!from || !to || to.time_s < from.time_s || to.time_s - from.time_s > 0.5 * end) return null;
+  const pad = Math.max(0.05 * (to.time_s - from.time_s), 0.2);
+  return [Math.max(0, from.time_s - pad), Math.min(end, to.time_s + pad)];
 }
 function tipAt(t, pts, lines, S) {
   if (!pts.length) return "";
