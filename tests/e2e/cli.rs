@@ -228,19 +228,7 @@ fn with_columns(cols: &str, args: &[&str]) -> String {
 #[test]
 fn output_fits_a_terminal_of_100_columns() {
     let d = test_dir();
-    let prog = compile(
-        &root().join("runtime/tests/long_names.cc"),
-        d.path(),
-        "long_names",
-        &[],
-    );
-    let prof = d.path().join("p.pb.gz");
-    memlens()
-        .args(["run", "--interval", "64K", "-o"])
-        .arg(&prof)
-        .arg("--")
-        .arg(&prog)
-        .ok();
+    let prof = profile_of("long_names.cc", d.path(), &[], &["--interval", "64K"]);
     let p = prof.to_str().unwrap();
 
     // The report: pprof-style short names, stacks wrapped into the width.
@@ -268,7 +256,7 @@ fn output_fits_a_terminal_of_100_columns() {
         .args(["run", "--interval", "16K", "-o"])
         .arg(&prof2)
         .arg("--")
-        .arg(&prog)
+        .arg(d.path().join("long_names"))
         .ok();
     let diff = with_columns("100", &["diff", p, prof2.to_str().unwrap()]);
     assert!(widest(&diff) <= 100, "diff wider than 100:\n{diff}");
@@ -331,19 +319,12 @@ fn name_tokens(s: &str) -> Vec<String> {
 #[test]
 fn report_at_80_columns_keeps_the_programs_own_frames() {
     let d = test_dir();
-    let exe = compile(
-        &root().join("runtime/tests/cxx_service.cc"),
+    let prof = profile_of(
+        "cxx_service.cc",
         d.path(),
-        "cxx_service",
         &["-pthread"],
+        &["--interval", "64K"],
     );
-    let prof = d.path().join("p.pb.gz");
-    memlens()
-        .args(["run", "--interval", "64K", "-o"])
-        .arg(&prof)
-        .arg("--")
-        .arg(&exe)
-        .ok();
     let p = prof.to_str().unwrap();
     for view in ["alloc", "peak", "leaks", "temporaries", "timeline"] {
         let out = with_columns("80", &["report", p, "--view", view, "--top", "20"]);

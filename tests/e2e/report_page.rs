@@ -76,19 +76,7 @@ fn cxx_service_page_searches_zooms_and_sorts() {
     };
     let dir = test_dir();
     let d = dir.path();
-    let exe = compile(
-        &root().join("runtime/tests/cxx_service.cc"),
-        d,
-        "cxx_service",
-        &["-pthread"],
-    );
-    let prof = d.join("p.pb.gz");
-    memlens()
-        .args(["run", "--interval", "64K", "-o"])
-        .arg(&prof)
-        .arg("--")
-        .arg(&exe)
-        .ok();
+    let prof = profile_of("cxx_service.cc", d, &["-pthread"], &["--interval", "64K"]);
     let html = page(d, &prof);
     let text = std::fs::read_to_string(&html).unwrap();
     for absent in ["<link", "src=\"http", "@import", "url(http"] {
