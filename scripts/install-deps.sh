@@ -29,7 +29,14 @@ PKGS=(
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml
+  # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
+  chromium
 )
+# `scripts/install-deps.sh --ui-compare`: also what scripts/report-ui-compare.sh runs to set
+# memlens's page beside heaptrack_gui (it needs a display: Xvfb) and pprof's web UI (docs/report-ui.md)
+if [ "${1:-}" = "--ui-compare" ]; then
+  PKGS+=(heaptrack-gui xvfb xdotool imagemagick)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -42,4 +49,13 @@ SUDO=""
 echo "memlens: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
+# A system whose package manager has no Chromium (some architectures, some releases) goes on
+# without it: the browser tests then say SKIPPED, and only there.
+if [[ " ${missing[*]} " == *" chromium "* ]] && ! apt-cache policy chromium 2>/dev/null | grep -q "Candidate: [0-9]"; then
+  echo "memlens: no chromium package here: the report page's browser tests will be skipped" >&2
+  keep=()
+  for m in "${missing[@]}"; do [ "$m" = chromium ] || keep+=("$m"); done
+  missing=("${keep[@]}")
+  [ ${#missing[@]} -eq 0 ] && exit 0
+fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

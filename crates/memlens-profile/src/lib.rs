@@ -24,11 +24,13 @@
 mod agg;
 mod convert;
 mod diff;
+mod flame;
 mod input;
 mod life;
 mod lookup;
 mod model;
 mod names;
+mod page;
 mod pprof;
 mod pprof_read;
 mod raw;
