@@ -64,9 +64,11 @@ lifetime values too), /debug/pprof/symbol, /targets (JSON), /metrics (Prometheus
 processes as scrape targets for Alloy's discovery.http or Parca's http_sd_configs). Over TCP every
 request carries the token (Authorization: Bearer TOKEN, or basic auth with the token as the
 password: Parca's and Alloy's authorization/bearer_token_file/basic_auth). Only processes of the
-server's own user are shown, whatever its uid; command lines only with --show-cmdline. At most 128
-connections (the longest idle one is closed to make room), idle ones closed after 15 s. See
-docs/serve.md.";
+server's own user are shown, in any pid or mount namespace (containers: by their host pid); a
+server of root is the node agent and shows every user's and every container's, labelled exe,
+ns_pid, container_id, pod_uid (docs/containers.md); command lines only with --show-cmdline.
+At most 128 connections (the longest idle one is closed to make room), idle ones closed after
+15 s. See docs/serve.md.";
 
 /// Serve pprof endpoints of the processes running under memlens (for Pyroscope, Parca, go tool pprof)
 #[derive(Debug, clap::Args)]
