@@ -16,7 +16,7 @@
 //!
 //! Each needs root (CI runs as root); without podman, mmdebstrap or the Debian archive a podman
 //! test prints one `SKIPPED:` line.
-use crate::parca::{authorization, job, parca_sh, target_program, Parca};
+use crate::parca::{parca_sh, sd_allocs_job, target_program, Parca};
 use crate::serve::{get, get_over, Server};
 use crate::util::*;
 use std::os::unix::fs::PermissionsExt;
@@ -760,21 +760,12 @@ fn podman_redis_attached_from_the_host_served_and_scraped_by_parca() {
     let Some(sh) = parca_sh(&format!("containers::{test} (the Parca part)")) else {
         return;
     };
-    let sd = format!(
-        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{}/sd\"\n        refresh_interval: \"1s\"\n{}    relabel_configs:\n      - {{source_labels: [container_id], regex: \"{}\", action: keep}}\n",
-        server.port,
-        authorization(&server.token_file, "        "),
+    let keep = format!(
+        "    relabel_configs:\n      - {{source_labels: [container_id], regex: \"{}\", action: keep}}\n",
         c.id
     );
-    let configs = job(
-        "node",
-        &sd,
-        "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
-        &server.token_file,
-    );
-    let pdir = tmp.join("parca");
-    std::fs::create_dir(&pdir).unwrap();
-    let parca = Parca::start(&sh, &pdir, &configs);
+    let configs = sd_allocs_job("node", server.port, &server.token_file, &keep);
+    let parca = Parca::start_in(&sh, &tmp, &configs);
     let q = "memory:alloc_space:bytes:space:bytes:delta{job=\"node\"}";
     let mut series = Vec::new();
     wait_for("Parca to store windows of the container", 90, || {

@@ -111,7 +111,7 @@ pub(crate) struct Parca {
 
 impl Parca {
     /// Start Parca in `dir` with `scrape_configs` (YAML, indented as a list under the key).
-    pub(crate) fn start(sh: &Path, dir: &Path, scrape_configs: &str) -> Parca {
+    fn start(sh: &Path, dir: &Path, scrape_configs: &str) -> Parca {
         let config = format!(
             "object_storage:\n  bucket: {{type: \"FILESYSTEM\", config: {{directory: \"{}\"}}}}\nscrape_configs:\n{scrape_configs}",
             dir.join("data").display()
@@ -141,6 +141,13 @@ impl Parca {
             p.api("/profiles/types", &[]).is_some()
         });
         p
+    }
+
+    /// Parca with `scrape_configs`, its files in `tmp/parca`.
+    pub(crate) fn start_in(sh: &Path, tmp: &Path, scrape_configs: &str) -> Parca {
+        let dir = tmp.join("parca");
+        std::fs::create_dir(&dir).unwrap();
+        Parca::start(sh, &dir, scrape_configs)
     }
 
     /// GET `/api{path}` with `params`: the JSON answer, or None for an error (Parca's gateway
@@ -318,16 +325,32 @@ fn parse_rfc3339(s: &str) -> u64 {
 
 /// What a pprof job of one profile (others off) looks like in Parca's configuration, with the
 /// server's token (its file) as the bearer token of every scrape.
-pub(crate) fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
+fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
     format!(
         "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{}{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n",
         authorization(token_file, "    ")
     )
 }
 
+/// A job of `allocs?seconds=` windows of every process that `memlens serve` on `port` lists at
+/// `/sd` (the discovery request carries the token too), `more` (e.g. `relabel_configs`, indented
+/// as a key of the job) after the discovery.
+pub(crate) fn sd_allocs_job(name: &str, port: u16, token_file: &Path, more: &str) -> String {
+    let sd = format!(
+        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{port}/sd\"\n        refresh_interval: \"1s\"\n{}{more}",
+        authorization(token_file, "        ")
+    );
+    job(
+        name,
+        &sd,
+        "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        token_file,
+    )
+}
+
 /// Parca's (Prometheus's) `authorization` block sending the token in `file` as a bearer token,
 /// indented by `indent`.
-pub(crate) fn authorization(file: &Path, indent: &str) -> String {
+fn authorization(file: &Path, indent: &str) -> String {
     format!(
         "{indent}authorization: {{type: Bearer, credentials_file: \"{}\"}}\n",
         file.display()
@@ -502,21 +525,8 @@ fn parca_discovers_inactive_programs_through_sd() {
     );
     wait_for("the leak", 30, || t.dir.join("leaked").exists());
     let server = Server::start(&ctl, &[]);
-    // The discovery request carries the token too.
-    let sd = format!(
-        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{}/sd\"\n        refresh_interval: \"1s\"\n{}",
-        server.port,
-        authorization(&server.token_file, "        ")
-    );
-    let configs = job(
-        "fleet",
-        &sd,
-        "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
-        &server.token_file,
-    );
-    let pdir = tmp.join("parca");
-    std::fs::create_dir(&pdir).unwrap();
-    let parca = Parca::start(&sh, &pdir, &configs);
+    let configs = sd_allocs_job("fleet", server.port, &server.token_file, "");
+    let parca = Parca::start_in(&sh, &tmp, &configs);
     let q = "memory:alloc_space:bytes:space:bytes:delta{job=\"fleet\"}";
     let mut series = Vec::new();
     wait_for("Parca to store the windows", 60, || {
