@@ -316,8 +316,11 @@ fn names_from_a_debug_file_in_the_root_and_from_the_mapping_of_a_deleted_program
     let inner = "$P /mnt/a & while [ ! -e /mnt/a/pid ]; do sleep 0.05; done; rm -f $P; wait";
     let mut ns = Namespaced::start(&tmp, &prog, inner, None);
     let (pid, inside) = ns.pids(&tmp);
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    assert!(exe.to_string_lossy().ends_with(" (deleted)"), "{exe:?}");
+    // the shell removes it after the program wrote its pid, possibly after it leaked too
+    wait_for("the program's removal", 30, || {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|exe| exe.to_string_lossy().ends_with(" (deleted)"))
+    });
     attach_dump_detach(&tmp, pid, inside);
 }
 
