@@ -553,7 +553,7 @@ impl Rootfs {
     fn tree(&self) -> PathBuf {
         let tree = self.dir.join("tree");
         if !tree.exists() {
-            let part = self.dir.join("tree.part");
+            let part = self.dir.join(format!("tree.part-{}", std::process::id()));
             std::fs::remove_dir_all(&part).ok();
             std::fs::create_dir_all(&part).unwrap();
             Command::new("tar")
@@ -562,7 +562,11 @@ impl Rootfs {
                 .arg("-C")
                 .arg(&part)
                 .ok();
-            std::fs::rename(&part, &tree).unwrap();
+            if std::fs::rename(&part, &tree).is_err() {
+                // another test run unpacked it first
+                assert!(tree.exists(), "cannot rename {}", part.display());
+                std::fs::remove_dir_all(&part).ok();
+            }
         }
         tree
     }
@@ -602,7 +606,10 @@ fn make_rootfs() -> Result<Rootfs, String> {
     std::fs::create_dir_all(&r.dir).map_err(|e| format!("{}: {e}", r.dir.display()))?;
     if !r.tar().exists() {
         // mmdebstrap picks the format by the name's extension: a tar, renamed when complete
-        let part = r.dir.join("rootfs.part.tar");
+        // (named by this process: test runs of two clones may make it at once)
+        let part = r
+            .dir
+            .join(format!("rootfs.part-{}.tar", std::process::id()));
         eprintln!(
             "containers: making the test rootfs once: {recipe} (cached in {})",
             r.dir.display()
@@ -611,6 +618,7 @@ fn make_rootfs() -> Result<Rootfs, String> {
             .args(["-c", &recipe.replace("OUT", &part.display().to_string())])
             .out();
         if !o.status.success() {
+            std::fs::remove_file(&part).ok();
             let err = stderr(&o);
             let tail: Vec<&str> = err.lines().rev().take(3).collect();
             return Err(format!(
