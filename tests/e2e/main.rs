@@ -6,6 +6,7 @@ mod util;
 mod attach;
 mod bench_alloc;
 mod bench_mem;
+mod check;
 mod cli;
 mod ctl;
 mod parca;
