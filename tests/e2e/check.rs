@@ -777,52 +777,33 @@ fn diff_draws_a_differential_flame_graph() {
         .arg(&html)
         .ok();
     let svg = std::fs::read_to_string(&svg).unwrap();
-    // inferno colours each stack's leaf frame by its change (`<title>take (…; +64.36%)</title>
-    // <rect x="25.36%" … fill="rgb(255,100,100)"`); frames below are white
-    let frames = |doc: &str| -> Vec<(String, f64, String, (u8, u8, u8))> {
-        doc.split("<title>")
-            .skip(1)
-            .filter_map(|g| {
-                let (title, rest) = g.split_once("</title>")?;
-                let name = title.split(" (").next()?.to_string();
-                let delta: f64 = title
-                    .rsplit("; ")
-                    .next()?
-                    .trim_end_matches("%)")
-                    .parse()
-                    .ok()?;
-                let x = rest.split("x=\"").nth(1)?.split('"').next()?.to_string();
-                let rgb = rest.split("fill=\"rgb(").nth(1)?.split(')').next()?;
-                let c: Vec<u8> = rgb
-                    .split(',')
-                    .filter_map(|v| v.trim().parse().ok())
-                    .collect();
-                Some((name, delta, x, (c[0], c[1], c[2])))
-            })
-            .collect()
-    };
-    let red = |c: &(u8, u8, u8)| c.0 == 255 && c.1 < 250 && c.1 == c.2;
-    let blue = |c: &(u8, u8, u8)| c.2 == 255 && c.0 < 250 && c.0 == c.1;
+    let red = |c: &Rgb| c.0 == 255 && c.1 < 250 && c.1 == c.2;
+    let blue = |c: &Rgb| c.2 == 255 && c.0 < 250 && c.0 == c.1;
     let check_colours = |doc: &str| {
-        let f = frames(doc);
-        for (name, delta, _, c) in &f {
-            if *delta > 0.0 {
-                assert!(red(c), "{name} grew {delta}% but is {c:?}");
-            } else if *delta < 0.0 {
-                assert!(blue(c), "{name} shrank {delta}% but is {c:?}");
+        let f = drawn(doc);
+        for d in &f {
+            if d.delta > 0.0 {
+                assert!(red(&d.fill), "{d:?} grew but is not red");
+            } else if d.delta < 0.0 {
+                assert!(blue(&d.fill), "{d:?} shrank but is not blue");
             }
         }
         f
     };
     let f = check_colours(&svg);
     // the cache's leaf is red, at the cache's place; the table's is blue
-    let at = |name: &str| f.iter().find(|x| x.0 == name).map(|x| x.2.clone()).unwrap();
+    let at = |name: &str| {
+        f.iter()
+            .find(|d| d.name == name)
+            .map(|d| d.x.clone())
+            .unwrap()
+    };
     let grew = f
         .iter()
-        .find(|x| x.1 > 0.0 && x.2 == at("cache_insert_leaky"));
-    assert!(grew.is_some_and(|x| red(&x.3)), "{f:?}");
-    let shrank = f.iter().find(|x| x.1 < 0.0 && x.2 == at("build_table"));
-    assert!(shrank.is_some_and(|x| blue(&x.3)), "{f:?}");
+        .find(|d| d.delta > 0.0 && d.x == at("cache_insert_leaky"));
+    assert!(grew.is_some_and(|d| red(&d.fill)), "{f:?}");
+    let shrank = f.iter().find(|d| d.delta < 0.0 && d.x == at("build_table"));
+    assert!(shrank.is_some_and(|d| blue(&d.fill)), "{f:?}");
     let html = std::fs::read_to_string(&html).unwrap();
     assert!(html.contains("sized by NEW") && html.contains("sized by BASE"));
     assert_eq!(
@@ -832,7 +813,50 @@ fn diff_draws_a_differential_flame_graph() {
     );
     let by_base = check_colours(html.split("sized by BASE").last().unwrap());
     assert!(
-        by_base.iter().any(|x| x.1 < 0.0 && blue(&x.3)),
+        by_base.iter().any(|d| d.delta < 0.0 && blue(&d.fill)),
         "{by_base:?}"
     );
+}
+
+type Rgb = (u8, u8, u8);
+
+/// A frame of a differential flame graph as inferno draws it.
+#[derive(Debug)]
+struct Drawn {
+    name: String,
+    /// Its change, percent of the graph's total.
+    delta: f64,
+    /// Where it starts.
+    x: String,
+    fill: Rgb,
+}
+
+/// inferno colours each stack's leaf frame by its change (`<title>take (…; +64.36%)</title>
+/// <rect x="25.36%" … fill="rgb(255,100,100)"`); the frames below it are white.
+fn drawn(doc: &str) -> Vec<Drawn> {
+    doc.split("<title>")
+        .skip(1)
+        .filter_map(|g| {
+            let (title, rest) = g.split_once("</title>")?;
+            let name = title.split(" (").next()?.to_string();
+            let delta: f64 = title
+                .rsplit("; ")
+                .next()?
+                .trim_end_matches("%)")
+                .parse()
+                .ok()?;
+            let x = rest.split("x=\"").nth(1)?.split('"').next()?.to_string();
+            let rgb = rest.split("fill=\"rgb(").nth(1)?.split(')').next()?;
+            let c: Vec<u8> = rgb
+                .split(',')
+                .filter_map(|v| v.trim().parse().ok())
+                .collect();
+            Some(Drawn {
+                name,
+                delta,
+                x,
+                fill: (*c.first()?, *c.get(1)?, *c.get(2)?),
+            })
+        })
+        .collect()
 }

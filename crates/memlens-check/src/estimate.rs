@@ -152,7 +152,7 @@ pub fn interval_to_settle(value: f64, margin: f64, z: f64) -> Option<u64> {
 
 /// The largest power of two at most `r` (None below 1).
 pub fn pow2_at_most(r: f64) -> Option<u64> {
-    if !(r >= 1.0) {
+    if r.is_nan() || r < 1.0 {
         return None;
     }
     let r = r.min((1u64 << 62) as f64) as u64;

@@ -179,8 +179,6 @@ fn per_stack<'a>(j: &mut Judged<'a>, base: Option<&'a Figures>, top: usize) {
     let zl = kind.z_lower();
     let r_base = base.map_or(0, |b| b.interval);
     let mut judged: Vec<StackJudged<'a>> = Vec::new();
-    // the stack nearest its limit (or furthest beyond it): verdict, margin, and the stack's figures
-    let mut worst: Option<(Verdict, f64, Est, f64, f64, f64, Option<Est>)> = None;
     for s in j.proc.stacks.iter().filter(|s| s.allowed[i].is_none()) {
         let f = s.figs[i];
         if f.value <= 0.0 {
@@ -198,38 +196,39 @@ fn per_stack<'a>(j: &mut Judged<'a>, base: Option<&'a Figures>, top: usize) {
             (Bound::Size(l), _) => (l, l, l, None),
             _ => continue,
         };
-        let v = compare(lo, hi, held_at, broken_at);
-        let key = (v, f.value - bound);
-        if worst.is_none_or(|w| (w.0, w.1) < key) {
-            worst = Some((v, f.value - bound, f, lo, hi, bound, b));
-        }
-        if v != Verdict::Held {
-            judged.push(StackJudged {
-                stack: s,
-                verdict: Some(v),
-                figure: f,
-                lo,
-                hi,
-                bound,
-                base: b,
-            });
-        }
+        judged.push(StackJudged {
+            stack: s,
+            verdict: Some(compare(lo, hi, held_at, broken_at)),
+            figure: f,
+            lo,
+            hi,
+            bound,
+            base: b,
+        });
     }
+    // worst first: broken, then inconclusive, then held; within each, furthest beyond its limit
     judged.sort_by(|a, b| {
         b.verdict
             .cmp(&a.verdict)
             .then((b.figure.value - b.bound).total_cmp(&(a.figure.value - a.bound)))
     });
-    j.verdict = worst.map_or(Verdict::Held, |w| w.0);
-    if let Some((_, _, f, lo, hi, bound, b)) = worst {
-        (j.figure, j.lo, j.hi, j.bound, j.base) = (f, lo, hi, bound, b);
-    } else if let Bound::Size(l) = j.limit.bound {
-        j.bound = l;
+    match judged.first() {
+        Some(w) => {
+            j.verdict = w.verdict.unwrap_or(Verdict::Held);
+            (j.figure, j.lo, j.hi, j.bound, j.base) = (w.figure, w.lo, w.hi, w.bound, w.base);
+        }
+        None => {
+            j.verdict = Verdict::Held;
+            if let Bound::Size(l) = j.limit.bound {
+                j.bound = l;
+            }
+        }
     }
     if j.verdict == Verdict::Inconclusive {
         j.settle = settle_hint(j, j.figure.value, j.bound, base.is_some());
     }
     unseen_stacks(j);
+    judged.retain(|s| s.verdict != Some(Verdict::Held));
     j.more = judged.len().saturating_sub(top);
     judged.truncate(top);
     j.stacks = judged;

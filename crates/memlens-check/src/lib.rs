@@ -64,48 +64,75 @@ pub(crate) struct Outcome<'a> {
     pub seconds: f64,
 }
 
+/// What a check is to do, from its command line (and its baseline).
+struct Plan {
+    limits: Vec<Limit>,
+    allow: Allow,
+    base: Option<Figures>,
+    interval: u64,
+    /// Why the interval, when it was chosen.
+    why: Option<String>,
+    /// Where the main process's profile goes.
+    out: PathBuf,
+}
+
+impl Plan {
+    /// Check the command line (usage errors before anything runs), read the baseline, choose
+    /// the interval.
+    fn of(a: &CheckArgs) -> Result<Plan> {
+        let limits = a.limits()?;
+        let allow = Allow::new(&a.allow, &a.suppressions)?;
+        let asked = a.interval(&limits)?;
+        let base = match &a.baseline {
+            Some(f) => Some(read_figures(f, &allow).context("cannot read the baseline")?),
+            None => None,
+        };
+        let (interval, why) = match asked {
+            Some(r) => (r, None),
+            None => {
+                let (r, why) = limits::default_interval(&limits, |k| {
+                    base.as_ref()
+                        .map_or((0.0, 0.0), |b| (b.total(k).value, b.max_stack(k)))
+                });
+                (r, Some(why))
+            }
+        };
+        let name = Path::new(&a.command[0])
+            .file_name()
+            .map_or("prog".into(), |n| n.to_string_lossy().into_owned());
+        let out = a.output.clone().unwrap_or_else(|| {
+            PathBuf::from(format!("memlens.check.{name}.{}.pb.gz", std::process::id()))
+        });
+        Ok(Plan {
+            limits,
+            allow,
+            base,
+            interval,
+            why,
+            out,
+        })
+    }
+}
+
 /// `memlens check`: returns the exit status.
 pub fn run_check(a: CheckArgs) -> Result<i32> {
-    let limits = a.limits()?;
-    let allow = Allow::new(&a.allow, &a.suppressions)?;
-    let asked = a.interval(&limits)?;
-    let base = match &a.baseline {
-        Some(f) => Some(read_figures(f, &allow).context("cannot read the baseline")?),
-        None => None,
-    };
-    let (interval, interval_why) = match asked {
-        Some(r) => (r, None),
-        None => {
-            let (r, why) = limits::default_interval(&limits, |k| {
-                base.as_ref()
-                    .map_or((0.0, 0.0), |b| (b.total(k).value, b.max_stack(k)))
-            });
-            (r, Some(why))
-        }
-    };
-    let name = Path::new(&a.command[0])
-        .file_name()
-        .map_or("prog".into(), |n| n.to_string_lossy().into_owned());
-    let out = a.output.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("memlens.check.{name}.{}.pb.gz", std::process::id()))
-    });
+    let plan = Plan::of(&a)?;
     let t0 = std::time::Instant::now();
     let run = memlens_run::run_quietly(&memlens_run::RunArgs::for_command(
         a.command.clone(),
-        interval,
+        plan.interval,
         a.unwinder.clone(),
-        out.clone(),
+        plan.out.clone(),
     ))?;
     let seconds = t0.elapsed().as_secs_f64();
     let mut notes = run_notes(&run.notes);
     let mut procs = Vec::new();
     for (pid, file) in &run.profiles {
-        match read_figures(file, &allow) {
+        match read_figures(file, &plan.allow) {
             Ok(f) => procs.push(f),
             Err(e) => notes.push(format!("the profile of pid {pid} cannot be read: {e:#}")),
         }
     }
-    let exit_code = memlens_run::exit_code_of(run.status);
     let ending = memlens_run::ending(run.status);
     if procs.is_empty() {
         let why = notes.join("; ");
@@ -115,24 +142,9 @@ pub fn run_check(a: CheckArgs) -> Result<i32> {
             if why.is_empty() { "" } else { ": " }
         ));
     }
-    let judged = judge_all(&limits, &procs, base.as_ref(), a.top)?;
-    for p in &procs {
-        notes.extend(
-            p.notes
-                .iter()
-                .map(|n| format!("{} (pid {}): {n}", p.program(), p.pid)),
-        );
-    }
-    if let Some(b) = &base {
-        if b.interval != interval {
-            notes.push(format!(
-                "the baseline was sampled at {}, this run at {}: make both at one interval for the \
-                 closest comparison",
-                memlens_measure::units::format_size(b.interval),
-                memlens_measure::units::format_size(interval)
-            ));
-        }
-    }
+    let judged = judge_all(&plan.limits, &procs, plan.base.as_ref(), a.top)?;
+    notes.extend(figure_notes(&procs, plan.base.as_ref(), plan.interval));
+    let exit_code = memlens_run::exit_code_of(run.status);
     let program_failed = (exit_code != 0).then(|| ending.clone());
     let any = |v: Verdict| judged.iter().any(|j| j.verdict == v);
     let status = if program_failed.is_some() {
@@ -142,7 +154,7 @@ pub fn run_check(a: CheckArgs) -> Result<i32> {
     } else {
         0
     };
-    let kept = kept_profiles(&judged, &procs, &out, status, a.output.is_some());
+    let kept = kept_profiles(&judged, &procs, &plan.out, status, a.output.is_some());
     let unkept: Vec<(u32, PathBuf)> = run
         .profiles
         .iter()
@@ -159,8 +171,8 @@ pub fn run_check(a: CheckArgs) -> Result<i32> {
         ending,
         exit_code,
         program_failed,
-        interval,
-        interval_why,
+        interval: plan.interval,
+        interval_why: plan.why.clone(),
         judged,
         procs: &procs,
         kept,
@@ -169,14 +181,42 @@ pub fn run_check(a: CheckArgs) -> Result<i32> {
         notes,
         seconds,
     };
-    eprint!("{}", show::text(&r));
+    report(&r, &a)?;
+    Ok(status)
+}
+
+/// Print the outcome, and write it as JSON and JUnit where asked.
+fn report(r: &Outcome, a: &CheckArgs) -> Result<()> {
+    eprint!("{}", show::text(r));
     if let Some(f) = &a.json {
-        memlens_render::output::write_text(f, &machine::json(&r)?)?;
+        memlens_render::output::write_text(f, &machine::json(r)?)?;
     }
     if let Some(f) = &a.junit {
-        memlens_render::output::write_text(f, &machine::junit(&r))?;
+        memlens_render::output::write_text(f, &machine::junit(r))?;
     }
-    Ok(status)
+    Ok(())
+}
+
+/// What the reader should know of the figures: each process's notes, and a baseline sampled at
+/// another interval.
+fn figure_notes(procs: &[Figures], base: Option<&Figures>, interval: u64) -> Vec<String> {
+    let mut notes: Vec<String> = procs
+        .iter()
+        .flat_map(|p| {
+            p.notes
+                .iter()
+                .map(move |n| format!("{} (pid {}): {n}", p.program(), p.pid))
+        })
+        .collect();
+    if let Some(b) = base.filter(|b| b.interval != interval) {
+        notes.push(format!(
+            "the baseline was sampled at {}, this run at {}: make both at one interval for the \
+             closest comparison",
+            memlens_measure::units::format_size(b.interval),
+            memlens_measure::units::format_size(interval)
+        ));
+    }
+    notes
 }
 
 /// A profile's figures.

@@ -34,8 +34,16 @@ fn folded_side(c: &Compared, side: usize) -> Result<Vec<u8>> {
     Ok(text)
 }
 
-/// The differential flame graph of a comparison as an SVG document.
-pub fn differential_svg(c: &Compared, idx: SampleIndex, by: SizedBy) -> Result<String> {
+/// The differential flame graph of a comparison as an SVG document; `scripts`: with inferno's
+/// JavaScript (search, zoom) for a file of its own — not inside our HTML pages, which run no
+/// scripts (and two graphs' scripts on one page would act on each other's elements); a frame's
+/// figures show on hover either way.
+pub fn differential_svg(
+    c: &Compared,
+    idx: SampleIndex,
+    by: SizedBy,
+    scripts: bool,
+) -> Result<String> {
     let (base, new) = (folded_side(c, 0)?, folded_side(c, 1)?);
     // inferno sizes by the second column and colours by second − first: swapping the sides sizes
     // by BASE, and negating keeps red for growth
@@ -66,6 +74,7 @@ pub fn differential_svg(c: &Compared, idx: SampleIndex, by: SizedBy) -> Result<S
     opt.subtitle = Some("red: grew from BASE to NEW, blue: shrank".into());
     opt.count_name = idx.unit().to_string();
     opt.negate_differentials = by == SizedBy::Base;
+    opt.no_javascript = !scripts;
     let mut svg = Vec::new();
     let text = String::from_utf8_lossy(&merged);
     inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
@@ -75,7 +84,7 @@ pub fn differential_svg(c: &Compared, idx: SampleIndex, by: SizedBy) -> Result<S
 
 /// Write the differential flame graph (sized by NEW) to `out`.
 pub fn write_svg(c: &Compared, idx: SampleIndex, out: &Path) -> Result<()> {
-    let svg = differential_svg(c, idx, SizedBy::New)?;
+    let svg = differential_svg(c, idx, SizedBy::New, true)?;
     std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
     eprintln!(
         "memlens: differential flame graph written to {} (red: grew, blue: shrank)",
@@ -109,7 +118,7 @@ pub fn html(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path)
             SizedBy::Base => "Differential flame graph, sized by BASE",
         })
         .note(note);
-        Ok(match differential_svg(c, idx, by) {
+        Ok(match differential_svg(c, idx, by, false) {
             Ok(svg) => s.plot(svg),
             Err(e) => s.note(format!("{e:#}")),
         })
