@@ -302,6 +302,9 @@ pub fn compared_with<'a>(procs: &'a [Figures], base: &Figures) -> Vec<&'a Figure
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allow::Allow;
+    use memlens_profile::{Function, Line, Location, Mapping, Profile, Sample};
+    use std::path::Path;
 
     #[test]
     fn verdicts_from_bounds() {
@@ -311,5 +314,125 @@ mod tests {
         // against a baseline the two thresholds differ: held within 9, broken beyond 12
         assert_eq!(compare(9.5, 10.5, 9.0, 12.0), Verdict::Inconclusive);
         assert_eq!(compare(12.5, 13.0, 9.0, 12.0), Verdict::Broken);
+    }
+
+    /// A profile at 4 KiB of `/app/bin` whose stacks (innermost first, by function index) leak
+    /// the given bytes in 100-byte blocks: function 1 is libc's malloc, the others the program's.
+    fn profile(stacks: &[(&[u64], f64)]) -> Profile {
+        let mut p = Profile::default();
+        p.meta.interval = 4096;
+        p.meta.exe = "/app/bin".into();
+        p.mappings = vec![
+            Mapping {
+                filename: "/app/bin".into(),
+                ..Mapping::default()
+            },
+            Mapping {
+                filename: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                ..Mapping::default()
+            },
+        ];
+        for (i, name) in ["malloc", "cache_insert", "main", "build"]
+            .iter()
+            .enumerate()
+        {
+            p.functions.push(Function {
+                name: name.to_string(),
+                ..Function::default()
+            });
+            p.locations.push(Location {
+                mapping: if i == 0 { 2 } else { 1 },
+                address: 0x1000 + i as u64,
+                lines: vec![Line {
+                    function: i as u64 + 1,
+                    line: 10,
+                }],
+            });
+        }
+        for (frames, bytes) in stacks {
+            p.samples.push(Sample {
+                locations: frames.to_vec(),
+                inuse_bytes: *bytes,
+                inuse_objects: bytes / 100.0,
+                alloc_bytes: *bytes,
+                alloc_objects: bytes / 100.0,
+                ..Sample::default()
+            });
+        }
+        p
+    }
+
+    fn figures(p: &Profile, allow: &[&str]) -> Figures {
+        let allow: Vec<String> = allow.iter().map(|s| s.to_string()).collect();
+        Figures::of(
+            p,
+            Path::new("p.pb.gz"),
+            &Allow::new(&allow, &[] as &[&Path]).unwrap(),
+        )
+    }
+
+    const CACHE: &[u64] = &[1, 2, 3];
+    const BUILD: &[u64] = &[1, 4, 3];
+
+    #[test]
+    fn per_stack_limits_name_the_stacks_beyond_them() {
+        let p = profile(&[(CACHE, 10e6), (BUILD, 1e6)]);
+        let f = figures(&p, &[]);
+        assert_eq!(f.stacks.len(), 2);
+        assert!((f.total(Kind::Leak).value - 11e6).abs() < 1.0);
+        let l = Limit::size(Kind::Leak, true, "--max-leak-per-stack", "5M").unwrap();
+        let j = judge(&l, &f, None, 5);
+        assert_eq!(j.verdict, Verdict::Broken);
+        assert_eq!(j.stacks.len(), 1, "only the stack beyond the limit: {j:?}");
+        let frames = &j.stacks[0].stack.frames;
+        assert_eq!(frames[1].function, "cache_insert");
+        assert!(!frames[0].own && frames[1].own && frames[2].own);
+        // the program's own frames first, the library's after them
+        let text = crate::show::stack_lines(j.stacks[0].stack, "");
+        assert_eq!(
+            text,
+            "cache_insert\nmain\nin libraries: malloc (libc.so.6)\n"
+        );
+        // set aside, the stack is in no figure
+        let f = figures(&p, &["^cache_"]);
+        assert_eq!(judge(&l, &f, None, 5).verdict, Verdict::Held);
+        assert!((f.total(Kind::Leak).value - 1e6).abs() < 1.0);
+        assert_eq!(f.allowed[Kind::Leak.index()].0, 1);
+    }
+
+    #[test]
+    fn a_new_stack_grows_from_nothing() {
+        let base = profile(&[(BUILD, 1e6)]);
+        let new = profile(&[(CACHE, 10e6), (BUILD, 1e6)]);
+        let (b, n) = (figures(&base, &[]), figures(&new, &[]));
+        let l = Limit::growth_bytes(Kind::Leak, "--max-leak-growth-per-stack", "1M").unwrap();
+        let j = judge(&l, &n, Some(&b), 5);
+        assert_eq!(j.verdict, Verdict::Broken);
+        assert_eq!(j.stacks.len(), 1);
+        assert_eq!(j.stacks[0].base.map(|e| e.value), Some(0.0));
+        // the unchanged stack holds: it grew by nothing, its bounds well within 1 MiB
+        let again = figures(&base, &[]);
+        assert_eq!(judge(&l, &again, Some(&b), 5).verdict, Verdict::Held);
+        // a total against the baseline: 11 MB vs 1 MB is more than 10 % more
+        let g = Limit::growth(Kind::Leak, "--max-leak-growth", "10%").unwrap();
+        assert_eq!(judge(&g, &n, Some(&b), 5).verdict, Verdict::Broken);
+    }
+
+    #[test]
+    fn a_limit_a_stack_could_hide_under_is_never_held() {
+        // 8 KiB per stack at 4 KiB: a stack that large goes unsampled one time in seven, so even
+        // a profile without a stack cannot hold it
+        let l = Limit::size(Kind::Leak, true, "--max-leak-per-stack", "8K").unwrap();
+        let f = figures(&profile(&[]), &[]);
+        let j = judge(&l, &f, None, 5);
+        assert_eq!(j.verdict, Verdict::Inconclusive);
+        assert!(
+            j.settle.as_deref().unwrap().contains("--interval 2K"),
+            "{:?}",
+            j.settle
+        );
+        // one sample of a 100-byte block stands for 4 KiB: within 8 KiB, or not, it cannot say
+        let f = figures(&profile(&[(BUILD, 4096.0)]), &[]);
+        assert_eq!(judge(&l, &f, None, 5).verdict, Verdict::Inconclusive);
     }
 }
