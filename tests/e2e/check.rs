@@ -302,6 +302,10 @@ fn redis_under_benchmark_against_limits_above_and_below() {
         let mut args = limits.to_vec();
         let js = dir.join("r.json");
         args.extend(["--json", js.to_str().unwrap()]);
+        // Without jemalloc's background thread: the runtime can deadlock redis at start-up (jemalloc
+        // holds its lock while it creates that thread, the thread's TLS calloc is sampled, and a
+        // timeline point reads jemalloc's statistics under that lock). Seen at 64K; a runtime bug
+        // this test is not about (docs/check.md).
         let cmd = [
             "redis-server",
             "--port",
@@ -309,6 +313,8 @@ fn redis_under_benchmark_against_limits_above_and_below() {
             "--save",
             "",
             "--appendonly",
+            "no",
+            "--jemalloc-bg-thread",
             "no",
         ];
         let child = check(&dir, &args, &cmd)
