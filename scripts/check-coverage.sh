@@ -47,11 +47,8 @@ EOF
 gcc -O2 -g -o "$W/usable" "$W/usable.c"
 JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 
-# one check at interval $1 of the command after it; prints "peak_low peak_high peak leak_low leak_high leak"
-check_once() {
-    local r=$1
-    shift
-    "$M" check --interval "$r" --max-peak 1T --max-leak 1T --json "$W/c.json" -- "$@" >/dev/null 2>&1 || true
+# what the last check's JSON says: "peak_low peak_high peak leak_low leak_high leak"
+figures() {
     python3 - "$W/c.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -59,6 +56,14 @@ l = {x["option"]: x for x in d["limits"]}
 p, k = l["--max-peak"], l["--max-leak"]
 print(p["low"], p["high"], p["figure"], k["low"], k["high"], k["figure"])
 EOF
+}
+
+# one check at interval $1 of the command after it; prints its figures
+check_once() {
+    local r=$1
+    shift
+    "$M" check --interval "$r" --max-peak 1T --max-leak 1T --json "$W/c.json" -- "$@" >/dev/null 2>&1 || true
+    figures
 }
 
 # redis-server checked under a fixed load, then shut down. Without jemalloc's background thread:
@@ -74,13 +79,7 @@ redis_once() {
     redis-benchmark -p "$PORT" -q -n 50000 -c 8 -r 50000 -d 256 -t set,lpush,sadd >/dev/null
     redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
     wait "$pid" || true
-    python3 - "$W/c.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-l = {x["option"]: x for x in d["limits"]}
-p, k = l["--max-peak"], l["--max-leak"]
-print(p["low"], p["high"], p["figure"], k["low"], k["high"], k["figure"])
-EOF
+    figures
 }
 
 # count the intervals that miss "$1 $2" (true peak, true leak) among the lines on stdin

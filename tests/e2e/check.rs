@@ -417,6 +417,19 @@ fn leaker(dir: &Path) -> String {
         .to_string()
 }
 
+/// `memlens run --interval INTERVAL -o DIR/NAME -- CMD`: the profile (a baseline).
+fn run_profile(dir: &Path, name: &str, interval: &str, cmd: &[&str]) -> PathBuf {
+    let f = dir.join(name);
+    memlens()
+        .args(["run", "--interval", interval, "-o"])
+        .arg(&f)
+        .arg("--")
+        .args(cmd)
+        .stdout(Stdio::null())
+        .ok();
+    f
+}
+
 /// The leaker's exact figures (it counts what it asks for) when run with `args`.
 fn exact(exe: &str, args: &[&str]) -> Measured {
     let out = Command::new(exe).args(args).ok_stdout();
@@ -440,20 +453,7 @@ fn exact(exe: &str, args: &[&str]) -> Measured {
 fn a_leak_regression_against_a_baseline_is_caught_and_named() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let base = dir.join("base.pb.gz");
-    memlens()
-        .args([
-            "run",
-            "--interval",
-            "4K",
-            "-o",
-            base.to_str().unwrap(),
-            "--",
-            &exe,
-        ])
-        .args(["400", "4", "0", "0"])
-        .stdout(Stdio::null())
-        .ok();
+    let base = run_profile(&dir, "base.pb.gz", "4K", &[&exe, "400", "4", "0", "0"]);
     let truth = exact(&exe, &["400", "4", "1", "0"]);
     let js = dir.join("c.json");
     let args = [
@@ -528,20 +528,7 @@ fn a_leak_regression_against_a_baseline_is_caught_and_named() {
 fn a_run_against_its_own_baseline_passes_20_times_of_20() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let base = dir.join("base.pb.gz");
-    memlens()
-        .args([
-            "run",
-            "--interval",
-            "1K",
-            "-o",
-            base.to_str().unwrap(),
-            "--",
-            &exe,
-        ])
-        .args(["400", "4", "0", "0"])
-        .stdout(Stdio::null())
-        .ok();
+    let base = run_profile(&dir, "base.pb.gz", "1K", &[&exe, "400", "4", "0", "0"]);
     let js = dir.join("self.json");
     let args = [
         "--baseline",
@@ -755,24 +742,10 @@ fn json_and_junit_outputs() {
 fn diff_draws_a_differential_flame_graph() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let prof = |name: &str, keep: &str, leak: &str| {
-        let f = dir.join(name);
-        memlens()
-            .args([
-                "run",
-                "--interval",
-                "16K",
-                "-o",
-                f.to_str().unwrap(),
-                "--",
-                &exe,
-            ])
-            .args(["200", keep, leak, "0"])
-            .stdout(Stdio::null())
-            .ok();
-        f
-    };
-    let (a, b) = (prof("a.pb.gz", "4", "0"), prof("b.pb.gz", "8", "1"));
+    let (a, b) = (
+        run_profile(&dir, "a.pb.gz", "16K", &[&exe, "200", "4", "0", "0"]),
+        run_profile(&dir, "b.pb.gz", "16K", &[&exe, "200", "8", "1", "0"]),
+    );
     let (svg, html) = (dir.join("d.svg"), dir.join("d.html"));
     memlens()
         .arg("diff")
