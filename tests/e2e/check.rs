@@ -625,7 +625,11 @@ fn exit_statuses() {
         "{e}"
     );
     assert!(e.lines().last().unwrap().contains("1 inconclusive"), "{e}");
-    assert_kept(&dir, &e);
+    assert_eq!(
+        kept_files(&dir),
+        Vec::<PathBuf>::new(),
+        "a passing check keeps nothing"
+    );
     let o = run(
         &["--max-leak", "8M", "--interval", "512K", "--strict"],
         &big,
@@ -637,6 +641,15 @@ fn exit_statuses() {
         printed(&o)
     );
     assert_kept(&dir, &stderr(&o));
+    // a limit of 0: broken by any leaked block seen (16 MB here), never held when none is
+    run(&["--max-leak", "0", "--interval", "64"], &prog).exits(3);
+    clear_kept(&dir);
+    let o = check(&dir, &["--max-leak", "0"], &["true"]).exits(0);
+    assert!(
+        stderr(&o).contains("a limit of 0 is broken by any block"),
+        "{}",
+        printed(&o)
+    );
     // --exact settles a limit on the bytes allocated
     let o = run(&["--max-allocated", "1G", "--exact"], &prog).exits(0);
     assert!(stderr(&o).contains("(interval 0, 95%)"), "{}", printed(&o));

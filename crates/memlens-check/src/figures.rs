@@ -98,6 +98,10 @@ impl Figures {
         };
         for s in &p.samples {
             let frames = shown_frames(p, s);
+            // the runtime's own (its control thread's TLS, allocated by glibc through our malloc)
+            if frames.iter().any(|f| is_runtime(&f.module)) {
+                continue;
+            }
             let figs = sample_figs(s, interval);
             let key: Vec<String> = frames.iter().map(|x| x.function.clone()).collect();
             match f.index.get(&key) {
@@ -285,6 +289,12 @@ fn shown_frames(p: &Profile, s: &Sample) -> Vec<ShownFrame> {
     out
 }
 
+/// The memlens runtime's own module (libmemlens.so, wherever it was extracted).
+fn is_runtime(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    base.starts_with("libmemlens") && base.ends_with(".so")
+}
+
 /// Directories of the system's libraries: code there is not the program's own.
 const LIBRARY_DIRS: [&str; 5] = [
     "/lib/",
@@ -332,8 +342,7 @@ fn is_allocator(name: &str) -> bool {
 fn is_own(function: &str, file: &str, module: &str, exe: &str) -> bool {
     let own_module = !module.is_empty()
         && (module == exe
-            || !(LIBRARY_DIRS.iter().any(|d| module.starts_with(d))
-                || module.contains("libmemlens")));
+            || !(LIBRARY_DIRS.iter().any(|d| module.starts_with(d)) || is_runtime(module)));
     own_module && !is_library_source(file) && !is_allocator(function)
 }
 

@@ -257,6 +257,13 @@ fn unseen_stacks(j: &mut Judged) {
 fn settle_hint(j: &Judged, value: f64, bound: f64, against_base: bool) -> Option<String> {
     let kind = j.limit.kind;
     let now = j.proc.interval;
+    if bound <= 0.0 && now > 0 {
+        return Some(
+            "a limit of 0 is broken by any block sampled beyond it, and never held at 95% (what \
+             went unsampled may be there): nothing was seen"
+                .into(),
+        );
+    }
     let margin = (value - bound).abs();
     let z = if value > bound { kind.z_lower() } else { Z };
     // against a baseline both runs' errors count: their bounds' confidences add up

@@ -270,7 +270,8 @@ fn run_notes(lines: &[String]) -> Vec<String> {
 }
 
 /// The profiles a check keeps: all of them with `-o`; when it does not pass, those of the
-/// processes a limit was not held on (the main one when it is the program that failed).
+/// processes a limit was not held on (the main one when it is the program that failed); none when
+/// it passes (an inconclusive verdict says how to settle it, by running again).
 fn kept_profiles(
     judged: &[Judged],
     procs: &[Figures],
@@ -281,13 +282,16 @@ fn kept_profiles(
     if asked {
         return procs.iter().map(|p| p.file.clone()).collect();
     }
+    if status == 0 {
+        return Vec::new();
+    }
     let mut v: Vec<PathBuf> = Vec::new();
     for j in judged.iter().filter(|j| j.verdict != Verdict::Held) {
         if !v.contains(&j.proc.file) {
             v.push(j.proc.file.clone());
         }
     }
-    if v.is_empty() && status != 0 {
+    if v.is_empty() {
         let main = procs.iter().find(|p| p.file == out).unwrap_or(&procs[0]);
         v.push(main.file.clone());
     }

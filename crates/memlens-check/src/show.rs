@@ -344,9 +344,10 @@ fn last_line(r: &Outcome) -> String {
     } else {
         String::new()
     };
-    format!(
-        "memlens check: passed: {} held{open} in {} ({at})",
-        held.join(", "),
-        progs
-    )
+    let held = if held.is_empty() {
+        "no limit broken".to_string()
+    } else {
+        format!("{} held", held.join(", "))
+    };
+    format!("memlens check: passed: {held}{open} in {progs} ({at})")
 }
