@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How often the 95 % intervals `memlens check` judges by miss the truth, on programs whose true
 # figures are known: tests/e2e/check_leaker.c (it counts every byte it asks for: peak 44.8 MB, leak
-# 16 MB, in blocks of 48..144 bytes); "usable", 1500 buffers grown by 270 bytes to 8 KB over
+# 13.6 MB, in blocks of 160..256 bytes); "usable", 1500 buffers grown by 270 bytes to 8 KB over
 # jemalloc, each realloc'd only when malloc_usable_size says it is full, as redis grows its
 # listpacks and strings (it counts its bytes: 12.17 MB); and redis-server under redis-benchmark
 # (truth: the mean of three checks at --interval 1, where every block of 8 bytes or more is
@@ -105,10 +105,10 @@ print(f"{len(rows):>6} {tp/1e6:>9.2f} {med(2)/1e6:>9.2f} {pb:>5} {pa:>5} {tl/1e6
     for prog in $PROGRAMS; do
         case $prog in
         leaker)
-            read -r _ tp _ tl < <("$W/leaker" 400 4 0 0 | tr '\n' ' '; echo)
+            read -r _ tp _ tl < <("$W/leaker" 200 4 0 0 | tr '\n' ' '; echo)
             for r in 512K 64K 8K; do
                 printf '%-8s %-6s ' leaker "$r"
-                for _ in $(seq "$ROUNDS"); do check_once "$r" "$W/leaker" 400 4 0 0; done | tally "$tp" "$tl"
+                for _ in $(seq "$ROUNDS"); do check_once "$r" "$W/leaker" 200 4 0 0; done | tally "$tp" "$tl"
             done
             ;;
         usable)

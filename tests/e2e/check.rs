@@ -444,8 +444,8 @@ fn exact(exe: &str, args: &[&str]) -> Measured {
     }
 }
 
-/// A baseline from the unchanged program (keeping every 4th of 400 000 records: peak 44.8 MB,
-/// leak 16 MB); the regressed one adds a cache it never frees (19 MB). Each growth limit and the
+/// A baseline from the unchanged program (keeping a quarter of 200 000 records: peak 44.8 MB,
+/// leak 13.6 MB); the regressed one adds a cache it never frees (20.8 MB). Each growth limit and the
 /// per-stack one are broken, the cache's stack named first with the program's own function first,
 /// the figure against the limit, and the profile kept; the figures are the program's own within
 /// their intervals.
@@ -453,8 +453,8 @@ fn exact(exe: &str, args: &[&str]) -> Measured {
 fn a_leak_regression_against_a_baseline_is_caught_and_named() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let base = run_profile(&dir, "base.pb.gz", "4K", &[&exe, "400", "4", "0", "0"]);
-    let truth = exact(&exe, &["400", "4", "1", "0"]);
+    let base = run_profile(&dir, "base.pb.gz", "4K", &[&exe, "200", "4", "0", "0"]);
+    let truth = exact(&exe, &["200", "4", "1", "0"]);
     let js = dir.join("c.json");
     let args = [
         "--baseline",
@@ -468,7 +468,7 @@ fn a_leak_regression_against_a_baseline_is_caught_and_named() {
         "--json",
         js.to_str().unwrap(),
     ];
-    let o = check(&dir, &args, &[&exe, "400", "4", "1", "0"]).exits(3);
+    let o = check(&dir, &args, &[&exe, "200", "4", "1", "0"]).exits(3);
     let e = stderr(&o);
     // the per-stack limit names the cache: its first line is the program's own code
     let block = e
@@ -521,14 +521,15 @@ fn a_leak_regression_against_a_baseline_is_caught_and_named() {
 /// The unchanged program against its own baseline, 20 checks: every one passes with every limit
 /// held (--strict: an inconclusive verdict would fail it too). The interval is the default one the
 /// limits call for (1 KiB here): each run's bounds then lie within a third of the 10 % allowed
-/// (peak 44.8 MB: ±0.4 % and −1.8 % for the peak's wider lower bound; leak 16 MB: ±0.5 %), and
-/// the difference of two runs has a standard error of 0.4 %: a "held" needs the ratio of the two
-/// estimates under 1.06, 15 standard errors away. 20 of 20 is certain, not lucky.
+/// (peak 44.8 MB: +0.9 % and −1.9 % for the peak's wider lower bound; leak 13.6 MB: ±1.7 %);
+/// the difference of two runs has a standard error of 1.2 % (leak) and 0.7 % (peak), and a "held"
+/// needs the ratio of the two estimates under 1.063 (leak) and 1.069 (peak): 5 and 10 standard
+/// errors away. 20 of 20 is certain, not lucky.
 #[test]
 fn a_run_against_its_own_baseline_passes_20_times_of_20() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let base = run_profile(&dir, "base.pb.gz", "1K", &[&exe, "400", "4", "0", "0"]);
+    let base = run_profile(&dir, "base.pb.gz", "1K", &[&exe, "200", "4", "0", "0"]);
     let js = dir.join("self.json");
     let args = [
         "--baseline",
@@ -545,7 +546,7 @@ fn a_run_against_its_own_baseline_passes_20_times_of_20() {
     ];
     let mut passed = 0;
     for _ in 0..20 {
-        let o = check(&dir, &args, &[&exe, "400", "4", "0", "0"]).out();
+        let o = check(&dir, &args, &[&exe, "200", "4", "0", "0"]).out();
         assert_eq!(
             o.status.code(),
             Some(0),
@@ -578,12 +579,12 @@ fn exit_statuses() {
         cmd.extend_from_slice(prog);
         check(&dir, extra, &cmd)
     };
-    // 0: held; 3: broken (a leak of 16 MB against 1 MB)
-    run(&["--max-leak", "64M"], &["400", "4", "0", "0"]).exits(0);
-    let o = run(&["--max-leak", "1M"], &["400", "4", "0", "0"]).exits(3);
+    // 0: held; 3: broken (a leak of 13.6 MB against 1 MB)
+    run(&["--max-leak", "64M"], &["200", "4", "0", "0"]).exits(0);
+    let o = run(&["--max-leak", "1M"], &["200", "4", "0", "0"]).exits(3);
     assert_kept(&dir, &stderr(&o));
     // 1: the program failed (its status said, its limits judged all the same)
-    let o = run(&["--max-leak", "64M"], &["400", "4", "0", "7"]).exits(1);
+    let o = run(&["--max-leak", "64M"], &["200", "4", "0", "7"]).exits(1);
     let e = stderr(&o);
     assert!(e.contains("the program failed (exit 7)"), "{e}");
     assert!(e.contains("--max-leak 64M held"), "{e}");
@@ -604,7 +605,7 @@ fn exit_statuses() {
     );
     // 2: usage — no limit, a bad size, peak in exact mode, a baseline without a limit against it,
     // a growth limit without a baseline
-    let prog = ["400", "4", "0", "0"];
+    let prog = ["200", "4", "0", "0"];
     run(&[], &prog).error(2);
     run(&["--max-peak", "lots"], &prog).error(2);
     run(&["--max-peak", "1G", "--exact"], &prog).error(2);
@@ -641,7 +642,7 @@ fn exit_statuses() {
         printed(&o)
     );
     assert_kept(&dir, &stderr(&o));
-    // a limit of 0: broken by any leaked block seen (16 MB here), never held when none is
+    // a limit of 0: broken by any leaked block seen (13.6 MB here), never held when none is
     run(&["--max-leak", "0", "--interval", "64"], &prog).exits(3);
     clear_kept(&dir);
     let o = check(&dir, &["--max-leak", "0"], &["true"]).exits(0);
@@ -655,16 +656,16 @@ fn exit_statuses() {
     assert!(stderr(&o).contains("(interval 0, 95%)"), "{}", printed(&o));
 }
 
-/// The leaker's stacks at exit with the cache (400 000 records, every 4th kept): the table's
-/// (the registry, 9.6 MB, and the table itself, 3.2 MB: 12.8 MB), the sizes array's (3.2 MB) and
-/// the cache's (19.2 MB); its peak, 44.8 MB, is the table's (41.6 MB) and the sizes'. A limit of
-/// 15M per stack (15.7 MB) is 2.9 MB above the table's and 3.5 MB below the cache's: each some
-/// 7 standard errors (√(figure·8 KiB), the interval that limit calls for) beyond its bound.
+/// The leaker's stacks at exit with the cache (200 000 records, a quarter kept): the table's
+/// (the registry, 10.4 MB, and the table itself, 1.6 MB: 12.0 MB), the sizes array's (1.6 MB) and
+/// the cache's (20.8 MB); its peak, 44.8 MB, is the table's (43.2 MB) and the sizes'. A limit of
+/// 15M per stack (15.7 MB) is 3.7 MB above the table's and 5.1 MB below the cache's: each some
+/// 10 standard errors (√(figure·8 KiB), the interval that limit calls for) beyond its bound.
 #[test]
 fn known_stacks_are_set_aside() {
     let dir = test_dir();
     let exe = leaker(&dir);
-    let prog = [exe.as_str(), "400", "4", "1", "0"];
+    let prog = [exe.as_str(), "200", "4", "1", "0"];
     check(&dir, &["--max-leak-per-stack", "15M"], &prog).exits(3);
     clear_kept(&dir);
     check(
@@ -680,11 +681,11 @@ fn known_stacks_are_set_aside() {
     )
     .unwrap();
     let s = supp.to_str().unwrap();
-    // 35.2 MB in all: above 25M (26.2 MB); without the cache (16 MB) below it
+    // 34.4 MB in all: above 25M (26.2 MB); without the cache (13.6 MB) below it
     check(&dir, &["--max-leak", "25M"], &prog).exits(3);
     clear_kept(&dir);
     check(&dir, &["--max-leak", "25M", "--suppressions", s], &prog).exits(0);
-    // the peak (44.8 MB) without the table's stack, set aside for the peak only: 3.2 MB
+    // the peak (44.8 MB) without the table's stack, set aside for the peak only: 1.6 MB
     check(&dir, &["--max-peak", "30M"], &prog).exits(3);
     clear_kept(&dir);
     let o = check(&dir, &["--max-peak", "30M", "--suppressions", s], &prog).exits(0);
@@ -717,7 +718,7 @@ fn json_and_junit_outputs() {
         "--junit",
         xml.to_str().unwrap(),
     ];
-    check(&dir, &args, &[&exe, "400", "4", "1", "0"]).exits(3);
+    check(&dir, &args, &[&exe, "200", "4", "1", "0"]).exits(3);
     let v = json(&js);
     assert_eq!(v["result"], "failed");
     assert_eq!(v["exit_status"], 3);
@@ -749,8 +750,8 @@ fn json_and_junit_outputs() {
 }
 
 /// `memlens diff --flamegraph --html`: the regressed program against the unchanged one. The cache
-/// that appeared is drawn in red (growth) in the SVG, the registry that shrank (every 8th record
-/// kept instead of every 4th) in blue in the HTML's graph sized by BASE.
+/// that appeared is drawn in red (growth) in the SVG, the registry that shrank (an eighth of the
+/// records kept instead of a quarter) in blue in the HTML's graph sized by BASE.
 #[test]
 fn diff_draws_a_differential_flame_graph() {
     let dir = test_dir();
