@@ -11,6 +11,8 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # /usr/bin/time: whole-process times in scripts/vs-heaptrack.sh and scripts/check-cost.sh
+  time
   # zstd unpacks the Parca server the e2e tests run (../shared/tools/parca/parca.sh)
   zstd
   # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
