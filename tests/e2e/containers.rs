@@ -453,7 +453,12 @@ impl Podman {
     fn cmd(&self) -> Command {
         let mut c = Command::new("podman");
         c.arg(format!("--root={}", self.store.display()))
-            .arg("--runroot=/run/memlens-test-podman")
+            // one run state per store (another XDG_CACHE_HOME is another store): stores must not
+            // share the run state podman keeps of their containers and mounts
+            .arg(format!(
+                "--runroot=/run/memlens-test-podman-{}",
+                fnv(&self.store.to_string_lossy())
+            ))
             .args([
                 "--storage-driver=overlay",
                 "--cgroup-manager=cgroupfs",
