@@ -936,6 +936,8 @@ fn systemd_nspawn_redis_attached_from_the_host() {
     nspawn.wait().ok();
 }
 
+/// The rootfs cache's key: its recipe names the suite and mirror apt uses, and the hash naming it
+/// is FNV-1a's (the same in every build, so a clean clone finds the cache).
 #[test]
 fn apt_sources_name_a_debian_archive() {
     // The recipe's mirror and suite come from what apt uses; on a Debian machine there is one.
