@@ -29,3 +29,11 @@ fn sample() {
 fn stacks() {
     unit("stacks_test", 300);
 }
+
+/// record/range.c: the boot arena, first fit, runs merged and split, resizing in place, calloc's
+/// clearing and sparseness, pages given back past 64 MiB, size classes, a random model check, and
+/// the range mapped on demand under `ulimit -v`.
+#[test]
+fn range() {
+    unit("range_test", 300);
+}
