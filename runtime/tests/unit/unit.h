@@ -10,7 +10,9 @@
  * where it cannot flake. */
 #ifndef MEMLENS_UNIT_H
 #define MEMLENS_UNIT_H
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,10 +26,11 @@ struct unit_test {
     const char *name;
     void (*fn)(void);
 };
-static struct unit_test unit_tests[UNIT_MAX_TESTS];
-static int unit_ntests, unit_failed_checks, unit_shown;
+#define UNIT_USED __attribute__((unused))
+static struct unit_test unit_tests[UNIT_MAX_TESTS] UNIT_USED;
+static int unit_ntests UNIT_USED, unit_failed_checks UNIT_USED, unit_shown UNIT_USED;
 
-static void unit_register(const char *name, void (*fn)(void))
+UNIT_USED static void unit_register(const char *name, void (*fn)(void))
 {
     if (unit_ntests < UNIT_MAX_TESTS)
         unit_tests[unit_ntests++] = (struct unit_test){name, fn};
@@ -39,7 +42,7 @@ static void unit_register(const char *name, void (*fn)(void))
     __attribute__((constructor)) static void unit_reg_##name(void) { unit_register(#name, name); }     \
     static void name(void)
 
-static void unit_fail(const char *file, int line, const char *what)
+UNIT_USED static void unit_fail(const char *file, int line, const char *what)
 {
     unit_failed_checks++;
     if (unit_shown++ < 30)
@@ -103,14 +106,14 @@ static inline uint64_t unit_next(struct unit_rng *r)
 /* Uniform in [0, n), n > 0. */
 static inline uint64_t unit_below(struct unit_rng *r, uint64_t n) { return unit_next(r) % n; }
 
-static double unit_seconds(void)
+UNIT_USED static double unit_seconds(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int unit_wanted(int argc, char **argv, const char *name)
+UNIT_USED static int unit_wanted(int argc, char **argv, const char *name)
 {
     int any = 0;
     for (int i = 1; i < argc; i++) {

@@ -37,3 +37,40 @@ fn stacks() {
 fn range() {
     unit("range_test", 300);
 }
+
+/// unwind/cfi.c: rules from hand-built tables (every instruction it follows, every frame it hands
+/// to libunwind, tables cut short or lying), and this program's and libc's own tables walked frame
+/// by frame against the compiler's return addresses.
+#[test]
+fn cfi() {
+    unit("cfi_test", 300);
+}
+
+/// The CFI fuzzer (`runtime/tests/unit/cfi_fuzz.c`), a bounded run from a fixed seed: arbitrary and
+/// mutated tables give well-formed rules with no read outside them (ASan), no undefined behaviour
+/// (UBSan) and no hang. Most inputs must reach the interpreter and come out as frame rules, or the
+/// fuzzer would only be exercising the header checks.
+#[test]
+fn cfi_fuzz() {
+    let bin = cbuild::unit("cfi_fuzz", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("failure.bin");
+    let ran = cbuild::run(
+        &bin,
+        &["--iterations", "300000", "--seed", "1"],
+        &[("CFI_FUZZ_OUT", out.to_str().unwrap())],
+        600,
+    )
+    .ok("runtime/tests/unit/cfi_fuzz.c");
+    print!("{}", ran.stdout);
+    // "cfi_fuzz: N inputs from seed S in T s: F frame rules, O outermost, U unsupported"
+    let field = |word: &str| -> u64 {
+        let w: Vec<&str> = ran.stdout.split_whitespace().collect();
+        let i = w.iter().position(|x| x.trim_end_matches(',') == word).unwrap();
+        w[i - 1].parse().unwrap_or_else(|_| panic!("{word} in {}", ran.stdout))
+    };
+    let (inputs, frames) = (field("inputs"), field("frame"));
+    assert_eq!(inputs, 300_000, "{}", ran.stdout);
+    assert!(frames * 10 > inputs, "too few inputs reached a frame rule: {}", ran.stdout);
+    assert!(field("outermost") > 0, "{}", ran.stdout);
+}
