@@ -1,10 +1,12 @@
 //! Building the C unit tests: the runtime's lower floors (`base/`, `store/`, `unwind/`, `sample/`,
 //! `record/`, and the dump writer of `control/`) once into an archive, then each
 //! `runtime/tests/unit/<name>.c` linked against it. Everything is compiled with the build's own flags
-//! (`memlens_native::C_FLAGS`, `RUNTIME_CFLAGS`: what libmemlens.so is made with) plus the debug
-//! invariants (`-DMEMLENS_DEBUG=1`) and gcc's AddressSanitizer and UndefinedBehaviorSanitizer, which
-//! stop at the first error. Results are kept under the target directory, named after a hash of the
-//! flags and every source they are made of, so a second `cargo test` compiles nothing.
+//! (`memlens_native::C_FLAGS`, `RUNTIME_CFLAGS`: what libmemlens.so is made with) plus gcc's
+//! AddressSanitizer and UndefinedBehaviorSanitizer, which stop at the first error; unit tests also
+//! with the debug invariants (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT`), the dump harness without
+//! them (it writes states the invariants forbid, to see the writer's guards). Results are kept
+//! under the target directory, named after a hash of the flags and every source they are made of,
+//! so a second `cargo test` compiles nothing.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -15,12 +17,17 @@ use std::time::{Duration, Instant};
 const FLOORS: &[&str] = &["base", "store", "unwind", "sample", "record"];
 const EXTRA: &[&str] = &["control/dump.c"];
 
-/// Sanitizers and debug checks on top of the build's flags.
-pub const CHECK_FLAGS: &[&str] = &[
-    "-DMEMLENS_DEBUG=1",
-    "-fsanitize=address,undefined",
-    "-fno-sanitize-recover=all",
-];
+/// Sanitizers on top of the build's flags.
+const SANITIZE: &[&str] = &["-fsanitize=address,undefined", "-fno-sanitize-recover=all"];
+
+/// Which invariants a build checks.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Checks {
+    /// `-DMEMLENS_DEBUG=1`: every `ML_ASSERT` (base/check.h).
+    Debug,
+    /// As shipped: no assertions.
+    Release,
+}
 
 /// What the sanitizers print and where they stop: leaks are not a unit test's concern (the
 /// runtime maps its tables for the life of the process) and need ptrace, which a container may
@@ -73,21 +80,27 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-fn flags() -> Vec<String> {
+fn flags(checks: Checks) -> Vec<String> {
     let inc = format!("-I{}", root().join(memlens_native::RUNTIME_INCLUDE).display());
+    let debug: &[&str] = if checks == Checks::Debug {
+        &["-DMEMLENS_DEBUG=1"]
+    } else {
+        &[]
+    };
     memlens_native::C_FLAGS
         .iter()
         .chain(memlens_native::RUNTIME_CFLAGS)
-        .chain(CHECK_FLAGS)
+        .chain(SANITIZE)
+        .chain(debug)
         .map(|s| s.to_string())
         .chain([inc])
         .collect()
 }
 
 /// Hash of the flags and every runtime source and header (a change anywhere rebuilds).
-fn runtime_hash() -> String {
+fn runtime_hash(checks: Checks) -> String {
     let r = root();
-    let mut parts: Vec<Vec<u8>> = vec![flags().join(" ").into_bytes(), cc().into_bytes()];
+    let mut parts: Vec<Vec<u8>> = vec![flags(checks).join(" ").into_bytes(), cc().into_bytes()];
     for dir in ["runtime/src", "runtime/include"] {
         for f in files_under(&r.join(dir)) {
             parts.push(f.to_string_lossy().into_owned().into_bytes());
@@ -113,7 +126,7 @@ fn must(mut cmd: Command, what: &str) {
 }
 
 /// Compile `sources` to objects in `dir`, two compilers at a time (the machine is shared).
-fn compile_all(sources: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
+fn compile_all(sources: &[PathBuf], dir: &Path, checks: Checks) -> Vec<PathBuf> {
     let objs: Vec<PathBuf> = sources
         .iter()
         .map(|s| {
@@ -130,7 +143,7 @@ fn compile_all(sources: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
                 let Some(src) = sources.get(i) else { break };
                 let mut c = Command::new(cc());
                 c.current_dir(root())
-                    .args(flags())
+                    .args(flags(checks))
                     .arg("-c")
                     .arg(src)
                     .arg("-o")
@@ -143,10 +156,16 @@ fn compile_all(sources: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The archive of the runtime's lower floors, built once per test process (and kept across runs).
-pub fn floors() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = out_dir().join(format!("libfloors-{}.a", runtime_hash()));
+pub fn floors(checks: Checks) -> &'static Path {
+    static DEBUG: OnceLock<PathBuf> = OnceLock::new();
+    static RELEASE: OnceLock<PathBuf> = OnceLock::new();
+    let once = if checks == Checks::Debug {
+        &DEBUG
+    } else {
+        &RELEASE
+    };
+    once.get_or_init(|| {
+        let lib = out_dir().join(format!("libfloors-{}.a", runtime_hash(checks)));
         if lib.exists() {
             return lib;
         }
@@ -162,9 +181,9 @@ pub fn floors() -> &'static Path {
             .collect();
         sources.sort();
         assert!(sources.len() > 10, "runtime sources not found under {}", src.display());
-        let dir = out_dir().join(format!("obj-{}", std::process::id()));
+        let dir = out_dir().join(format!("obj-{:?}-{}", checks, std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let objs = compile_all(&sources, &dir);
+        let objs = compile_all(&sources, &dir, checks);
         let tmp = lib.with_extension(format!("tmp{}", std::process::id()));
         let mut ar = Command::new("ar");
         ar.arg("rcs").arg(&tmp).args(&objs);
@@ -175,9 +194,12 @@ pub fn floors() -> &'static Path {
     })
 }
 
-/// `runtime/tests/unit/<name>.c` built against the floors (with `extra` sources and flags).
-pub fn unit(name: &str, extra: &[&str]) -> PathBuf {
-    let lib = floors();
+/// `runtime/tests/unit/<name>.c` built against the floors (with `extra` flags).
+pub fn unit(name: &str, checks: Checks, extra: &[&str]) -> PathBuf {
+    let lib = floors(checks);
+    // two tests may want the same program: one builds it, the other finds it built
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
     let dir = root().join("runtime/tests/unit");
     let src = dir.join(format!("{name}.c"));
     assert!(src.exists(), "{} is missing", src.display());
@@ -199,7 +221,7 @@ pub fn unit(name: &str, extra: &[&str]) -> PathBuf {
     let tmp = bin.with_extension(format!("tmp{}", std::process::id()));
     let mut c = Command::new(cc());
     c.current_dir(root())
-        .args(flags())
+        .args(flags(checks))
         .args(extra)
         .arg(&src)
         .arg("-o")

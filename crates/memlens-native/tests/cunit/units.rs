@@ -5,7 +5,7 @@ use crate::cbuild;
 
 /// Build and run `runtime/tests/unit/<name>.c`; a hang past `secs` is a failure.
 fn unit(name: &str, secs: u64) {
-    let bin = cbuild::unit(name, &[]);
+    let bin = cbuild::unit(name, cbuild::Checks::Debug, &[]);
     let ran = cbuild::run(&bin, &[], &[], secs).ok(&format!("runtime/tests/unit/{name}.c"));
     print!("{}", ran.stdout);
 }
@@ -52,7 +52,7 @@ fn cfi() {
 /// fuzzer would only be exercising the header checks.
 #[test]
 fn cfi_fuzz() {
-    let bin = cbuild::unit("cfi_fuzz", &[]);
+    let bin = cbuild::unit("cfi_fuzz", cbuild::Checks::Debug, &[]);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("failure.bin");
     let ran = cbuild::run(
