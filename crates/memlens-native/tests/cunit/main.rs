@@ -6,5 +6,6 @@
 //! Run one part: `cargo test --release -p memlens-native --test cunit units::` (or `raw_writer::`,
 //! `readers::`, `fastpath::`); docs/development.md says how to run the fuzzers longer by hand.
 mod cbuild;
+mod fastpath;
 mod raw_writer;
 mod units;
