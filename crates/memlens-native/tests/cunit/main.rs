@@ -8,4 +8,5 @@
 mod cbuild;
 mod fastpath;
 mod raw_writer;
+mod readers;
 mod units;
