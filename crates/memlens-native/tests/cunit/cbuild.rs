@@ -33,7 +33,10 @@ pub enum Checks {
 /// runtime maps its tables for the life of the process) and need ptrace, which a container may
 /// refuse.
 pub const SANITIZER_ENV: &[(&str, &str)] = &[
-    ("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"),
+    (
+        "ASAN_OPTIONS",
+        "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1",
+    ),
     ("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1"),
 ];
 
@@ -81,7 +84,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn flags(checks: Checks) -> Vec<String> {
-    let inc = format!("-I{}", root().join(memlens_native::RUNTIME_INCLUDE).display());
+    let inc = format!(
+        "-I{}",
+        root().join(memlens_native::RUNTIME_INCLUDE).display()
+    );
     let debug: &[&str] = if checks == Checks::Debug {
         &["-DMEMLENS_DEBUG=1"]
     } else {
@@ -131,7 +137,8 @@ fn compile_all(sources: &[PathBuf], dir: &Path, checks: Checks) -> Vec<PathBuf> 
         .iter()
         .map(|s| {
             let rel = s.strip_prefix(root().join("runtime/src")).unwrap_or(s);
-            dir.join(rel.to_string_lossy().replace('/', "_")).with_extension("o")
+            dir.join(rel.to_string_lossy().replace('/', "_"))
+                .with_extension("o")
         })
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -155,6 +162,16 @@ fn compile_all(sources: &[PathBuf], dir: &Path, checks: Checks) -> Vec<PathBuf> 
     objs
 }
 
+/// Earlier builds of the same thing (their sources changed since): removed, so the directory does
+/// not grow with every edit of the runtime.
+fn remove_stale(prefix: &str) {
+    for e in std::fs::read_dir(out_dir()).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            std::fs::remove_file(e.path()).ok();
+        }
+    }
+}
+
 /// The archive of the runtime's lower floors, built once per test process (and kept across runs).
 pub fn floors(checks: Checks) -> &'static Path {
     static DEBUG: OnceLock<PathBuf> = OnceLock::new();
@@ -165,10 +182,12 @@ pub fn floors(checks: Checks) -> &'static Path {
         &RELEASE
     };
     once.get_or_init(|| {
-        let lib = out_dir().join(format!("libfloors-{}.a", runtime_hash(checks)));
+        let prefix = format!("libfloors-{checks:?}-");
+        let lib = out_dir().join(format!("{prefix}{}.a", runtime_hash(checks)));
         if lib.exists() {
             return lib;
         }
+        remove_stale(&prefix);
         let r = root();
         let src = r.join(memlens_native::RUNTIME_SOURCES);
         let mut sources: Vec<PathBuf> = memlens_native::runtime_sources(&r)
@@ -180,7 +199,11 @@ pub fn floors(checks: Checks) -> &'static Path {
             })
             .collect();
         sources.sort();
-        assert!(sources.len() > 10, "runtime sources not found under {}", src.display());
+        assert!(
+            sources.len() > 10,
+            "runtime sources not found under {}",
+            src.display()
+        );
         let dir = out_dir().join(format!("obj-{:?}-{}", checks, std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let objs = compile_all(&sources, &dir, checks);
@@ -218,6 +241,7 @@ pub fn unit(name: &str, checks: Checks, extra: &[&str]) -> PathBuf {
     if bin.exists() {
         return bin;
     }
+    remove_stale(&format!("{name}-"));
     let tmp = bin.with_extension(format!("tmp{}", std::process::id()));
     let mut c = Command::new(cc());
     c.current_dir(root())
@@ -281,7 +305,8 @@ pub fn run(bin: &Path, args: &[&str], env: &[(&str, &str)], secs: u64) -> Ran {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let read = |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
     Ran {
         ok: status == "exit status: 0",
         status,

@@ -57,12 +57,20 @@ fn disassemble(lib: &std::path::Path) -> HashMap<String, Vec<Insn>> {
         .arg(lib)
         .output()
         .expect("objdump (binutils, scripts/install-deps.sh) must be installed");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut funcs: HashMap<String, Vec<Insn>> = HashMap::new();
     let mut cur: Option<String> = None;
     for line in text.lines() {
-        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")).map(|(_, n)| n) {
+        if let Some(name) = line
+            .strip_suffix(">:")
+            .and_then(|l| l.split_once(" <"))
+            .map(|(_, n)| n)
+        {
             cur = Some(name.to_string());
             funcs.entry(name.to_string()).or_default();
             continue;
@@ -77,17 +85,27 @@ fn disassemble(lib: &std::path::Path) -> HashMap<String, Vec<Insn>> {
         let mut parts = code.trim().splitn(2, char::is_whitespace);
         let mut mnemonic = parts.next().unwrap_or("").to_string();
         let mut operands = parts.next().unwrap_or("").trim().to_string();
-        for prefix in ["lock", "rep", "repz", "repnz", "bnd", "notrack", "cs", "ds", "data16"] {
+        for prefix in [
+            "lock", "rep", "repz", "repnz", "bnd", "notrack", "cs", "ds", "data16",
+        ] {
             if mnemonic == prefix {
                 // keep a lock prefix visible; others are irrelevant to the shape
                 let mut p = operands.splitn(2, char::is_whitespace);
                 let m = p.next().unwrap_or("").to_string();
                 operands = p.next().unwrap_or("").trim().to_string();
-                mnemonic = if prefix == "lock" { format!("lock {m}") } else { m };
+                mnemonic = if prefix == "lock" {
+                    format!("lock {m}")
+                } else {
+                    m
+                };
             }
         }
         // a resolved address: the comment's (rip-relative data), else a branch's "addr <sym>"
-        let resolved = if comment.is_empty() { operands.as_str() } else { comment.trim() };
+        let resolved = if comment.is_empty() {
+            operands.as_str()
+        } else {
+            comment.trim()
+        };
         let (target, symbol) = match resolved.split_once(" <") {
             Some((a, s)) => (
                 u64::from_str_radix(a.trim().trim_start_matches('*'), 16).ok(),
@@ -257,13 +275,21 @@ fn broken(path: &[Insn], shape: &Shape, is_forward: &dyn Fn(&Insn) -> bool) -> O
     for x in path {
         let why = |w: &str| Some(format!("`{x}` {w}"));
         let m = x.mnemonic.as_str();
-        if m.starts_with("lock") || m.starts_with("xchg") || m.starts_with("cmpxchg") || m.starts_with("xadd") {
+        if m.starts_with("lock")
+            || m.starts_with("xchg")
+            || m.starts_with("cmpxchg")
+            || m.starts_with("xadd")
+        {
             return why("is a locked (atomic) instruction");
         }
-        if m == "call" && !(shape.forward == Forward::CallThenReturn && x.indirect() && is_forward(x)) {
+        if m == "call"
+            && !(shape.forward == Forward::CallThenReturn && x.indirect() && is_forward(x))
+        {
             return why("is a call");
         }
-        if !shape.stack && (m.starts_with("push") || m.starts_with("pop") || x.operands.ends_with(",%rsp")) {
+        if !shape.stack
+            && (m.starts_with("push") || m.starts_with("pop") || x.operands.ends_with(",%rsp"))
+        {
             return why("touches the stack (a frame on the fast path)");
         }
         if x.touches_fs() && x.writes_memory() {
@@ -285,7 +311,13 @@ fn broken(path: &[Insn], shape: &Shape, is_forward: &dyn Fn(&Insn) -> bool) -> O
         (have != want).then(|| format!("{have} {what} where the shape has {want}"))
     };
     count("countdown updates", countdown, shape.countdown)
-        .or_else(|| count("range compares against a global", compares, shape.range_compares))
+        .or_else(|| {
+            count(
+                "range compares against a global",
+                compares,
+                shape.range_compares,
+            )
+        })
         .or_else(|| count("conditional branches", branches, shape.branches))
         .or_else(|| {
             (path.len() > shape.max_insns)
@@ -302,7 +334,8 @@ fn fast_paths_keep_their_shape() {
     let is_forward = |x: &Insn| {
         x.indirect()
             && x.operands.contains("(%rip)")
-            && x.target.is_some_and(|t| data.iter().any(|(_, lo, hi)| (*lo..*hi).contains(&t)))
+            && x.target
+                .is_some_and(|t| data.iter().any(|(_, lo, hi)| (*lo..*hi).contains(&t)))
     };
     let mut checked = Vec::new();
     let mut failures = Vec::new();
@@ -376,23 +409,49 @@ fn the_checker_names_what_breaks_a_shape() {
     assert_eq!(broken(&p, &MALLOC, &fwd), None);
     let mut locked = good.clone();
     locked[1].mnemonic = "lock sub".into();
-    let e = broken(&hot_path(&locked, &fwd, Forward::TailJump).unwrap(), &MALLOC, &fwd).unwrap();
+    let e = broken(
+        &hot_path(&locked, &fwd, Forward::TailJump).unwrap(),
+        &MALLOC,
+        &fwd,
+    )
+    .unwrap();
     assert!(e.contains("lock sub") && e.contains("locked"), "{e}");
     let mut called = good.clone();
-    called.insert(1, insn(3, "call", "4000 <ml_cost>", Some(0x4000), "ml_cost"));
-    let e = broken(&hot_path(&called, &fwd, Forward::TailJump).unwrap(), &MALLOC, &fwd).unwrap();
+    called.insert(
+        1,
+        insn(3, "call", "4000 <ml_cost>", Some(0x4000), "ml_cost"),
+    );
+    let e = broken(
+        &hot_path(&called, &fwd, Forward::TailJump).unwrap(),
+        &MALLOC,
+        &fwd,
+    )
+    .unwrap();
     assert!(e.contains("ml_cost") && e.contains("a call"), "{e}");
     let mut split = good.clone();
     split[1] = insn(7, "mov", "%fs:(%rax),%rdx", None, "");
     split.insert(2, insn(8, "sub", "%rdi,%rdx", None, ""));
     split.insert(3, insn(9, "mov", "%rdx,%fs:(%rax)", None, ""));
-    let e = broken(&hot_path(&split, &fwd, Forward::TailJump).unwrap(), &MALLOC, &fwd).unwrap();
+    let e = broken(
+        &hot_path(&split, &fwd, Forward::TailJump).unwrap(),
+        &MALLOC,
+        &fwd,
+    )
+    .unwrap();
     assert!(e.contains("read-modify-write"), "{e}");
     let mut stored = good.clone();
     stored.insert(1, insn(3, "mov", "%rdi,0x8(%rip)", Some(0x300), "ml_last"));
-    let e = broken(&hot_path(&stored, &fwd, Forward::TailJump).unwrap(), &MALLOC, &fwd).unwrap();
+    let e = broken(
+        &hot_path(&stored, &fwd, Forward::TailJump).unwrap(),
+        &MALLOC,
+        &fwd,
+    )
+    .unwrap();
     assert!(e.contains("ml_last") && e.contains("stores"), "{e}");
     // a free that counted down as malloc does
     let e = broken(&p, &FREE, &fwd).unwrap();
-    assert!(e.contains("1 countdown updates where the shape has 0"), "{e}");
+    assert!(
+        e.contains("1 countdown updates where the shape has 0"),
+        "{e}"
+    );
 }

@@ -59,10 +59,7 @@ where
 
 /// The harness's lines of one kind.
 fn lines<'a>(ls: &'a [Vec<String>], key: &str) -> Vec<&'a [String]> {
-    ls.iter()
-        .filter(|w| w[0] == key)
-        .map(|w| &w[1..])
-        .collect()
+    ls.iter().filter(|w| w[0] == key).map(|w| &w[1..]).collect()
 }
 
 fn one<'a>(ls: &'a [Vec<String>], key: &str) -> &'a [String] {
@@ -138,7 +135,10 @@ fn check_stacks(d: &RawDump, e: &Expect, round: usize) {
         let (ifx, ib): (i64, i64) = (num(&s[3]), num(&s[4]));
         let key: Key = (s[6..].iter().map(|x| num(x)).collect(), num(&s[5]));
         if v[0] == 0 && v[1] == 0 && ifx == 0 && ib == 0 {
-            assert!(!got.contains_key(&key), "a stack with nothing to count was written");
+            assert!(
+                !got.contains_key(&key),
+                "a stack with nothing to count was written"
+            );
             continue;
         }
         let r = got
@@ -154,7 +154,10 @@ fn check_stacks(d: &RawDump, e: &Expect, round: usize) {
             r.inuse_objects_fx,
             r.inuse_bytes,
         );
-        assert_eq!(have, want, "stack {key:?}: samples alloc_fx alloc_bytes inuse_fx inuse_bytes");
+        assert_eq!(
+            have, want,
+            "stack {key:?}: samples alloc_fx alloc_bytes inuse_fx inuse_bytes"
+        );
         let rl = r.life.as_ref().expect("a life line after every stack line");
         let lv: Vec<i64> = l.iter().map(|x| num(x)).collect();
         assert_eq!((rl.peak_objects_fx, rl.peak_bytes), (lv[0], lv[1]), "peak");
@@ -171,7 +174,10 @@ fn check_stacks(d: &RawDump, e: &Expect, round: usize) {
     assert_eq!(d.stacks.len(), written, "stacks written");
     assert!(written > 200, "the harness's stacks were not written");
     assert_eq!(d.meta.samples, total, "header samples = sum of the stacks'");
-    assert!(got.keys().any(|k| k.0.len() == 128), "a stack of 128 frames");
+    assert!(
+        got.keys().any(|k| k.0.len() == 128),
+        "a stack of 128 frames"
+    );
     assert!(got.keys().any(|k| k.0.is_empty()), "a stack of no frame");
 }
 
@@ -187,11 +193,12 @@ fn check_modules(d: &RawDump, e: &Expect) {
                 String::from_utf8_lossy(&unhex(&w[3])).into_owned(),
                 Vec::new(),
             )),
-            "segment" => exp
-                .last_mut()
-                .unwrap()
-                .3
-                .push([w[1].clone(), w[2].clone(), w[3].clone(), w[4].clone()]),
+            "segment" => exp.last_mut().unwrap().3.push([
+                w[1].clone(),
+                w[2].clone(),
+                w[3].clone(),
+                w[4].clone(),
+            ]),
             _ => {}
         }
     }
@@ -218,7 +225,9 @@ fn check_modules(d: &RawDump, e: &Expect) {
             .collect();
         assert_eq!(&have, segs, "{path}: segments");
         if Path::new(path).is_file() {
-            let id = memlens_profile::file_build_id(path).unwrap().unwrap_or_default();
+            let id = memlens_profile::file_build_id(path)
+                .unwrap()
+                .unwrap_or_default();
             assert_eq!(m.build_id, id, "{path}: build id");
         }
     }
@@ -233,7 +242,11 @@ fn check_views(d: &RawDump, e: &Expect, round: usize) {
     assert_eq!((v.peak, v.peak_ns), (num(&w[3]), num(&w[4])));
     assert_eq!(v.allocator, w[5]);
     assert!(v.life_decades, "view life_decades 1");
-    assert!(v.tsc_hz > 100_000_000 && v.tsc_hz < 100_000_000_000, "tsc_hz {}", v.tsc_hz);
+    assert!(
+        v.tsc_hz > 100_000_000 && v.tsc_hz < 100_000_000_000,
+        "tsc_hz {}",
+        v.tsc_hz
+    );
     let mut tl: Vec<[i64; 5]> = lines(&e.top, "tl")
         .iter()
         .map(|p| std::array::from_fn(|i| num(&p[i])))
@@ -249,7 +262,11 @@ fn check_views(d: &RawDump, e: &Expect, round: usize) {
         );
         assert_eq!(dumped[1], num::<i64>(&p[2]), "the dump's point: heap");
         assert!(dumped[2] > 0, "the dump's point: RSS");
-        assert_eq!(&dumped[3..], &[-1, -1], "the dump's point: allocator figures unknown");
+        assert_eq!(
+            &dumped[3..],
+            &[-1, -1],
+            "the dump's point: allocator figures unknown"
+        );
         tl.push(*dumped);
     }
     assert_eq!(v.timeline, tl);
@@ -300,13 +317,18 @@ fn every_field_reads_back_as_written() {
     let tmp = tempfile::tempdir().unwrap();
     let (e, out, _, exe) = run_harness(tmp.path());
     for round in [1, 2] {
-        let path = out.join(if round == 1 { "first.raw" } else { "second.raw" });
+        let path = out.join(if round == 1 {
+            "first.raw"
+        } else {
+            "second.raw"
+        });
         let d = read_raw(&path).unwrap_or_else(|err| panic!("{}: {err:#}", path.display()));
         check_header(&d, &e, round, &exe);
         check_stacks(&d, &e, round);
         check_modules(&d, &e);
         check_views(&d, &e, round);
-        let maps = String::from_utf8_lossy(&unhex(&one(&e.dumps[round - 1], "maps")[0])).into_owned();
+        let maps =
+            String::from_utf8_lossy(&unhex(&one(&e.dumps[round - 1], "maps")[0])).into_owned();
         assert_eq!(d.maps, maps.lines().collect::<Vec<_>>(), "maps, verbatim");
     }
 }
@@ -334,29 +356,72 @@ fn the_state_file_agrees_with_the_dump() {
         (b.pid, b.ppid, &b.exe, b.interval, &b.unwinder, b.active)
     );
     // the state's start is taken when its file is made, a moment before ml_init takes the dump's
-    assert!(a.start_ns.abs_diff(b.start_ns) < 1_000_000_000, "start_ns {} vs {}", a.start_ns, b.start_ns);
-    assert_eq!(
-        (a.samples, a.truncated, a.dropped, a.unwind_fallbacks, a.max_depth, a.dropped_bytes),
-        (b.samples, b.truncated, b.dropped, b.unwind_fallbacks, b.max_depth, b.dropped_bytes)
+    assert!(
+        a.start_ns.abs_diff(b.start_ns) < 1_000_000_000,
+        "start_ns {} vs {}",
+        a.start_ns,
+        b.start_ns
     );
-    assert_eq!((a.max_stacks, a.table_full, a.untracked), (b.max_stacks, b.table_full, b.untracked));
+    assert_eq!(
+        (
+            a.samples,
+            a.truncated,
+            a.dropped,
+            a.unwind_fallbacks,
+            a.max_depth,
+            a.dropped_bytes
+        ),
+        (
+            b.samples,
+            b.truncated,
+            b.dropped,
+            b.unwind_fallbacks,
+            b.max_depth,
+            b.dropped_bytes
+        )
+    );
+    assert_eq!(
+        (a.max_stacks, a.table_full, a.untracked),
+        (b.max_stacks, b.table_full, b.untracked)
+    );
     let by_key = |x: &RawDump| -> HashMap<Key, memlens_profile::RawStack> {
-        x.stacks.iter().map(|s| ((s.pcs.clone(), s.flags), s.clone())).collect()
+        x.stacks
+            .iter()
+            .map(|s| ((s.pcs.clone(), s.flags), s.clone()))
+            .collect()
     };
     let (ss, ds) = (by_key(&s), by_key(&d));
     assert_eq!(ss.len(), ds.len());
     for (k, x) in &ss {
         let y = &ds[k];
         assert_eq!(
-            (x.samples, x.alloc_objects_fx, x.alloc_bytes, x.inuse_objects_fx, x.inuse_bytes),
-            (y.samples, y.alloc_objects_fx, y.alloc_bytes, y.inuse_objects_fx, y.inuse_bytes),
+            (
+                x.samples,
+                x.alloc_objects_fx,
+                x.alloc_bytes,
+                x.inuse_objects_fx,
+                x.inuse_bytes
+            ),
+            (
+                y.samples,
+                y.alloc_objects_fx,
+                y.alloc_bytes,
+                y.inuse_objects_fx,
+                y.inuse_bytes
+            ),
             "{k:?}"
         );
         let (lx, ly) = (x.life.as_ref().unwrap(), y.life.as_ref().unwrap());
-        assert_eq!((lx.peak_objects_fx, lx.peak_bytes, &lx.freed), (ly.peak_objects_fx, ly.peak_bytes, &ly.freed));
+        assert_eq!(
+            (lx.peak_objects_fx, lx.peak_bytes, &lx.freed),
+            (ly.peak_objects_fx, ly.peak_bytes, &ly.freed)
+        );
     }
     let (vs, vd) = (s.views.unwrap(), d.views.unwrap());
-    assert_eq!((vs.enabled, vs.heap, vs.heap_max, vs.peak, vs.peak_ns), (vd.enabled, vd.heap, vd.heap_max, vd.peak, vd.peak_ns));
+    assert_eq!(
+        (vs.enabled, vs.heap, vs.heap_max, vs.peak, vs.peak_ns),
+        (vd.enabled, vd.heap, vd.heap_max, vd.peak, vd.peak_ns)
+    );
     assert_eq!(vs.timeline, vd.timeline);
     assert!(!s.modules.is_empty());
     for m in &s.modules {
@@ -365,6 +430,9 @@ fn the_state_file_agrees_with_the_dump() {
             .iter()
             .find(|n| n.base == m.base && n.path == m.path)
             .unwrap_or_else(|| panic!("state module {} not in the dump", m.path));
-        assert_eq!((&m.build_id, m.loaded, &m.segments), (&n.build_id, n.loaded, &n.segments));
+        assert_eq!(
+            (&m.build_id, m.loaded, &m.segments),
+            (&n.build_id, n.loaded, &n.segments)
+        );
     }
 }

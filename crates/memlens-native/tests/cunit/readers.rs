@@ -162,8 +162,13 @@ fn mutate(seed: &[u8], edits: &[(usize, u8, u64)]) -> Vec<u8> {
                 b.splice(at..at, junk.iter().copied());
             }
             3 => {
-                let num = ["18446744073709551616", "-9223372036854775809", "99999999999999999999999", "0x", "-1"]
-                    [v as usize % 5];
+                let num = [
+                    "18446744073709551616",
+                    "-9223372036854775809",
+                    "99999999999999999999999",
+                    "0x",
+                    "-1",
+                ][v as usize % 5];
                 b.splice(at..at, num.bytes());
             }
             4 => {
@@ -205,8 +210,22 @@ fn field() -> impl Strategy<Value = String> {
         any::<i64>().prop_map(|v| v.to_string()),
         any::<u64>().prop_map(|v| format!("{v:#x}")),
         prop::sample::select(vec![
-            "", "-", "0", "-0", "0x", "0xg", "18446744073709551616", "-9223372036854775809",
-            "1e9", "NaN", "loaded", "unloaded", "r-x", "\\x0a", "\u{fffd}", "   ",
+            "",
+            "-",
+            "0",
+            "-0",
+            "0x",
+            "0xg",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "1e9",
+            "NaN",
+            "loaded",
+            "unloaded",
+            "r-x",
+            "\\x0a",
+            "\u{fffd}",
+            "   ",
         ])
         .prop_map(str::to_string),
     ]
@@ -215,9 +234,32 @@ fn field() -> impl Strategy<Value = String> {
 /// A line shaped like one of a dump's records, with random fields.
 fn record() -> impl Strategy<Value = String> {
     let key = prop::sample::select(vec![
-        "memlens-raw", "pid", "ppid", "exe", "interval", "unwinder", "active", "reason", "start_ns",
-        "time_ns", "samples", "truncated", "dropped", "max_depth", "cost_ns", "module", "segment",
-        "maps", "end maps", "stack", "life", "view", "tl", "end", "future_key", "Bad-Key",
+        "memlens-raw",
+        "pid",
+        "ppid",
+        "exe",
+        "interval",
+        "unwinder",
+        "active",
+        "reason",
+        "start_ns",
+        "time_ns",
+        "samples",
+        "truncated",
+        "dropped",
+        "max_depth",
+        "cost_ns",
+        "module",
+        "segment",
+        "maps",
+        "end maps",
+        "stack",
+        "life",
+        "view",
+        "tl",
+        "end",
+        "future_key",
+        "Bad-Key",
     ]);
     (key, prop::collection::vec(field(), 0..20)).prop_map(|(k, f)| {
         let mut l = k.to_string();
@@ -259,7 +301,9 @@ fn raw_reader_takes_mutated_real_dumps() {
         memlens_profile::parse_raw(&String::from_utf8_lossy(seed)).expect("the seed itself reads");
     }
     runner()
-        .run(&(0..s.raw.len(), edits()), |(i, e)| raw_case(&mutate(&s.raw[i], &e)))
+        .run(&(0..s.raw.len(), edits()), |(i, e)| {
+            raw_case(&mutate(&s.raw[i], &e))
+        })
         .unwrap();
 }
 
@@ -312,13 +356,31 @@ fn directory(state: &[u8]) -> Vec<(String, usize, usize)> {
 
 /// Values a lying header or directory would hold.
 fn lie(v: u64, file_len: u64) -> u64 {
-    [0, 1, 3, 4, 8, 9, 4095, 4096, u32::MAX as u64, u64::MAX, 1 << 40, file_len, file_len - 1, v % (file_len + 64)]
-        [(v >> 56) as usize % 14]
+    [
+        0,
+        1,
+        3,
+        4,
+        8,
+        9,
+        4095,
+        4096,
+        u32::MAX as u64,
+        u64::MAX,
+        1 << 40,
+        file_len,
+        file_len - 1,
+        v % (file_len + 64),
+    ][(v >> 56) as usize % 14]
 }
 
 /// Edits that know the format: a header field set to a lie (a count, an offset, a size), or a
 /// directory entry pointing elsewhere or sized otherwise; then a few plain byte edits.
-fn mutate_state(seed: &[u8], fields: &[(usize, bool, u64, u64)], bytes: &[(usize, u8, u64)]) -> Vec<u8> {
+fn mutate_state(
+    seed: &[u8],
+    fields: &[(usize, bool, u64, u64)],
+    bytes: &[(usize, u8, u64)],
+) -> Vec<u8> {
     let mut b = seed.to_vec();
     let orig = directory(seed);
     let mut dir = orig.clone();
@@ -351,9 +413,14 @@ fn state_reader_takes_mutated_real_state() {
     std::fs::write(&f, &s.state).unwrap();
     memlens_profile::render_state(&f, "exit", None).expect("the seed itself renders");
     assert!(directory(&s.state).len() > 50, "the seed's field directory");
-    let fields = prop::collection::vec((any::<usize>(), any::<bool>(), any::<u64>(), any::<u64>()), 1..4);
+    let fields = prop::collection::vec(
+        (any::<usize>(), any::<bool>(), any::<u64>(), any::<u64>()),
+        1..4,
+    );
     let bytes = prop::collection::vec((any::<usize>(), any::<u8>(), any::<u64>()), 0..3);
     runner()
-        .run(&(fields, bytes), |(f, b)| state_case(&mutate_state(&s.state, &f, &b), dir.path()))
+        .run(&(fields, bytes), |(f, b)| {
+            state_case(&mutate_state(&s.state, &f, &b), dir.path())
+        })
         .unwrap();
 }

@@ -66,11 +66,20 @@ fn cfi_fuzz() {
     // "cfi_fuzz: N inputs from seed S in T s: F frame rules, O outermost, U unsupported"
     let field = |word: &str| -> u64 {
         let w: Vec<&str> = ran.stdout.split_whitespace().collect();
-        let i = w.iter().position(|x| x.trim_end_matches(',') == word).unwrap();
-        w[i - 1].parse().unwrap_or_else(|_| panic!("{word} in {}", ran.stdout))
+        let i = w
+            .iter()
+            .position(|x| x.trim_end_matches(',') == word)
+            .unwrap();
+        w[i - 1]
+            .parse()
+            .unwrap_or_else(|_| panic!("{word} in {}", ran.stdout))
     };
     let (inputs, frames) = (field("inputs"), field("frame"));
     assert_eq!(inputs, 300_000, "{}", ran.stdout);
-    assert!(frames * 10 > inputs, "too few inputs reached a frame rule: {}", ran.stdout);
+    assert!(
+        frames * 10 > inputs,
+        "too few inputs reached a frame rule: {}",
+        ran.stdout
+    );
     assert!(field("outermost") > 0, "{}", ran.stdout);
 }
