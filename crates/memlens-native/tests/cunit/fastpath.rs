@@ -407,46 +407,35 @@ fn the_checker_names_what_breaks_a_shape() {
     let p = hot_path(&good, &fwd, Forward::TailJump).unwrap();
     assert_eq!(p.len(), 4);
     assert_eq!(broken(&p, &MALLOC, &fwd), None);
+    // why a variant of that malloc breaks the shape
+    let why = |f: Vec<Insn>| {
+        broken(
+            &hot_path(&f, &fwd, Forward::TailJump).unwrap(),
+            &MALLOC,
+            &fwd,
+        )
+        .unwrap()
+    };
     let mut locked = good.clone();
     locked[1].mnemonic = "lock sub".into();
-    let e = broken(
-        &hot_path(&locked, &fwd, Forward::TailJump).unwrap(),
-        &MALLOC,
-        &fwd,
-    )
-    .unwrap();
+    let e = why(locked);
     assert!(e.contains("lock sub") && e.contains("locked"), "{e}");
     let mut called = good.clone();
     called.insert(
         1,
         insn(3, "call", "4000 <ml_cost>", Some(0x4000), "ml_cost"),
     );
-    let e = broken(
-        &hot_path(&called, &fwd, Forward::TailJump).unwrap(),
-        &MALLOC,
-        &fwd,
-    )
-    .unwrap();
+    let e = why(called);
     assert!(e.contains("ml_cost") && e.contains("a call"), "{e}");
     let mut split = good.clone();
     split[1] = insn(7, "mov", "%fs:(%rax),%rdx", None, "");
     split.insert(2, insn(8, "sub", "%rdi,%rdx", None, ""));
     split.insert(3, insn(9, "mov", "%rdx,%fs:(%rax)", None, ""));
-    let e = broken(
-        &hot_path(&split, &fwd, Forward::TailJump).unwrap(),
-        &MALLOC,
-        &fwd,
-    )
-    .unwrap();
+    let e = why(split);
     assert!(e.contains("read-modify-write"), "{e}");
     let mut stored = good.clone();
     stored.insert(1, insn(3, "mov", "%rdi,0x8(%rip)", Some(0x300), "ml_last"));
-    let e = broken(
-        &hot_path(&stored, &fwd, Forward::TailJump).unwrap(),
-        &MALLOC,
-        &fwd,
-    )
-    .unwrap();
+    let e = why(stored);
     assert!(e.contains("ml_last") && e.contains("stores"), "{e}");
     // a free that counted down as malloc does
     let e = broken(&p, &FREE, &fwd).unwrap();
