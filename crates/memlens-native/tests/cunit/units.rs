@@ -83,3 +83,39 @@ fn cfi_fuzz() {
     );
     assert!(field("outermost") > 0, "{}", ran.stdout);
 }
+
+/// Every C file of runtime/tests/unit is run by a test here (or is a helper a test builds): a new
+/// `*_test.c` without its line above would otherwise never run.
+#[test]
+fn every_unit_file_is_run() {
+    let run = [
+        "fmt_test",
+        "sample_test",
+        "stacks_test",
+        "range_test",
+        "cfi_test",
+        "cfi_fuzz",
+    ];
+    let elsewhere = ["dump_test", "dump_plugin"]; // raw_writer.rs and readers.rs build these
+    let dir = cbuild::root().join("runtime/tests/unit");
+    let mut found: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    let mut known: Vec<String> = run
+        .iter()
+        .chain(&elsewhere)
+        .map(|s| s.to_string())
+        .collect();
+    known.sort();
+    assert_eq!(
+        found,
+        known,
+        "C files in {} without a test that runs them",
+        dir.display()
+    );
+}
