@@ -314,3 +314,56 @@ pub fn run(bin: &Path, args: &[&str], env: &[(&str, &str)], secs: u64) -> Ran {
         stderr: read(&e),
     }
 }
+
+/// What one run of the dump harness (`runtime/tests/unit/dump_test.c`) left behind.
+pub struct DumpRun {
+    /// What it printed: the values it had in memory (raw_writer.rs's expectations).
+    pub stdout: String,
+    /// Where its two dumps are (`first.raw`, `second.raw`).
+    pub out: PathBuf,
+    /// The state file its runtime kept in the run directory.
+    pub state: PathBuf,
+    /// The harness's path (the dumps' exe).
+    pub exe: PathBuf,
+}
+
+/// Build the dump harness (as shipped: it writes states the debug invariants forbid) and the
+/// plugin it dlopens into `home`, and run it there with out/ and run/ beside `home` under `tmp`
+/// and `env`; it must exit 0 and leave one state file.
+pub fn dump_harness(tmp: &Path, home: &Path, env: &[(&str, &str)]) -> DumpRun {
+    let bin = unit("dump_test", Checks::Release, &[]);
+    std::fs::create_dir_all(home).unwrap();
+    let exe = home.join("dump_test");
+    std::fs::copy(&bin, &exe).unwrap();
+    let plugin = home.join("libplugin.so");
+    let mut c = Command::new(cc());
+    c.args(["-shared", "-fPIC", "-Wl,--build-id", "-o"])
+        .arg(&plugin)
+        .arg(root().join("runtime/tests/unit/dump_plugin.c"));
+    must(c, "building dump_plugin.c");
+    let (out, run_dir) = (tmp.join("out"), tmp.join("run"));
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let mut all = vec![("MEMLENS_RUN_DIR", run_dir.to_str().unwrap())];
+    all.extend_from_slice(env);
+    let ran = run(
+        &exe,
+        &[out.to_str().unwrap(), plugin.to_str().unwrap()],
+        &all,
+        120,
+    )
+    .ok("runtime/tests/unit/dump_test.c");
+    let states: Vec<PathBuf> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "state"))
+        .collect();
+    assert_eq!(states.len(), 1, "one state file in {}", run_dir.display());
+    DumpRun {
+        stdout: ran.stdout,
+        out,
+        state: states.into_iter().next().unwrap(),
+        exe,
+    }
+}

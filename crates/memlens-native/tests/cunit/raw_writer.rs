@@ -8,7 +8,7 @@
 use crate::cbuild;
 use memlens_profile::{read_raw, RawDump};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What the harness printed: its facts, and per dump its own block of lines.
 struct Expect {
@@ -272,50 +272,27 @@ fn check_views(d: &RawDump, e: &Expect, round: usize) {
     assert_eq!(v.timeline, tl);
 }
 
-/// Builds the harness and its plugin in a directory with a hostile name, runs it with a run
-/// directory: (the harness's output, the dump directory, the run directory, the harness's path).
-fn run_harness(tmp: &Path) -> (Expect, PathBuf, PathBuf, String) {
-    let bin = cbuild::unit("dump_test", cbuild::Checks::Release, &[]);
+/// Runs the harness from a directory with a hostile name: what it printed, and what it wrote.
+fn run_harness(tmp: &Path) -> (Expect, cbuild::DumpRun) {
     let home = tmp.join("dir with space\\x41 and\nnewline");
-    std::fs::create_dir_all(&home).unwrap();
-    let exe = home.join("dump_test");
-    std::fs::copy(&bin, &exe).unwrap();
-    let plugin = home.join("libplugin.so");
-    let o = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,--build-id", "-o"])
-        .arg(&plugin)
-        .arg(cbuild::root().join("runtime/tests/unit/dump_plugin.c"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let (out, run) = (tmp.join("out"), tmp.join("run"));
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::create_dir_all(&run).unwrap();
-    let ran = cbuild::run(
-        &exe,
-        &[out.to_str().unwrap(), plugin.to_str().unwrap()],
+    let d = cbuild::dump_harness(
+        tmp,
+        &home,
         &[
-            ("MEMLENS_RUN_DIR", run.to_str().unwrap()),
             ("MEMLENS_INTERVAL", "64K"),
             ("MEMLENS_UNWINDER", "fp"),
             ("MEMLENS_MAX_DEPTH", "128"),
         ],
-        120,
-    )
-    .ok("runtime/tests/unit/dump_test.c");
-    (
-        parse_expect(&ran.stdout),
-        out,
-        run,
-        exe.to_string_lossy().into_owned(),
-    )
+    );
+    (parse_expect(&d.stdout), d)
 }
 
 /// Two dumps the C writer wrote, read by raw.rs: every field as the harness had it in memory.
 #[test]
 fn every_field_reads_back_as_written() {
     let tmp = tempfile::tempdir().unwrap();
-    let (e, out, _, exe) = run_harness(tmp.path());
+    let (e, h) = run_harness(tmp.path());
+    let (out, exe) = (&h.out, h.exe.to_string_lossy().into_owned());
     for round in [1, 2] {
         let path = out.join(if round == 1 {
             "first.raw"
@@ -339,17 +316,10 @@ fn every_field_reads_back_as_written() {
 #[test]
 fn the_state_file_agrees_with_the_dump() {
     let tmp = tempfile::tempdir().unwrap();
-    let (_, out, run, _) = run_harness(tmp.path());
-    let states: Vec<PathBuf> = std::fs::read_dir(&run)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "state"))
-        .collect();
-    assert_eq!(states.len(), 1, "one state file in {}", run.display());
-    let text = memlens_profile::render_state(&states[0], "exit", None).unwrap();
+    let (_, h) = run_harness(tmp.path());
+    let text = memlens_profile::render_state(&h.state, "exit", None).unwrap();
     let s = memlens_profile::parse_raw(&text).unwrap();
-    let d = read_raw(&out.join("second.raw")).unwrap();
+    let d = read_raw(&h.out.join("second.raw")).unwrap();
     let (a, b) = (&s.meta, &d.meta);
     assert_eq!(
         (a.pid, a.ppid, &a.exe, a.interval, &a.unwinder, a.active),

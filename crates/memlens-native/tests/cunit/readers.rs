@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// The system allocator, counting this thread's live bytes and their peak.
@@ -103,40 +103,17 @@ fn seeds() -> &'static Seeds {
     static S: OnceLock<Seeds> = OnceLock::new();
     S.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let (out, run) = (dir.path().join("out"), dir.path().join("run"));
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::create_dir_all(&run).unwrap();
-        let plugin = dir.path().join("libplugin.so");
-        let o = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&plugin)
-            .arg(cbuild::root().join("runtime/tests/unit/dump_plugin.c"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let bin = cbuild::unit("dump_test", cbuild::Checks::Release, &[]);
-        cbuild::run(
-            &bin,
-            &[out.to_str().unwrap(), plugin.to_str().unwrap()],
-            &[
-                ("MEMLENS_RUN_DIR", run.to_str().unwrap()),
-                ("MEMLENS_MAX_STACKS", "1024"),
-            ],
-            120,
-        )
-        .ok("dump_test (the readers' seeds)");
-        let state: PathBuf = std::fs::read_dir(&run)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "state"))
-            .expect("a state file");
+        let h = cbuild::dump_harness(
+            dir.path(),
+            &dir.path().join("bin"),
+            &[("MEMLENS_MAX_STACKS", "1024")],
+        );
         Seeds {
             raw: ["first.raw", "second.raw"]
                 .iter()
-                .map(|f| std::fs::read(out.join(f)).unwrap())
+                .map(|f| std::fs::read(h.out.join(f)).unwrap())
                 .collect(),
-            state: std::fs::read(state).unwrap(),
+            state: std::fs::read(&h.state).unwrap(),
             _dir: dir,
         }
     })
