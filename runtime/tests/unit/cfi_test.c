@@ -49,12 +49,18 @@ static const uint8_t prologue[] = {
     0x0b,       /* restore_state */
 };
 
+/* Tables of one function with gcc's frame (the prologue above) over 48 bytes of CODE. */
+static void gcc_frame(struct cb *b)
+{
+    cb_begin(b, table_buf, 1, "zR", cie_init, sizeof cie_init);
+    cb_fde(b, CODE, 48, prologue, sizeof prologue);
+    cb_finish(b);
+}
+
 TEST(a_frame_pointer_function_at_every_instruction)
 {
     struct cb b;
-    cb_begin(&b, table_buf, 1, "zR", cie_init, sizeof cie_init);
-    cb_fde(&b, CODE, 48, prologue, sizeof prologue);
-    cb_finish(&b);
+    gcc_frame(&b);
     /* ra - 1 is the call: the rule at that instruction */
     CHECK_EQ(rule(&b, CODE + 1), frame(0, 8, 0, 0));       /* at entry */
     CHECK_EQ(rule(&b, CODE + 2), frame(0, 16, 1, -16));    /* after push %rbp */
@@ -147,9 +153,7 @@ TEST(frames_it_hands_to_libunwind)
 TEST(truncated_and_lying_tables)
 {
     struct cb b;
-    cb_begin(&b, table_buf, 1, "zR", cie_init, sizeof cie_init);
-    cb_fde(&b, CODE, 48, prologue, sizeof prologue);
-    cb_finish(&b);
+    gcc_frame(&b);
     size_t full = b.n;
     int valid = 0;
     for (size_t cut = 0; cut < full; cut++) { /* every prefix of the tables */
