@@ -18,54 +18,6 @@ fn many_stacks(dir: &Path) -> PathBuf {
     )
 }
 
-/// How a command ended: its output, wall time and peak resident memory (its own, from wait4).
-struct Measured {
-    out: std::process::Output,
-    wall: Duration,
-    max_rss_kb: i64,
-}
-
-#[track_caller]
-#[allow(clippy::zombie_processes)] // waited for with wait4, for its rusage
-fn measured(cmd: &mut Command) -> Measured {
-    let t0 = Instant::now();
-    let mut c = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            r.read_to_end(&mut v).ok();
-            v
-        })
-    };
-    let (o, e) = (
-        drain(Box::new(c.stdout.take().unwrap())),
-        drain(Box::new(c.stderr.take().unwrap())),
-    );
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = c.id() as libc::pid_t;
-    // SAFETY: valid pointers; the child is ours and not waited for elsewhere.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    let wall = t0.elapsed();
-    use std::os::unix::process::ExitStatusExt;
-    Measured {
-        out: std::process::Output {
-            status: std::process::ExitStatus::from_raw(status),
-            stdout: o.join().unwrap(),
-            stderr: e.join().unwrap(),
-        },
-        wall,
-        max_rss_kb: ru.ru_maxrss,
-    }
-}
-
 /// A number after `key ` in `text`.
 fn number_after(text: &str, key: &str) -> u64 {
     let at = text

@@ -101,7 +101,8 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
         }
         return Ok(p);
     }
-    crate::pprof_read::read(input.reader(), crate::input::budget()).map_err(|e| {
+    let allowance = input.allowance.clone();
+    crate::pprof_read::read(input.reader(), &allowance).map_err(|e| {
         if e.downcast_ref::<crate::input::OverBudget>().is_some() {
             e.context(format!("cannot load {shown}"))
         } else {

@@ -1,11 +1,13 @@
 //! Collecting a run: every process that ran under the runtime gets its profile, or a line saying
 //! where it will be (still running) or why there is none. Used by `memlens run` when its program
 //! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
+use crate::members::{run_files, StateFile};
 use crate::rundir::{Plan, RunDir, DUMP_STEM};
 use anyhow::{Context, Result};
-use memlens_profile::StateStatus;
-use memlens_target::{raw_dumps, Dump};
+use memlens_profile::{Links, StateStatus};
+use memlens_target::Dump;
 use std::collections::BTreeMap;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 /// The profile of `pid` (of its image `seq`, when it is not the last): `main_out` for the main
@@ -56,18 +58,28 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
 
 /// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
 /// it is the image a forked child replaced by exec without a sample of its own: what it held was
-/// inherited from its parent (already in the parent's profile) and the exec discards it.
+/// inherited from its parent (already in the parent's profile) and the exec discards it. Read up
+/// to its first `stack` line (a regular file only: [`memlens_profile::open_regular`]).
 pub(crate) fn worth_a_profile(raw: &Path) -> bool {
-    let Ok(t) = std::fs::read_to_string(raw) else {
+    let Ok((f, _)) = memlens_profile::open_regular(raw, Links::Refuse) else {
         return true; // let the conversion report the problem
     };
-    let header = |key: &str| {
-        t.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .map(str::trim)
-    };
-    let sampled = header("samples").and_then(|v| v.parse::<u64>().ok()) != Some(0);
-    t.contains("\nstack ") && (sampled || header("reason") != Some("exec"))
+    let (mut samples, mut reason) = (None, String::new());
+    for line in std::io::BufReader::new(f.take(1 << 30))
+        .split(b'\n')
+        .map_while(|l| l.ok())
+    {
+        let line = String::from_utf8_lossy(&line);
+        if line.starts_with("stack ") {
+            return samples != Some(0) || reason != "exec";
+        }
+        if let Some(v) = line.strip_prefix("samples ") {
+            samples = v.trim().parse::<u64>().ok();
+        } else if let Some(v) = line.strip_prefix("reason ") {
+            reason = v.trim().to_string();
+        }
+    }
+    false
 }
 
 /// How a process ended, from its raw wait status: `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
@@ -159,23 +171,6 @@ fn start_ticks(pid: u32) -> Option<u64> {
     f.nth(18)?.parse().ok()
 }
 
-/// The state files of the run (`<pid>.<n>.state`), by pid then image.
-fn state_files(dir: &Path) -> Vec<(u32, u64, PathBuf)> {
-    let mut v: Vec<(u32, u64, PathBuf)> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let (pid, n) = name.strip_suffix(".state")?.split_once('.')?;
-                    Some((pid.parse().ok()?, n.parse().ok()?, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// What the state files say, before the dumps are converted.
 #[derive(Default)]
 struct FromStates {
@@ -194,15 +189,15 @@ const RECOVERED_SEQ: u64 = 1_000_000;
 /// was replaced by exec with nothing of its own is dropped; the running one is named; any other
 /// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
 /// dump from its state file.
-fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
+fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
     let mut r = FromStates::default();
-    let files = state_files(&dir.path);
-    for (i, (pid, n, path)) in files.iter().enumerate() {
-        let last = files.get(i + 1).is_none_or(|next| next.0 != *pid);
-        let info = match memlens_profile::read_state_info(path) {
+    for (i, f) in files.iter().enumerate() {
+        let (pid, n, path) = (&f.pid, &f.n, &f.path);
+        let last = files.get(i + 1).is_none_or(|next| next.pid != *pid);
+        let info = match &f.info {
             Ok(info) => info,
             Err(e) => {
-                eprintln!("memlens: warning: {e:#}");
+                eprintln!("memlens: warning: {e}");
                 continue;
             }
         };
@@ -236,9 +231,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
             _ => "ended",
         };
         let out = dump(RECOVERED_SEQ + n);
-        match memlens_profile::render_state(path, reason, None)
-            .and_then(|t| std::fs::write(&out, t).map_err(Into::into))
-        {
+        match memlens_profile::render_state(path, reason, None).and_then(|t| write_new(&out, &t)) {
             Ok(()) => {
                 r.done.insert(out.clone(), path.clone());
                 r.recovered.insert(out, how);
@@ -258,14 +251,29 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
 /// `first`: memlens run's own collection (the program itself is said to have no profile if it
 /// has none); a later one (`memlens report RUNDIR`) speaks only of what is left.
 pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
-    let states = read_states(dir, plan);
-    let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
+    let files = run_files(dir, plan, live)?;
+    let states = read_states(dir, plan, &files.states);
+    let mut dumps = files.dumps;
+    for out in states.recovered.keys() {
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let mut parts = name.splitn(4, '.').skip(1);
+        if let (Some(Ok(pid)), Some(Ok(seq))) =
+            (parts.next().map(str::parse), parts.next().map(str::parse))
+        {
+            dumps.push(Dump {
+                path: out.clone(),
+                pid,
+                seq,
+                uid: dir.owner,
+            });
+        }
+    }
+    dumps.sort_by_key(|d| (d.pid, d.seq));
     if let Some(k) = &plan.keep_raw {
         std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
         for d in &dumps {
             let dest = k.join(d.path.file_name().unwrap_or_default());
-            std::fs::copy(&d.path, &dest)
-                .with_context(|| format!("cannot write {}", dest.display()))?;
+            memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?;
         }
     }
     let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
@@ -384,6 +392,22 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         );
     }
     Ok(c)
+}
+
+/// Write `text` to `path`, a name in a directory others may write to: whatever is there is
+/// removed and the file created anew (O_EXCL: a link planted there is not followed).
+fn write_new(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::remove_file(path).ok();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

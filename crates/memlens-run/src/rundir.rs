@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Name of the plan file in a run directory.
@@ -62,6 +62,8 @@ fn root() -> Result<PathBuf> {
 pub struct RunDir {
     /// Where it is.
     pub path: PathBuf,
+    /// The run's own user: who ran `memlens run` (the owner of its plan).
+    pub owner: u32,
 }
 
 /// What `memlens run` recorded about a run, for whoever collects it.
@@ -102,7 +104,7 @@ impl RunDir {
                 Ok(()) => {
                     fs::set_permissions(&path, fs::Permissions::from_mode(mode))
                         .with_context(|| format!("cannot set the mode of {}", path.display()))?;
-                    return Ok(RunDir { path });
+                    return Ok(RunDir { path, owner: me });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
@@ -113,16 +115,24 @@ impl RunDir {
         bail!("cannot create a run directory in {}", root.display())
     }
 
-    /// An existing run directory (`memlens report RUNDIR`).
+    /// An existing run directory (`memlens report RUNDIR`): its plan must be a regular file (not
+    /// a link), and its owner is the run's own user.
     pub fn open(path: &Path) -> Result<RunDir> {
-        if !path.join(PLAN).is_file() {
+        let Ok(m) = fs::symlink_metadata(path.join(PLAN)) else {
             bail!(
                 "{} is not a memlens run directory (no '{PLAN}' file in it)",
+                path.display()
+            );
+        };
+        if !m.is_file() {
+            bail!(
+                "{} is not a memlens run directory (its '{PLAN}' is not a regular file)",
                 path.display()
             );
         }
         Ok(RunDir {
             path: path.to_path_buf(),
+            owner: m.uid(),
         })
     }
 
@@ -147,19 +157,37 @@ impl RunDir {
         for pid in &p.running {
             t.push_str(&format!("running {pid}\n"));
         }
-        let tmp = self.path.join(format!(".{PLAN}.tmp"));
-        let mut f =
-            fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        // A new name, created with O_EXCL (no link followed: others may create files here).
+        let tmp = self
+            .path
+            .join(format!(".{PLAN}.{}.{:08x}", std::process::id(), random()));
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(t.as_bytes())?;
         drop(f);
         fs::rename(&tmp, self.path.join(PLAN))
             .with_context(|| format!("cannot write {}", self.path.join(PLAN).display()))
     }
 
-    /// Read the plan back.
+    /// Read the plan back (a regular file of the run's own user, at most 1 MiB).
     pub fn read_plan(&self) -> Result<Plan> {
         let f = self.path.join(PLAN);
-        let t = fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
+        let (file, m) = memlens_profile::open_regular(&f, memlens_profile::Links::Refuse)?;
+        if m.uid() != self.owner {
+            bail!(
+                "{} belongs to uid {}, not to the run's",
+                f.display(),
+                m.uid()
+            );
+        }
+        let mut t = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, 1 << 20), &mut t)
+            .with_context(|| format!("cannot read {}", f.display()))?;
+        let t = String::from_utf8_lossy(&t);
         let mut p = Plan::default();
         for l in t.lines() {
             let (k, v) = l.split_once(' ').unwrap_or((l, ""));
@@ -258,6 +286,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let r = RunDir {
             path: d.path().to_path_buf(),
+            owner: euid(),
         };
         let mut p = Plan {
             main_pid: 12,
