@@ -521,3 +521,16 @@ pub fn measured(cmd: &mut Command) -> Measured {
         max_rss_kb,
     }
 }
+
+/// `memlens` run as an ordinary user: as uid 65534 (setpriv) when the tests run as root, else as
+/// the user running them. True when it is uid 65534 (whose files the caller may need to chown).
+pub fn memlens_as_a_user() -> (Command, bool) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return (memlens(), false);
+    }
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(memlens_path());
+    (c, true)
+}

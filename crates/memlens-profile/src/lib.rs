@@ -40,7 +40,9 @@ mod views;
 
 pub use model::{Frame, Function, Line, Location, Mapping, Profile, Sample, SampleIndex};
 
-pub use convert::{convert_raw, load, symbolize_dump_with, symbolize_dumps, ConvertSummary};
+pub use convert::{
+    convert_raw, convert_raw_text, load, symbolize_dump_with, symbolize_dumps, ConvertSummary,
+};
 pub use raw::{parse as parse_raw, read as read_raw, RawDump, RawModule, RawStack};
 pub use state::{
     read_info as read_state_info, render as render_state, StateInfo, Status as StateStatus,

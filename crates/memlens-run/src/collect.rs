@@ -23,11 +23,15 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
     }
 }
 
-/// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
-fn convert(raw: &Path, out: &Path) -> Result<String> {
+/// Convert one raw dump (a file, or `text` rendered from a state file) to gzipped pprof (the
+/// profile crate does the work); a one-line summary.
+fn convert(raw: &Path, text: Option<&String>, out: &Path) -> Result<String> {
     use memlens_measure::units::format_size;
     let t0 = std::time::Instant::now();
-    let s = memlens_profile::convert_raw(raw, out)?;
+    let s = match text {
+        Some(t) => memlens_profile::convert_raw_text(t, out)?,
+        None => memlens_profile::convert_raw(raw, out)?,
+    };
     let took = t0.elapsed().as_secs_f64();
     let full = if s.table_full > 0 {
         format!(
@@ -180,6 +184,8 @@ struct FromStates {
     done: BTreeMap<PathBuf, PathBuf>,
     /// Dumps rendered from a state file, and how the process ended.
     recovered: BTreeMap<PathBuf, String>,
+    /// Their text (rendered in memory: the run directory may be full).
+    texts: BTreeMap<PathBuf, String>,
 }
 
 /// Dumps rendered from state files get sequence numbers past any the runtime writes.
@@ -207,7 +213,7 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
         };
         let alive = last && start_ticks(*pid) == Some(info.start_ticks);
         match info.status {
-            StateStatus::Dumped(seq) if dump(seq).exists() => {
+            StateStatus::Dumped(seq) if complete(&dump(seq)) => {
                 r.done.insert(dump(seq), path.clone());
                 continue;
             }
@@ -231,10 +237,11 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
             _ => "ended",
         };
         let out = dump(RECOVERED_SEQ + n);
-        match memlens_profile::render_state(path, reason, None).and_then(|t| write_new(&out, &t)) {
-            Ok(()) => {
+        match memlens_profile::render_state(path, reason, None) {
+            Ok(text) => {
                 r.done.insert(out.clone(), path.clone());
-                r.recovered.insert(out, how);
+                r.recovered.insert(out.clone(), how);
+                r.texts.insert(out, text);
             }
             Err(e) => eprintln!(
                 "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
@@ -269,11 +276,26 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         }
     }
     dumps.sort_by_key(|d| (d.pid, d.seq));
+    // A dump the runtime could not finish (its filesystem full) is no profile; the process's state
+    // file, rendered above, is.
+    dumps.retain(|d| {
+        let keep = states.texts.contains_key(&d.path)
+            || complete(&d.path)
+            || !files.states.iter().any(|s| s.pid == d.pid);
+        if !keep {
+            std::fs::remove_file(&d.path).ok();
+        }
+        keep
+    });
     if let Some(k) = &plan.keep_raw {
         std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
         for d in &dumps {
             let dest = k.join(d.path.file_name().unwrap_or_default());
-            memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?;
+            match states.texts.get(&d.path) {
+                Some(t) => std::fs::write(&dest, t)
+                    .with_context(|| format!("cannot write {}", dest.display()))?,
+                None => memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?,
+            }
         }
     }
     let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
@@ -295,6 +317,7 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         running: Vec::new(),
     };
     let mut nothing: Vec<u32> = Vec::new();
+    let mut cut_short: Vec<u32> = Vec::new();
     for (&pid, p) in &procs {
         let main = pid == plan.main_pid;
         let mut empty_image = false;
@@ -318,12 +341,17 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
             // at once) leaves an empty dump; only the main program's profile is written even when
             // empty.
             let keep_empty = main && last;
+            if !states.texts.contains_key(&d.path) && !complete(&d.path) {
+                cut_short.push(pid);
+                forget(d);
+                continue;
+            }
             if !keep_empty && !worth_a_profile(&d.path) {
                 empty_image = true;
                 forget(d);
                 continue;
             }
-            match convert(&d.path, &out) {
+            match convert(&d.path, states.texts.get(&d.path), &out) {
                 Ok(summary) => {
                     let how = match (states.recovered.get(&d.path), p.ended) {
                         (Some(how), _) => format!("; {how}: read from its state file"),
@@ -377,37 +405,52 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         }
     }
     if !nothing.is_empty() {
-        let shown: Vec<String> = nothing.iter().take(10).map(u32::to_string).collect();
-        let more = if nothing.len() > 10 {
-            format!(" and {} more", nothing.len() - 10)
-        } else {
-            String::new()
-        };
         eprintln!(
-            "memlens: no profile for {} process{} that sampled nothing of {} own (pid {}{more})",
+            "memlens: no profile for {} process{} that sampled nothing of {} own (pid {})",
             nothing.len(),
             if nothing.len() == 1 { "" } else { "es" },
             if nothing.len() == 1 { "its" } else { "their" },
-            shown.join(", ")
+            pid_list(&nothing)
+        );
+    }
+    if !cut_short.is_empty() {
+        let free = crate::places::free_bytes(&dir.path)
+            .map(|b| {
+                format!(
+                    " (its filesystem has {} free)",
+                    memlens_measure::units::format_size(b)
+                )
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "memlens: warning: no profile for pid {}: {} dump was cut short in {}{free}",
+            pid_list(&cut_short),
+            if cut_short.len() == 1 { "its" } else { "their" },
+            dir.path.display()
         );
     }
     Ok(c)
 }
 
-/// Write `text` to `path`, a name in a directory others may write to: whatever is there is
-/// removed and the file created anew (O_EXCL: a link planted there is not followed).
-fn write_new(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::remove_file(path).ok();
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))
+/// `1, 2, 3` (the first ten, and how many more).
+fn pid_list(pids: &[u32]) -> String {
+    let shown: Vec<String> = pids.iter().take(10).map(u32::to_string).collect();
+    let more = if pids.len() > 10 {
+        format!(" and {} more", pids.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
+}
+
+/// Does the dump at `path` end with its `end` line (a regular file the runtime finished)?
+fn complete(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok((f, meta)) = memlens_profile::open_regular(path, Links::Refuse) else {
+        return false;
+    };
+    let mut tail = [0u8; 4];
+    meta.len() >= 4 && f.read_exact_at(&mut tail, meta.len() - 4).is_ok() && &tail == b"end\n"
 }
 
 #[cfg(test)]
