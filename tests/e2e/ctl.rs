@@ -160,9 +160,10 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
             break;
         }
         last = now;
+        // a hang guard, not a speed: threads notice the stop within their next MiB
         assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "samples keep growing while inactive"
+            t0.elapsed() < Duration::from_secs(120),
+            "samples kept growing for 2 minutes while inactive"
         );
     }
     let (a, b) = (dir.join("idle-a.raw"), dir.join("idle-b.raw"));
@@ -487,36 +488,67 @@ fn socket_of(pid: i32) -> PathBuf {
 }
 
 /// Clients that connect and say nothing delay nobody: one idle connection used to hold every other
-/// client ~2 s, nine filled the backlog (18-20 s); twenty now leave `ctl status` as fast as ever.
+/// client ~2 s, nine filled the backlog (18-20 s). Judged by the order of events, not by a time:
+/// another client's `status` is answered while every idle connection is still unanswered (a
+/// channel serving one client at a time would answer them, at their 2 s timeout, first).
 #[test]
 fn idle_connections_delay_no_other_client() {
+    use std::io::{Read, Write};
     let dir = test_dir();
     let out = dir.join("idle.pb.gz");
     let r = Running::start(&dir, &["-o", out.to_str().unwrap()], &[]);
     let sock = socket_of(r.pid);
     let mut idle = Vec::new();
     for n in [1, 20] {
-        while idle.len() < n {
-            idle.push(std::os::unix::net::UnixStream::connect(&sock).unwrap());
-        }
-        let t0 = Instant::now();
-        let o = ctl(r.pid, &["status"]);
-        let took = t0.elapsed();
-        assert!(o.status.success(), "{}", printed(&o));
+        idle = (0..n)
+            .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+            .collect();
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"status\n").unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).ok();
         assert!(
-            took < Duration::from_millis(1000),
-            "with {n} idle connections, ctl status took {took:?}"
+            reply.starts_with("ok "),
+            "with {n} idle connections: {reply:?}"
         );
+        // keep the ones still pending
+        idle.retain_mut(|c| {
+            c.set_nonblocking(true).unwrap();
+            let mut b = [0u8; 64];
+            let r = c.read(&mut b);
+            c.set_nonblocking(false).unwrap();
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+                // one that made room: told so, never served a reply meant for another
+                Ok(k) => {
+                    assert!(
+                        k == 0 || b.starts_with(b"error "),
+                        "{:?}",
+                        String::from_utf8_lossy(&b[..k])
+                    );
+                    false
+                }
+                Err(e) => panic!("idle connection: {e}"),
+            }
+        });
+        let pending = idle.len();
+        let want = n.min(15); // 16 slots: the status took one
+        assert!(
+            pending >= want,
+            "{pending} of {n} idle connections still pending when the status was answered (want {want})"
+        );
+        // and through the CLI
+        let o = ctl(r.pid, &["status"]);
+        assert!(o.status.success(), "{}", printed(&o));
     }
-    // The idle ones are answered (and closed) once their 2 s are up.
-    use std::io::Read;
-    let mut first = idle.remove(0);
-    first
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut reply = String::new();
-    first.read_to_string(&mut reply).ok();
-    assert!(reply.starts_with("error "), "{reply:?}");
+    // The idle ones are answered (and closed) once their 2 s are up, or told they made room.
+    for mut c in idle.drain(..) {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).ok();
+        assert!(reply.starts_with("error "), "{reply:?}");
+    }
     drop(idle);
     let (code, err) = r.finish();
     assert_eq!(code, 0, "{err}");

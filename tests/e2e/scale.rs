@@ -183,7 +183,8 @@ fn a_full_stack_table_is_said_never_silent() {
     assert!(stderr(&bad).contains("--max-stacks 10 is out of range"));
 }
 
-/// `report` and `diff` on what cannot be a profile: one error line within seconds, bounded memory.
+/// `report` and `diff` on what cannot be a profile: one error line, bounded memory (how fast is
+/// `scripts/scale-bench.sh`'s and docs/scale.md's: a FIFO waits its 5 s by design).
 #[test]
 fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
     use std::io::Write;
@@ -253,7 +254,6 @@ fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
             "{what}{}",
             printed(&m.out)
         );
-        assert!(m.wall < Duration::from_secs(10), "{what}: {:?}", m.wall);
         assert!(
             m.max_rss_kb < 300 << 10,
             "{what}: peak RSS {} KiB",
@@ -262,12 +262,10 @@ fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
     }
 }
 
-/// A program forking 300 children, each leaving a profile: all 300 are converted, and `memlens
-/// run` returns within 2 s of the time the same program takes alone (it took 16.8 s when every
-/// conversion read every binary's symbols again, and each child's exit dump waited 20 ms for a
-/// clock calibration).
+/// A program forking 300 children, each leaving a profile: all 300 are converted. (How long
+/// `memlens run` takes beside the program alone is `scripts/fork-bench.sh`'s: docs/benchmarks.md.)
 #[test]
-fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
+fn three_hundred_forked_children_all_leave_profiles() {
     let tmp = test_dir();
     let dir = tmp.path();
     let prog = compile(
@@ -276,27 +274,17 @@ fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
         "many_children",
         &[],
     );
-    let bare = measured(Command::new(&prog).arg("300"));
-    assert!(bare.out.status.success());
     let out = dir.join("f.pb.gz");
-    let run = measured(
-        memlens()
-            .args(["run", "-o"])
-            .arg(&out)
-            .arg("--")
-            .arg(&prog)
-            .arg("300"),
-    );
-    assert!(run.out.status.success(), "{}", printed(&run.out));
-    let written = stderr(&run.out)
+    let run = memlens()
+        .args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("300")
+        .ok();
+    let written = stderr(&run)
         .lines()
         .filter(|l| l.contains("memlens: profile of pid") && l.contains("written to"))
         .count();
-    assert_eq!(written, 301, "{}", printed(&run.out));
-    assert!(
-        run.wall < bare.wall + Duration::from_secs(2),
-        "memlens run took {:?}, the program alone {:?}",
-        run.wall,
-        bare.wall
-    );
+    assert_eq!(written, 301, "{}", printed(&run));
 }

@@ -465,11 +465,13 @@ pub fn thread_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
-/// How a command ended: its output, wall time and peak resident memory.
+/// How a command ended: its output, wall time, peak resident memory and minor page faults (its
+/// own and those of the children it waited for).
 pub struct Measured {
     pub out: std::process::Output,
     pub wall: std::time::Duration,
     pub max_rss_kb: i64,
+    pub minor_faults: u64,
 }
 
 /// Run `cmd` (stdin closed) under GNU time (`/usr/bin/time`, package `time`), for its own peak
@@ -488,7 +490,7 @@ pub fn measured(cmd: &mut Command) -> Measured {
     let mut timed = Command::new(time);
     timed
         .arg("-f")
-        .arg("%M")
+        .arg("%M %R")
         .arg("-o")
         .arg(rss.path())
         .arg(cmd.get_program())
@@ -508,17 +510,28 @@ pub fn measured(cmd: &mut Command) -> Measured {
         .output()
         .unwrap_or_else(|e| panic!("cannot start {timed:?}: {e}"));
     let wall = t0.elapsed();
-    // GNU time writes "Command exited with non-zero status N" before the figure when it fails.
+    // GNU time writes "Command exited with non-zero status N" before the figures when it fails.
     let text = std::fs::read_to_string(rss.path()).unwrap();
-    let max_rss_kb = text
+    let figures: Vec<u64> = text
         .lines()
         .last()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak RSS from GNU time: {text:?}{}", printed(&out)));
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [max_rss_kb, minor_faults] = figures[..] else {
+        panic!(
+            "no peak RSS and faults from GNU time: {text:?}{}",
+            printed(&out)
+        );
+    };
     Measured {
         out,
         wall,
-        max_rss_kb,
+        max_rss_kb: max_rss_kb as i64,
+        minor_faults,
     }
 }
 
