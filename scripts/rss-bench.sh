@@ -5,7 +5,7 @@
 # command-line process is not in it; the runtime's state file pages (a shared mapping) are.
 #
 #   python3   builds a dict of 300 000 strings and dumps it as JSON
-#   rg        ripgrep searching /usr/include and the Python library for 'malloc' (2 threads)
+#   rg        ripgrep searching /usr/include, the Python library and /usr/share/doc for 'malloc' (8 threads)
 #   redis     redis-server under redis-benchmark (100 000 requests of SET, GET, LPUSH, LPOP, 256 B
 #             values, 20 clients), then SHUTDOWN NOSAVE
 #   sqlite3   an in-memory table of 200 000 rows with an index, and a query
@@ -73,7 +73,7 @@ redis_peak() {
 run_one() { # name how
   case $1 in
     python3) peak "$2" /usr/bin/python3 -c "$PY" ;;
-    rg) peak "$2" rg --no-config -j 2 -c malloc /usr/include /usr/lib/python3 ;;
+    rg) peak "$2" rg --no-config -j 8 -c malloc /usr/include /usr/lib/python3 /usr/share/doc ;;
     redis) redis_peak "$2" ;;
     sqlite3) echo "$SQL" >"$W/q.sql"; peak "$2" sh -c "exec sqlite3 :memory: < $W/q.sql" ;;
     node) peak "$2" node -e "$NODE" ;;

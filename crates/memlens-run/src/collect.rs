@@ -1,7 +1,7 @@
 //! Collecting a run: every process that ran under the runtime gets its profile, or a line saying
 //! where it will be (still running) or why there is none. Used by `memlens run` when its program
 //! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
-use crate::members::{run_files, StateFile};
+use crate::members::{run_files, RunFiles, StateFile};
 use crate::rundir::{Plan, RunDir, DUMP_STEM};
 use anyhow::{Context, Result};
 use memlens_profile::{Links, StateStatus};
@@ -260,44 +260,7 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
 pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
     let files = run_files(dir, plan, live)?;
     let states = read_states(dir, plan, &files.states);
-    let mut dumps = files.dumps;
-    for out in states.recovered.keys() {
-        let name = out.file_name().unwrap_or_default().to_string_lossy();
-        let mut parts = name.splitn(4, '.').skip(1);
-        if let (Some(Ok(pid)), Some(Ok(seq))) =
-            (parts.next().map(str::parse), parts.next().map(str::parse))
-        {
-            dumps.push(Dump {
-                path: out.clone(),
-                pid,
-                seq,
-                uid: dir.owner,
-            });
-        }
-    }
-    dumps.sort_by_key(|d| (d.pid, d.seq));
-    // A dump the runtime could not finish (its filesystem full) is no profile; the process's state
-    // file, rendered above, is.
-    dumps.retain(|d| {
-        let keep = states.texts.contains_key(&d.path)
-            || complete(&d.path)
-            || !files.states.iter().any(|s| s.pid == d.pid);
-        if !keep {
-            std::fs::remove_file(&d.path).ok();
-        }
-        keep
-    });
-    if let Some(k) = &plan.keep_raw {
-        std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
-        for d in &dumps {
-            let dest = k.join(d.path.file_name().unwrap_or_default());
-            match states.texts.get(&d.path) {
-                Some(t) => std::fs::write(&dest, t)
-                    .with_context(|| format!("cannot write {}", dest.display()))?,
-                None => memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?,
-            }
-        }
-    }
+    let dumps = the_dumps(dir, plan, files, &states)?;
     let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
     for d in dumps {
         procs.entry(d.pid).or_default().dumps.push(d);
@@ -380,37 +343,96 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         }
         if p.alive {
             c.running.push(pid);
-            eprintln!(
-                "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
-                comm(pid),
-                dir.path.display(),
-                profile_path(&plan.output, plan.main_pid, pid, None).display()
-            );
-        } else if p.dumps.is_empty() {
-            let why = match p.ended {
-                Some(st) if libc::WIFSIGNALED(st) => {
-                    format!(
-                        "it ended by {} and the runtime was not in it (statically linked, \
-                             a setuid program, or LD_PRELOAD cleared)",
-                        ending(st)
-                    )
-                }
-                _ => "the runtime was not in it (statically linked, a setuid program, or it \
-                      cleared LD_PRELOAD)"
-                    .to_string(),
-            };
-            if main || p.ended.is_some() {
-                eprintln!("memlens: warning: pid {pid} left no profile: {why}");
+        }
+        name_the_rest(dir, plan, pid, p);
+    }
+    say_missing(dir, &nothing, &cut_short);
+    Ok(c)
+}
+
+/// The run's dumps to convert, by pid then sequence: those the runtime wrote, and those rendered
+/// from state files (in memory); a copy of each in `--keep-raw`'s directory.
+fn the_dumps(dir: &RunDir, plan: &Plan, files: RunFiles, states: &FromStates) -> Result<Vec<Dump>> {
+    let mut dumps = files.dumps;
+    for out in states.recovered.keys() {
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let mut parts = name.splitn(4, '.').skip(1);
+        if let (Some(Ok(pid)), Some(Ok(seq))) =
+            (parts.next().map(str::parse), parts.next().map(str::parse))
+        {
+            dumps.push(Dump {
+                path: out.clone(),
+                pid,
+                seq,
+                uid: dir.owner,
+            });
+        }
+    }
+    dumps.sort_by_key(|d| (d.pid, d.seq));
+    // A dump the runtime could not finish (its filesystem full) is no profile; the process's state
+    // file, rendered above, is.
+    dumps.retain(|d| {
+        let keep = states.texts.contains_key(&d.path)
+            || complete(&d.path)
+            || !files.states.iter().any(|s| s.pid == d.pid);
+        if !keep {
+            std::fs::remove_file(&d.path).ok();
+        }
+        keep
+    });
+    if let Some(k) = &plan.keep_raw {
+        std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
+        for d in &dumps {
+            let dest = k.join(d.path.file_name().unwrap_or_default());
+            match states.texts.get(&d.path) {
+                Some(t) => std::fs::write(&dest, t)
+                    .with_context(|| format!("cannot write {}", dest.display()))?,
+                None => memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?,
             }
         }
     }
+    Ok(dumps)
+}
+
+/// A process still running is named with where its profile will go; one that ended without a
+/// dump is said to have no profile, and why.
+fn name_the_rest(dir: &RunDir, plan: &Plan, pid: u32, p: &Proc) {
+    let main = pid == plan.main_pid;
+    if p.alive {
+        eprintln!(
+            "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
+            comm(pid),
+            dir.path.display(),
+            profile_path(&plan.output, plan.main_pid, pid, None).display()
+        );
+    } else if p.dumps.is_empty() {
+        let why = match p.ended {
+            Some(st) if libc::WIFSIGNALED(st) => {
+                format!(
+                    "it ended by {} and the runtime was not in it (statically linked, \
+                         a setuid program, or LD_PRELOAD cleared)",
+                    ending(st)
+                )
+            }
+            _ => "the runtime was not in it (statically linked, a setuid program, or it \
+                  cleared LD_PRELOAD)"
+                .to_string(),
+        };
+        if main || p.ended.is_some() {
+            eprintln!("memlens: warning: pid {pid} left no profile: {why}");
+        }
+    }
+}
+
+/// One line for the processes that sampled nothing, one for those whose dump was cut short.
+fn say_missing(dir: &RunDir, nothing: &[u32], cut_short: &[u32]) {
     if !nothing.is_empty() {
         eprintln!(
             "memlens: no profile for {} process{} that sampled nothing of {} own (pid {})",
             nothing.len(),
             if nothing.len() == 1 { "" } else { "es" },
             if nothing.len() == 1 { "its" } else { "their" },
-            pid_list(&nothing)
+            pid_list(nothing)
         );
     }
     if !cut_short.is_empty() {
@@ -424,12 +446,11 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
             .unwrap_or_default();
         eprintln!(
             "memlens: warning: no profile for pid {}: {} dump was cut short in {}{free}",
-            pid_list(&cut_short),
+            pid_list(cut_short),
             if cut_short.len() == 1 { "its" } else { "their" },
             dir.path.display()
         );
     }
-    Ok(c)
 }
 
 /// `1, 2, 3` (the first ten, and how many more).
