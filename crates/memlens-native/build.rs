@@ -1,6 +1,6 @@
 //! Compiles the C parts of memlens by convention, so adding a file needs no edit here:
 //!
-//! * `runtime/src/*.c`            -> `libmemlens.so` (the preloaded profiler runtime)
+//! * `runtime/src/<floor>/*.c`    -> `libmemlens.so` (the preloaded profiler runtime)
 //! * `allocators/<name>/*.c` (+ `allocators/common/*.c`) -> `libmemlens-<name>.so`
 //! * `workloads/c/<name>.c`       -> executable `<name>` (workloads the study runs)
 //! * `crates/memlens-bench-alloc/c/<name>.c` -> executable `<name>` (the allocator benchmark's
@@ -34,7 +34,7 @@ fn c_files(dir: &Path) -> Vec<PathBuf> {
 
 fn artifacts(root: &Path) -> Vec<Artifact> {
     let mut out = Vec::new();
-    let rt = c_files(&root.join(RUNTIME_SOURCES));
+    let rt = runtime_sources(root);
     if !rt.is_empty() {
         out.push(Artifact {
             name: "libmemlens.so".into(),

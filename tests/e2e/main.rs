@@ -16,6 +16,7 @@ mod scale;
 mod serve;
 mod serve_go;
 mod serve_limits;
+mod serve_pyroscope;
 mod shm;
 mod study;
 mod survival;

@@ -853,7 +853,7 @@ fn fastpath_benchmark_runs_every_configuration() {
     assert!(out.contains("exact mode vs heaptrack:"), "{out}");
 }
 
-/// A debug build of the runtime (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT` of `runtime/src/check.h`
+/// A debug build of the runtime (`-DMEMLENS_DEBUG=1`: every `ML_ASSERT` of `runtime/src/base/check.h`
 /// compiled in) profiles real programs — a C++ program with deep template stacks, python3, which
 /// loads and unloads modules, sqlite3 and a four-thread torture of the sampled blocks' range — at a
 /// small interval without any invariant failing, and its dumps read back. The release build
@@ -863,13 +863,7 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
     let dir = test_dir();
     let d = dir.path();
     // The build's own flags (memlens-native compiles the runtime with them), at -O1, with the checks.
-    let src = root().join(memlens_native::RUNTIME_SOURCES);
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&src)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "c"))
-        .collect();
-    sources.sort();
+    let sources = memlens_native::runtime_sources(&root());
     let lib = d.join("libmemlens-debug.so");
     Command::new("gcc")
         .args(memlens_native::C_FLAGS)

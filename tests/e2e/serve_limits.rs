@@ -67,7 +67,11 @@ fn idle_connections_cannot_stop_the_server() {
     assert_eq!(idle.len(), 300, "connections refused by the kernel");
     // Served while the 300 idle connections are open (a server that waited for them would
     // time the scrape's client out first); how fast is serve-load.sh's figure, not a test's.
-    let (st, body) = get(port, &format!("/debug/pprof/heap?pid={}", t.pid));
+    let (st, body) = get(
+        port,
+        &server.token,
+        &format!("/debug/pprof/heap?pid={}", t.pid),
+    );
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     // Every connection made before the scrape has been accepted by now: 128 connections, the
     // listening socket, stdio and a few more are open, not 300.
@@ -166,9 +170,14 @@ fn nothing_is_left_behind_and_sigterm_ends_open_windows() {
     assert_eq!(files_under(&ctl), before, "the control directory");
 
     // A 60 s window; SIGTERM once it has switched sampling on.
-    let port = server.port;
+    let (port, token) = (server.port, server.token.clone());
     let window = std::thread::spawn(move || {
-        get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=60")).0
+        get(
+            port,
+            &token,
+            &format!("/debug/pprof/allocs?pid={pid}&seconds=60"),
+        )
+        .0
     });
     wait_for("the window to switch sampling on", 20, || {
         targets_json(&server)[0]["active"] == true

@@ -17,7 +17,8 @@ include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
 mod flags;
 pub use flags::{
-    C_FLAGS, RUNTIME_CFLAGS, RUNTIME_INCLUDE, RUNTIME_LIBS, RUNTIME_SOURCES, SHARED_LDFLAGS,
+    runtime_sources, C_FLAGS, RUNTIME_CFLAGS, RUNTIME_INCLUDE, RUNTIME_LIBS, RUNTIME_SOURCES,
+    SHARED_LDFLAGS,
 };
 
 /// File name of the profiler runtime.

@@ -110,7 +110,7 @@ pub struct Meta {
     pub cost: Cost,
 }
 
-/// The runtime's own account of its cost (runtime/src/cost.c).
+/// The runtime's own account of its cost (runtime/src/sample/cost.c).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Cost {
     /// Nanoseconds in the sampled path (unwinding, recording, the views, sampled frees).

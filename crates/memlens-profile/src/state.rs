@@ -1,4 +1,4 @@
-//! Reader of the runtime's state file (`<run dir>/<pid>.<n>.state`, runtime/src/state.c): what a
+//! Reader of the runtime's state file (`<run dir>/<pid>.<n>.state`, runtime/src/store/state.c): what a
 //! process sampled, readable after the process is gone however it ended (SIGKILL, the OOM killer,
 //! exit_group). [`render`] turns it into a raw dump (format version 1, `runtime/README.md`), so
 //! everything that reads dumps reads it.

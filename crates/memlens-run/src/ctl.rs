@@ -172,7 +172,7 @@ fn print_status(t: &Target, r: &Reply) {
         _ => String::new(),
     };
     println!("  dropped        {}{dropped_bytes}{full}", n("dropped"));
-    // the runtime's own account of what profiling has cost so far (runtime/src/cost.c)
+    // the runtime's own account of what profiling has cost so far (runtime/src/sample/cost.c)
     if let (Some(ns), Some(cpu)) = (r.num("cost_ns"), r.num("cpu_ns")) {
         let share = if cpu > 0 {
             format!("{:.2}%", ns as f64 / cpu as f64 * 100.0)

@@ -1,6 +1,6 @@
 //! Where a target's control socket is.
 //!
-//! The runtime (runtime/src/ctl.c) listens on `$MEMLENS_CTL_DIR/<pid>.<pidns>.sock` (default
+//! The runtime (runtime/src/control/ctl_dir.c) listens on `$MEMLENS_CTL_DIR/<pid>.<pidns>.sock` (default
 //! `/tmp/memlens-<euid>`, directory 0700, socket 0600) and checks every peer's credentials
 //! (SO_PEERCRED: our uid or root).
 use crate::proc::ProcStatus;

@@ -1,0 +1,22 @@
+/* Small /proc files read without stdio or malloc (proc.c). */
+#ifndef MEMLENS_PROC_H
+#define MEMLENS_PROC_H
+#include <sys/types.h>
+
+#include "rt.h"
+
+#pragma GCC visibility push(hidden)
+
+/* Read up to cap - 1 bytes of `path` into buf, NUL-terminated; the length read, or -1 when the file
+ * cannot be opened or read or is empty. */
+ssize_t ml_proc_read(const char *path, char *buf, size_t cap);
+/* In the text of a stat file (/proc/…/stat), the fields after the command name: the command may hold
+ * spaces and parentheses, so it ends at the last ')'. NULL when there is none. */
+const char *ml_proc_after_comm(const char *stat);
+/* The state letter (R, S, Z, …) of task `tid` of this process, or of its main thread; 0 if it cannot
+ * be read (the task is gone). */
+char ml_proc_task_state(const char *tid);
+char ml_proc_main_state(void);
+
+#pragma GCC visibility pop
+#endif

@@ -1,0 +1,24 @@
+/* The library constructor: the top floor, the one place that starts everything. ml_init (boot.c)
+ * may already have run inside an early malloc; the constructor then does what must not run inside
+ * an arbitrary malloc call, because it takes loader locks or allocates: the unwinder (dlopen of
+ * libunwind), the fork handlers, the module list and the control thread. Nothing calls back up
+ * into this file. */
+#include "../control/ctl.h"
+#include "../intercept/boot.h"
+#include "../store/modules.h"
+#include "../store/state.h"
+#include "../unwind/unwind.h"
+#include "fork.h"
+
+__attribute__((constructor(101))) static void ml_constructor(void)
+{
+    ml_init();
+    ml_tls.busy++;
+    ml_unwind_setup();
+    atomic_store(&ml_st->unwinder, (uint32_t)ml_cfg.unwinder); /* as setup settled it */
+    ml_fork_setup();
+    ml_state_modules_init();
+    ml_tls.busy--;
+    ml_cfg.ready = 1;
+    ml_ctl_start();
+}

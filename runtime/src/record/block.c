@@ -1,0 +1,437 @@
+/* A sampled block's accounting: one place for every event of its life and every figure it feeds.
+ *
+ * Events: born (a sampled allocation), resized in place or moved (realloc), freed, inherited by a
+ * fork child. Figures: its stack's live counts (inuse) and live age, the estimated live heap and its
+ * peak snapshot (peak.c), lifetimes (at free), the timeline (timeline.c), the real bytes in the range
+ * (range.c), and its stack's cumulative counts for reallocations. Each event updates all of them
+ * here, with the range lock held (the lock that hands out the block's memory), so a view cannot miss
+ * an event, and a peak snapshot or a dump sees the counts of one moment. The live sampled blocks are
+ * kept in a list: a dump walks it, and debug builds check against it that the heap estimate is the
+ * sum of the live timed weights (ML_ASSERT(accounts_ok())).
+ *
+ * realloc counts the new size as an allocation, as jemalloc and heaptrack do: realloc(p, n) adds one
+ * object of n bytes to alloc_*, and the block's live size becomes n. Unbiased, and cheap for a buffer
+ * grown step by step:
+ *   - a block outside the range (not sampled so far) is an allocation like any other for the
+ *     countdown: sampled with probability p(n) = 1 - exp(-n/R) and weight 1/p(n); it then moves in;
+ *   - a block in the range is seen at every reallocation, so each one is counted exactly in alloc_*
+ *     (weight 1). Expected count of an event: P(in range)·n + P(not)·p(n)·n/p(n) = n;
+ *   - whether it is live-sampled at its new size n is decided by a point of its own, an Exp(R) draw
+ *     made at its first reallocation in the range, independent of everything before: it is sampled
+ *     while n reaches the point, which has probability p(n) whatever its history, and then weighs
+ *     n/p(n) — exactly how a fresh allocation of n bytes would be counted. A growing buffer needs no
+ *     draw per step: once past its point it stays sampled;
+ *   - its stack is the one of the event that sampled it; a reallocation from another call site
+ *     (return address) unwinds again and moves the block's live bytes to that stack.
+ * A reallocation in place stores into the header only: the exact counts wait there (pend_*) and the
+ * live weights are recomputed (lock, expm1, the stack's counters) when the size moved by R/8 since
+ * they were, when the block becomes sampled or unsampled, when it is freed or moved, and a dump adds
+ * what waits. So the figures lag a growing block by at most R/8 bytes between dumps.
+ * Lifetimes: a reallocation keeps the block's birth; a block that entered the range at a
+ * reallocation is timed from there. */
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <string.h>
+#include <x86intrin.h>
+
+#include "../base/check.h"
+#include "../sample/clock.h"
+#include "../sample/cost.h"
+#include "../sample/sample.h"
+#include "../store/stacks.h"
+#include "../store/state.h"
+#include "../unwind/unwind.h"
+#include "block.h"
+#include "peak.h"
+#include "range.h"
+#include "timeline.h"
+
+#define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
+
+static struct ml_block *head; /* live sampled blocks, newest first (range lock) */
+static uint64_t nlive;
+static _Atomic uint32_t gen = 1; /* reallocations pending from an older generation (before a reset,
+                                    or the parent's, in a fork child) are not counted */
+static int64_t dump_heap;        /* dump lock: the heap's share of what blocks have not flushed */
+static uint32_t dump_gen;        /* dump lock: this dump's mark on the stack records it adds to */
+
+/* Lock held: a plain read-modify-write (no bus lock) of a counter others only read. */
+static inline void add_i64(_Atomic int64_t *x, int64_t d)
+{
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + d, memory_order_relaxed);
+}
+static inline void add_u64(_Atomic uint64_t *x, uint64_t d)
+{
+    atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + d, memory_order_relaxed);
+}
+
+static inline struct ml_stack *stack_of(const struct ml_block *b)
+{
+    return b->stack == ML_NO_STACK ? NULL : ml_stack_get(b->stack);
+}
+
+static inline uint64_t tick(const struct ml_block *b) { return b->born ? __rdtsc() | 1 : 0; }
+
+/* Lock held: the list against the counters. Every event checks in debug builds (every 64th once
+ * the list is long): the heap estimate is the sum of the weights of the live timed blocks, and the
+ * list is whole. */
+static int accounts_ok(void)
+{
+    static uint64_t events;
+    if (nlive > 256 && (++events & 63))
+        return 1;
+    int64_t timed = 0;
+    uint64_t n = 0;
+    for (const struct ml_block *b = head; b; b = b->next) {
+        if (++n > nlive || b->kind != ML_KIND_SAMPLED || (b->w_fx == 0) != (b->w_bytes == 0) ||
+            (b->next && b->next->prev != b) || (b->stack != ML_NO_STACK && !ml_stack_get(b->stack)))
+            return 0;
+        if (b->born)
+            timed += (int64_t)b->w_bytes;
+    }
+    return n == nlive && timed == ml_heap_now();
+}
+
+/* Lock held: the block's weights change by (dfx, dbytes) — its stack's live counts and age, and the
+ * heap estimate if it is timed. 1 when that took a peak snapshot. */
+static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, uint64_t now)
+{
+    struct ml_stack *st = stack_of(b);
+    if (st) {
+        add_i64(&st->inuse_fx, dfx);
+        add_i64(&st->inuse_bytes, dbytes);
+        if (b->born) {
+            add_u64(&st->age_sum, (uint64_t)dbytes * ml_age_units(b->born, ml_views_anchor()));
+            add_i64(&st->age_w, dbytes);
+        }
+    }
+    return b->born ? ml_heap_change_locked(dbytes, now) : 0;
+}
+
+/* A timeline point after the lock: at a new peak snapshot, or when the period is over. */
+static void after(uint64_t now, int snap)
+{
+    if (snap)
+        ml_timeline_tick(now, ML_TL_PEAK);
+    else if (now && now >= atomic_load_explicit(&ml_timeline_next, memory_order_relaxed))
+        ml_timeline_tick(now, ML_TL_PERIODIC);
+}
+
+static void link_block(struct ml_block *b)
+{
+    b->prev = NULL;
+    b->next = head;
+    if (head)
+        head->prev = b;
+    head = b;
+    nlive++;
+}
+
+static void unlink_block(struct ml_block *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    nlive--;
+}
+
+/* The exact counts of the block's reallocations go to its stack (atomics: exact mode adds there
+ * without the lock). */
+static void flush_alloc(struct ml_block *b)
+{
+    uint32_t g = atomic_load_explicit(&gen, memory_order_relaxed);
+    if (b->pend_objs && b->gen == g) {
+        struct ml_stack *st = stack_of(b);
+        if (st) {
+            ml_stack_touch(st);
+            atomic_fetch_add_explicit(&st->alloc_fx, (uint64_t)b->pend_objs << 16, memory_order_relaxed);
+            atomic_fetch_add_explicit(&st->alloc_bytes, b->pend_bytes, memory_order_relaxed);
+        } else {
+            atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->pend_bytes, memory_order_relaxed);
+        }
+    }
+    b->pend_objs = 0;
+    b->pend_bytes = 0;
+    b->gen = g;
+}
+
+/* Sampled at its current size: it reaches its own point (0 until its first reallocation: the
+ * sample that put it in the range). */
+static inline int live_sampled(const struct ml_block *b, uint64_t size) { return b->point <= size; }
+
+static void live_weights(const struct ml_block *b, uint64_t size, uint64_t *fx, uint64_t *bytes)
+{
+    *fx = *bytes = 0;
+    if (live_sampled(b, size))
+        ml_weights(size, b->point_R, fx, bytes);
+}
+
+/* The weights no longer say what the block is: sampled or not, or R/8 bytes off its size. */
+static inline int stale(const struct ml_block *b)
+{
+    int sampled = live_sampled(b, b->size);
+    if (sampled != (b->w_bytes != 0))
+        return 1;
+    uint64_t d = b->size > b->counted ? b->size - b->counted : b->counted - b->size;
+    uint64_t slack = b->point_R >> 3;
+    return (sampled && d >= (slack < 4096 ? 4096 : slack)) || b->pend_objs >= PEND_MAX;
+}
+
+/* Lock held: weights for the block's size now, and its pending counts to its stack. */
+static int reweigh(struct ml_block *b, uint64_t now)
+{
+    uint64_t fx, by;
+    live_weights(b, b->size, &fx, &by);
+    int snap = count(b, (int64_t)fx - (int64_t)b->w_fx, (int64_t)by - (int64_t)b->w_bytes, now);
+    b->w_fx = fx;
+    b->w_bytes = by;
+    b->counted = b->size;
+    flush_alloc(b);
+    return snap;
+}
+
+void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_fx, uint64_t w_bytes,
+                   uintptr_t ra)
+{
+    uint64_t now = 0;
+    if (atomic_load_explicit(&ml_views_on, memory_order_relaxed)) {
+        ml_views_anchor(); /* the first timed block sets the clock's origin, before its birth */
+        now = __rdtsc() | 1;
+    }
+    int dirty;
+    ml_range_lock();
+    struct ml_block *b = ml_range_alloc_locked(size, align, zero, &dirty);
+    if (!b) {
+        ml_range_unlock();
+        return NULL;
+    }
+    b->stack = id;
+    b->w_fx = w_fx;
+    b->w_bytes = w_bytes;
+    b->counted = size;
+    b->born = now;
+    b->ra = ra;
+    b->gen = atomic_load_explicit(&gen, memory_order_relaxed);
+    link_block(b);
+    int snap = count(b, (int64_t)w_fx, (int64_t)w_bytes, now);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    if (zero && dirty)
+        memset(b + 1, 0, size); /* a reused small chunk; fresh and large ones are zero already */
+    after(now, snap);
+    return b + 1;
+}
+
+void ml_sampled_free(void *p)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED)
+        return; /* boot arena blocks are never freed */
+    uint64_t c0 = ml_cost_begin();
+    ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
+    uint64_t now = tick(b);
+    flush_alloc(b);
+    ml_range_lock();
+    count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, now);
+    struct ml_stack *st = stack_of(b);
+    if (st && now && b->w_bytes) {
+        ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
+        add_u64(&st->life[ml_life_bucket(now > b->born ? now - b->born : 0)], b->w_bytes);
+    }
+    unlink_block(b);
+    ml_range_free_locked(b);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    after(now, 0);
+    ml_cost_end(c0, 0, 1);
+}
+
+/* A reallocation from another call site: its stack, and the block's live bytes moved there. */
+static ML_NOINLINE void resite(struct ml_block *b, uintptr_t ra)
+{
+    uint32_t id = ml_unwind_intern(ra, 0);
+    uint64_t now = tick(b);
+    flush_alloc(b); /* what came from the old site stays there */
+    ml_range_lock();
+    int64_t fx = (int64_t)b->w_fx, by = (int64_t)b->w_bytes;
+    int snap = count(b, -fx, -by, now);
+    b->stack = id;
+    b->ra = ra;
+    snap |= count(b, fx, by, now);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    after(now, snap);
+}
+
+static ML_NOINLINE void settle(struct ml_block *b)
+{
+    uint64_t now = tick(b);
+    ml_range_lock();
+    int snap = reweigh(b, now);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    after(now, snap);
+}
+
+/* The range is full: the block moves out to the allocator the caller forwards to and leaves the
+ * profile (counted as dropped: the estimate loses it). */
+static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t))
+{
+    void *q = out(n);
+    if (!q)
+        return NULL;
+    memcpy(q, b + 1, b->size < n ? b->size : n);
+    uint64_t now = tick(b);
+    flush_alloc(b);
+    ml_range_lock();
+    count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, now);
+    atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->w_bytes, memory_order_relaxed);
+    unlink_block(b);
+    ml_range_free_locked(b);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    return q;
+}
+
+/* The accounting fields of the header lie together, from w_fx up to the list links. */
+#define ACCT_FROM offsetof(struct ml_block, w_fx)
+#define ACCT_BYTES (offsetof(struct ml_block, prev) - ACCT_FROM)
+_Static_assert(offsetof(struct ml_block, gen) < offsetof(struct ml_block, prev), "accounting before the links");
+
+/* Lock held: nb takes b's place (accounting and list); b's memory is given back. */
+static void moved(struct ml_block *b, struct ml_block *nb)
+{
+    nb->stack = b->stack;
+    memcpy((char *)nb + ACCT_FROM, (char *)b + ACCT_FROM, ACCT_BYTES);
+    nb->prev = b->prev;
+    nb->next = b->next;
+    if (b->prev)
+        b->prev->next = nb;
+    else
+        head = nb;
+    if (b->next)
+        b->next->prev = nb;
+    ml_range_free_locked(b);
+}
+
+void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
+{
+    struct ml_block *b = ml_block_of(p);
+    ml_state_own();
+    uint32_t g = atomic_load_explicit(&gen, memory_order_relaxed);
+    if (unlikely(b->gen != g)) { /* counts of an older generation are not this profile's */
+        b->pend_bytes = 0;
+        b->pend_objs = 0;
+        b->gen = g;
+    }
+    if (unlikely(b->ra != ra))
+        resite(b, ra);
+    if (likely(atomic_load_explicit(&ml_cfg.active, memory_order_relaxed))) {
+        b->pend_bytes += n;
+        b->pend_objs++;
+    }
+    if (unlikely(!b->point)) {
+        uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
+        b->point_R = R;
+        b->point = R ? ml_draw(R) : 1; /* exact mode: every size is sampled, weight 1 */
+    }
+    if (likely(ml_range_fits(b, n))) {
+        b->size = n;
+        if (unlikely(stale(b)))
+            settle(b);
+        return p;
+    }
+    uint64_t now = tick(b);
+    size_t old = b->size;
+    int dirty, snap = 0;
+    ml_range_lock();
+    if (ml_range_resize_locked(b, n)) { /* a large block: the pages after it */
+        if (stale(b))
+            snap = reweigh(b, now);
+        ML_ASSERT(accounts_ok());
+        ml_range_unlock();
+        after(now, snap);
+        return p;
+    }
+    struct ml_block *nb = ml_range_alloc_locked(n, 16, 0, &dirty);
+    ml_range_unlock();
+    if (!nb)
+        return leave(b, n, out);
+    memcpy(nb + 1, p, old < n ? old : n);
+    ml_range_lock();
+    moved(b, nb);
+    if (stale(nb))
+        snap = reweigh(nb, now);
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    after(now, snap);
+    return nb + 1;
+}
+
+void ml_blocks_fork_child(void)
+{
+    atomic_fetch_add(&gen, 1); /* the parent's pending reallocations are in the parent's profile */
+    ml_peak_fork_child(atomic_load(&ml_views_on) ? __rdtsc() | 1 : 0);
+    ml_timeline_fork_child();
+}
+
+void ml_blocks_reset(void) { atomic_fetch_add(&gen, 1); }
+
+/* The record's dump columns, zeroed on this dump's first use (a fork child writes no other record:
+ * its stack table stays shared with the parent's). */
+static struct ml_stack *dump_record(struct ml_stack *r)
+{
+    if (r->d_gen != dump_gen) {
+        r->d_gen = dump_gen;
+        r->d_alloc_fx = r->d_alloc_bytes = r->d_inuse_fx = r->d_inuse_bytes = 0;
+    }
+    return r;
+}
+
+void ml_blocks_unflushed(const struct ml_stack *r, int64_t d[4])
+{
+    int mine = r->d_gen == dump_gen;
+    d[0] = mine ? r->d_alloc_fx : 0;
+    d[1] = mine ? r->d_alloc_bytes : 0;
+    d[2] = mine ? r->d_inuse_fx : 0;
+    d[3] = mine ? r->d_inuse_bytes : 0;
+}
+
+void ml_blocks_dump_begin(void)
+{
+    dump_gen++;
+    dump_heap = 0;
+    /* A dump from a signal handler that interrupted this thread's accounting, or one that would wait
+     * too long: the counts waiting in headers are left out of this dump (they stay for the next). */
+    if (!ml_range_lock_bounded())
+        return;
+    uint32_t g = atomic_load(&gen);
+    for (const struct ml_block *b = head; b; b = b->next) {
+        /* size and pend_* are written without the lock by the thread resizing the block: read
+         * once, they are at most one reallocation behind */
+        uint64_t size = b->size, fx = b->w_fx, by = b->w_bytes;
+        if (size != b->counted || live_sampled(b, size) != (by != 0))
+            live_weights(b, size, &fx, &by);
+        int64_t dfx = (int64_t)fx - (int64_t)b->w_fx, dby = (int64_t)by - (int64_t)b->w_bytes;
+        struct ml_stack *st = stack_of(b);
+        if (st && (dfx || dby || (b->gen == g && b->pend_objs))) {
+            dump_record(st);
+            st->d_inuse_fx += dfx;
+            st->d_inuse_bytes += dby;
+            if (b->gen == g && b->pend_objs) {
+                st->d_alloc_fx += (int64_t)((uint64_t)b->pend_objs << 16);
+                st->d_alloc_bytes += (int64_t)b->pend_bytes;
+            }
+        }
+        if (b->born)
+            dump_heap += dby;
+    }
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+}
+
+int64_t ml_blocks_dump_heap(void) { return dump_heap; }

@@ -1,0 +1,56 @@
+/* The private address range holding sampled blocks and the boot arena (range.c). */
+#ifndef MEMLENS_RANGE_H
+#define MEMLENS_RANGE_H
+#include "../base/rt.h"
+
+#pragma GCC visibility push(hidden)
+
+extern uintptr_t ml_range_base, ml_range_span;
+static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
+int ml_range_init(void);
+void *ml_boot_alloc(size_t size);
+/* Header right before every block in the range (128 bytes, keeps 16-byte alignment). The memory
+ * fields belong to range.c; the accounting fields to block.c, which changes them with the range
+ * lock held, except `size` and the pending counts, which only the thread resizing the block writes. */
+struct ml_block {
+    uint32_t stack;        /* stack record its weights are counted on, or ML_NO_STACK */
+    uint16_t kind, cls;    /* ML_KIND_*, size class of the chunk */
+    uint64_t size;         /* requested size */
+    uint64_t off;          /* user pointer - chunk start */
+    uint64_t cap;          /* bytes of the chunk (range.c) */
+    /* block.c: what the block adds to its stack's live counts and to the heap estimate (0, 0 when
+     * the block is in the range but not sampled at its current size), for `counted` bytes */
+    uint64_t w_fx, w_bytes, counted;
+    uint64_t born;         /* allocation tick (views.h); 0 = not timed, not in the heap estimate */
+    uintptr_t ra;          /* call site of the event that chose `stack` */
+    uint64_t point, point_R; /* this block's own Exp(R) draw for later resizes (0 = not drawn) */
+    uint64_t pend_bytes;   /* reallocations since the last flush, counted exactly (block.c) */
+    uint32_t pend_objs, gen; /* and their number; the profile generation they belong to */
+    struct ml_block *prev, *next; /* the list of live sampled blocks */
+    uint64_t spare_;       /* keeps the header a multiple of 16 bytes */
+};
+#define ML_KIND_BOOT 1u
+#define ML_KIND_SAMPLED 2u
+/* range.c hands out and takes back chunks; block.c does that and the accounting under one lock. */
+void ml_range_lock(void);
+void ml_range_unlock(void);
+void ml_range_reset_lock(void);
+/* For a dump: the lock, unless this thread holds it (a signal handler interrupted it) or another
+ * holds it for longer than a second. 1 if taken. */
+int ml_range_lock_bounded(void);
+/* With the lock held: a block of `size` bytes (header filled in, accounting fields zero). A large
+ * one is cleared here when `zero`; a small one's *dirty says whether its bytes held data before
+ * (the caller clears it then, after the lock). NULL if the range is exhausted. */
+struct ml_block *ml_range_alloc_locked(size_t size, size_t align, int zero, int *dirty);
+/* Without the lock: can a block be resized to `size` within its chunk (a small block's class)? */
+int ml_range_fits(const struct ml_block *b, size_t size);
+/* With the lock held: grow or shrink a large block in place by taking or giving back the pages
+ * after it; 1 (and the block's size and cap are set) or 0. */
+int ml_range_resize_locked(struct ml_block *b, size_t size);
+void ml_range_free_locked(struct ml_block *b);
+/* Real bytes of the chunks of live sampled blocks (the allocator does not see them). */
+int64_t ml_range_live_bytes(void);
+static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
+
+#pragma GCC visibility pop
+#endif

@@ -1,0 +1,455 @@
+/* Unwind rules from DWARF call frame information (.eh_frame), one per return address, cached.
+ *
+ * On x86-64 a caller's frame is recovered from three things: where its CFA is (rsp or rbp plus an
+ * offset), that the return address sits at CFA-8, and where rbp was saved, if it was. That is all
+ * the "dwarf" unwinder needs, so instead of a general CFI interpreter this one runs the FDE's
+ * program up to the call and keeps only those facts; anything else (CFA expressions, a CFA in
+ * another register, signal frames, no FDE) marks the rule unsupported and the whole stack goes to
+ * libunwind instead. FDEs are found lock-free with glibc's _dl_find_object and the binary-search
+ * table of .eh_frame_hdr. Rules live in a global insert-only table; dlclose clears it. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../base/check.h"
+#include "cfi.h"
+
+#define RULE_BITS 16
+#define NRULES (1u << RULE_BITS)
+#define MAX_PROBE 8
+
+/* x86-64 DWARF register numbers (System V psABI, "DWARF Register Number Mapping"). */
+#define DW_REG_RBP 6
+#define DW_REG_RSP 7
+#define DW_REG_RA 16 /* the return address column */
+#define MAX_REMEMBERED 4 /* nesting of DW_CFA_remember_state we follow */
+
+static _Atomic uint64_t *rule_keys, *rule_vals;
+
+size_t ml_cfi_table_bytes(void) { return 2 * NRULES * sizeof(uint64_t); }
+
+int ml_cfi_init(void)
+{
+    size_t bytes = ml_cfi_table_bytes();
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    rule_keys = p;
+    rule_vals = rule_keys + NRULES;
+    return 0;
+}
+
+int ml_cfi_ready(void) { return rule_keys != NULL; }
+
+void ml_cfi_forget(void)
+{
+    if (!rule_keys)
+        return;
+    for (uint32_t i = 0; i < NRULES; i++) {
+        atomic_store_explicit(&rule_vals[i], 0, memory_order_relaxed);
+        atomic_store_explicit(&rule_keys[i], 0, memory_order_release);
+    }
+}
+
+/* ---- reading DWARF ---- */
+
+static uint64_t uleb(const uint8_t **p, const uint8_t *end)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            break;
+    }
+    return v;
+}
+
+static int64_t sleb(const uint8_t **p, const uint8_t *end)
+{
+    int64_t v = 0;
+    unsigned shift = 0;
+    uint8_t b = 0x80;
+    while (*p < end && shift < 64 && (b & 0x80)) {
+        b = *(*p)++;
+        v |= (int64_t)(b & 0x7f) << shift;
+        shift += 7;
+    }
+    if (shift < 64 && (b & 0x40))
+        v |= -((int64_t)1 << shift);
+    return v;
+}
+
+/* A pointer in one of the encodings gcc and clang emit (absolute or pc-relative, 4 or 8 bytes);
+ * 0 with *ok = 0 for anything else. */
+static uintptr_t enc_ptr(const uint8_t **p, uint8_t enc, int *ok)
+{
+    const uint8_t *at = *p;
+    uintptr_t v;
+    switch (enc & 0x0f) {
+    case 0x00: /* absptr */
+    case 0x04: /* udata8 */
+    case 0x0c: /* sdata8 */
+        memcpy(&v, at, 8);
+        *p += 8;
+        break;
+    case 0x03: { /* udata4 */
+        uint32_t u;
+        memcpy(&u, at, 4);
+        v = u;
+        *p += 4;
+        break;
+    }
+    case 0x0b: { /* sdata4 */
+        int32_t s;
+        memcpy(&s, at, 4);
+        v = (uintptr_t)(intptr_t)s;
+        *p += 4;
+        break;
+    }
+    default:
+        *ok = 0;
+        return 0;
+    }
+    switch (enc & 0x70) {
+    case 0x00:
+        break;
+    case 0x10: /* pcrel */
+        v += (uintptr_t)at;
+        break;
+    default:
+        *ok = 0;
+        return 0;
+    }
+    return v;
+}
+
+/* The FDE covering pc, via .eh_frame_hdr's sorted table; NULL if none. */
+static const uint8_t *find_fde(uintptr_t pc)
+{
+    struct dl_find_object fo;
+    if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_eh_frame)
+        return NULL;
+    const uint8_t *hdr = fo.dlfo_eh_frame, *p = hdr + 4;
+    int ok = 1;
+    if (hdr[0] != 1 || hdr[3] != 0x3b) /* version 1, table of datarel sdata4 pairs */
+        return NULL;
+    enc_ptr(&p, hdr[1], &ok); /* eh_frame_ptr: not needed */
+    uintptr_t count = enc_ptr(&p, hdr[2], &ok);
+    if (!ok || count == 0)
+        return NULL;
+    const int32_t *table = (const int32_t *)p;
+    intptr_t want = (intptr_t)(pc - (uintptr_t)hdr);
+    size_t lo = 0, hi = count;
+    while (hi - lo > 1) { /* largest entry whose start <= pc */
+        size_t mid = lo + (hi - lo) / 2;
+        if (table[2 * mid] <= want)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (table[2 * lo] > want)
+        return NULL;
+    return hdr + table[2 * lo + 1];
+}
+
+/* ---- running the CFA program ---- */
+
+struct cfa_state {
+    int cfa_reg;     /* DW_REG_RSP or DW_REG_RBP */
+    int64_t cfa_off;
+    int rbp_saved;   /* rbp saved at CFA + rbp_off */
+    int64_t rbp_off;
+    int ra_undefined;
+    int bad;
+};
+
+struct cie_info {
+    uint64_t code_align;
+    int64_t data_align;
+    uint8_t fde_enc;
+    int has_z;
+    const uint8_t *insns, *end;
+};
+
+static int parse_cie(const uint8_t *cie, struct cie_info *ci)
+{
+    uint32_t len;
+    memcpy(&len, cie, 4);
+    if (len == 0 || len == 0xffffffffu)
+        return -1;
+    const uint8_t *p = cie + 8, *end = cie + 4 + len;
+    uint8_t version = *p++;
+    const char *aug = (const char *)p;
+    p += strnlen(aug, (size_t)(end - p)) + 1;
+    ci->code_align = uleb(&p, end);
+    ci->data_align = sleb(&p, end);
+    if (version == 1)
+        p++;
+    else
+        uleb(&p, end);
+    ci->fde_enc = 0;
+    ci->has_z = aug[0] == 'z';
+    if (ci->has_z) {
+        uint64_t alen = uleb(&p, end);
+        const uint8_t *aend = p + alen;
+        for (const char *a = aug + 1; *a; a++) {
+            int ok = 1;
+            if (*a == 'R')
+                ci->fde_enc = *p++;
+            else if (*a == 'P') {
+                uint8_t penc = *p++;
+                enc_ptr(&p, penc & 0x7f, &ok); /* personality (indirect bit cleared: not read) */
+            } else if (*a == 'L')
+                p++;
+            else
+                return -1; /* 'S' (signal frame) and anything unknown: libunwind's business */
+            if (!ok)
+                return -1;
+        }
+        p = aend;
+    } else if (aug[0]) {
+        return -1;
+    }
+    ci->insns = p;
+    ci->end = end;
+    return 0;
+}
+
+static void set_reg_offset(struct cfa_state *s, uint64_t reg, int64_t off)
+{
+    if (reg == DW_REG_RBP) {
+        s->rbp_saved = 1;
+        s->rbp_off = off;
+    } else if (reg == DW_REG_RA && off != -8) {
+        s->bad = 1;
+    }
+}
+
+static void restore_reg(struct cfa_state *s, const struct cfa_state *init, uint64_t reg)
+{
+    if (reg == DW_REG_RBP) {
+        s->rbp_saved = init->rbp_saved;
+        s->rbp_off = init->rbp_off;
+    } else if (reg == DW_REG_RA) {
+        s->ra_undefined = init->ra_undefined;
+    }
+}
+
+/* Executes the CFA program [p, end) until the location passes `target`, keeping in `s` only what
+ * the unwinder needs; init = the state after the CIE (for the restore ops). */
+static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
+                                uintptr_t loc, uintptr_t target, struct cfa_state *s,
+                                const struct cfa_state *init)
+{
+    struct cfa_state stack[MAX_REMEMBERED];
+    int depth = 0;
+    while (p < end && !s->bad) {
+        uint8_t op = *p++, low = op & 0x3f;
+        uintptr_t adv = 0;
+        switch (op & 0xc0) {
+        case 0x40:
+            adv = low * ci->code_align;
+            break;
+        case 0x80:
+            set_reg_offset(s, low, (int64_t)uleb(&p, end) * ci->data_align);
+            continue;
+        case 0xc0:
+            restore_reg(s, init, low);
+            continue;
+        default:
+            switch (op) {
+            case 0x00: /* nop */
+                break;
+            case 0x02:
+                adv = *p++ * ci->code_align;
+                break;
+            case 0x03: {
+                uint16_t d;
+                memcpy(&d, p, 2);
+                p += 2;
+                adv = d * ci->code_align;
+                break;
+            }
+            case 0x04: {
+                uint32_t d;
+                memcpy(&d, p, 4);
+                p += 4;
+                adv = d * ci->code_align;
+                break;
+            }
+            case 0x05: { /* offset_extended */
+                uint64_t reg = uleb(&p, end);
+                set_reg_offset(s, reg, (int64_t)uleb(&p, end) * ci->data_align);
+                break;
+            }
+            case 0x11: { /* offset_extended_sf */
+                uint64_t reg = uleb(&p, end);
+                set_reg_offset(s, reg, sleb(&p, end) * ci->data_align);
+                break;
+            }
+            case 0x06: /* restore_extended */
+                restore_reg(s, init, uleb(&p, end));
+                break;
+            case 0x07: { /* undefined */
+                uint64_t reg = uleb(&p, end);
+                if (reg == DW_REG_RA)
+                    s->ra_undefined = 1;
+                else if (reg == DW_REG_RBP)
+                    s->rbp_saved = 0;
+                break;
+            }
+            case 0x08: { /* same_value */
+                uint64_t reg = uleb(&p, end);
+                if (reg == DW_REG_RBP)
+                    s->rbp_saved = 0;
+                else if (reg == DW_REG_RA)
+                    s->bad = 1;
+                break;
+            }
+            case 0x09: { /* register */
+                uint64_t reg = uleb(&p, end);
+                uleb(&p, end);
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
+                    s->bad = 1;
+                break;
+            }
+            case 0x0a: /* remember_state */
+                if (depth == MAX_REMEMBERED)
+                    s->bad = 1;
+                else
+                    stack[depth++] = *s;
+                ML_ASSERT(depth <= MAX_REMEMBERED);
+                break;
+            case 0x0b: /* restore_state */
+                if (depth == 0)
+                    s->bad = 1;
+                else
+                    *s = stack[--depth];
+                ML_ASSERT(depth >= 0);
+                break;
+            case 0x0c: /* def_cfa */
+                s->cfa_reg = (int)uleb(&p, end);
+                s->cfa_off = (int64_t)uleb(&p, end);
+                break;
+            case 0x12: /* def_cfa_sf */
+                s->cfa_reg = (int)uleb(&p, end);
+                s->cfa_off = sleb(&p, end) * ci->data_align;
+                break;
+            case 0x0d: /* def_cfa_register */
+                s->cfa_reg = (int)uleb(&p, end);
+                break;
+            case 0x0e: /* def_cfa_offset */
+                s->cfa_off = (int64_t)uleb(&p, end);
+                break;
+            case 0x13: /* def_cfa_offset_sf */
+                s->cfa_off = sleb(&p, end) * ci->data_align;
+                break;
+            case 0x10:   /* expression */
+            case 0x16: { /* val_expression */
+                uint64_t reg = uleb(&p, end);
+                uint64_t len = uleb(&p, end);
+                p += len;
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
+                    s->bad = 1;
+                break;
+            }
+            case 0x14: /* val_offset */
+            case 0x15: { /* val_offset_sf */
+                uint64_t reg = uleb(&p, end);
+                if (op == 0x14)
+                    uleb(&p, end);
+                else
+                    sleb(&p, end);
+                if (reg == DW_REG_RBP || reg == DW_REG_RA)
+                    s->bad = 1;
+                break;
+            }
+            case 0x2e: /* GNU_args_size */
+                uleb(&p, end);
+                break;
+            default: /* def_cfa_expression, set_loc, vendor ops: not ours to interpret */
+                s->bad = 1;
+                break;
+            }
+        }
+        loc += adv;
+        if (loc > target)
+            return;
+    }
+}
+
+/* Compute the rule for return address `ra` (the call is at ra - 1). */
+static uint64_t compute(uintptr_t ra)
+{
+    uintptr_t target = ra - 1;
+    const uint8_t *fde = find_fde(target);
+    if (!fde)
+        return ML_RULE_UNSUPPORTED;
+    uint32_t len, cie_off;
+    memcpy(&len, fde, 4);
+    memcpy(&cie_off, fde + 4, 4);
+    if (len == 0 || len == 0xffffffffu || cie_off == 0)
+        return ML_RULE_UNSUPPORTED;
+    struct cie_info ci;
+    if (parse_cie(fde + 4 - cie_off, &ci) != 0)
+        return ML_RULE_UNSUPPORTED;
+    const uint8_t *p = fde + 8, *end = fde + 4 + len;
+    int ok = 1;
+    uintptr_t begin = enc_ptr(&p, ci.fde_enc, &ok);
+    uintptr_t range = enc_ptr(&p, ci.fde_enc & 0x0f, &ok);
+    if (!ok || target < begin || target >= begin + range)
+        return ML_RULE_UNSUPPORTED;
+    if (ci.has_z) {
+        uint64_t alen = uleb(&p, end);
+        p += alen;
+    }
+    struct cfa_state s = {.cfa_reg = DW_REG_RSP, .cfa_off = 8}, init;
+    execute_cfa_program(ci.insns, ci.end, &ci, begin, UINTPTR_MAX, &s, &s);
+    init = s;
+    execute_cfa_program(p, end, &ci, begin, target, &s, &init);
+    if (s.bad || (s.cfa_reg != DW_REG_RSP && s.cfa_reg != DW_REG_RBP) || s.cfa_off < 8 || s.cfa_off > INT32_MAX ||
+        s.rbp_off < INT16_MIN || s.rbp_off > INT16_MAX)
+        return ML_RULE_UNSUPPORTED;
+    if (s.ra_undefined)
+        return ML_RULE_VALID | ML_RULE_OUTERMOST;
+    return ML_RULE_VALID | (uint64_t)(uint32_t)s.cfa_off | (s.cfa_reg == DW_REG_RBP ? ML_RULE_CFA_RBP : 0) |
+           (s.rbp_saved ? ML_RULE_RBP_SAVED | ((uint64_t)(uint16_t)(int16_t)s.rbp_off << 48) : 0);
+}
+
+/* A rule is either valid or unsupported, never 0 (0 marks a slot being filled); a valid frame rule
+ * puts the CFA above the return address's slot. */
+static int rule_ok(uint64_t r)
+{
+    if (!r || !(r & ML_RULE_VALID) == !(r & ML_RULE_UNSUPPORTED))
+        return 0;
+    return !(r & ML_RULE_VALID) || (r & ML_RULE_OUTERMOST) || ml_rule_cfa_off(r) >= 8;
+}
+
+uint64_t ml_cfi_rule(uintptr_t ra)
+{
+    if (!rule_keys)
+        return ML_RULE_UNSUPPORTED;
+    uint32_t idx = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> (64 - RULE_BITS));
+    for (int i = 0; i < MAX_PROBE; i++, idx = (idx + 1) & (NRULES - 1)) {
+        uint64_t k = atomic_load_explicit(&rule_keys[idx], memory_order_acquire);
+        ML_ASSERT(idx < NRULES);
+        if (k == ra) {
+            uint64_t v = atomic_load_explicit(&rule_vals[idx], memory_order_acquire);
+            ML_ASSERT(!v || rule_ok(v));
+            if (v)
+                return v;
+            break; /* being filled in by another thread: compute our own */
+        }
+        if (k == 0) {
+            uint64_t v = compute(ra);
+            ML_ASSERT(rule_ok(v));
+            if (atomic_compare_exchange_strong_explicit(&rule_keys[idx], &k, ra, memory_order_acq_rel,
+                                                        memory_order_acquire))
+                atomic_store_explicit(&rule_vals[idx], v, memory_order_release);
+            return v;
+        }
+    }
+    return compute(ra);
+}
