@@ -58,6 +58,13 @@ fn report_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// `DIR/tmp`, created: the test's own TMPDIR.
+fn tmp_in(dir: &Path) -> PathBuf {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    tmp
+}
+
 /// A tmpfs over `at` with `opts`, in the namespace's setup.
 fn tmpfs(opts: &str, at: &Path) -> String {
     format!("mount -t tmpfs -o {opts} tmpfs {}", at.display())
@@ -80,8 +87,7 @@ fn noexec_dev_shm_loads_the_runtime_from_elsewhere() {
         "{line}"
     );
     // No exec-able directory at all (TMPDIR noexec too): a memfd the program inherits.
-    let tmp = dir.join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let tmp = tmp_in(&dir);
     let setup = format!(
         "{}; {}",
         tmpfs("noexec", Path::new("/dev/shm")),
@@ -103,8 +109,7 @@ fn read_only_or_small_dev_shm_sends_the_run_elsewhere() {
         return;
     }
     let dir = test_dir();
-    let tmp = dir.join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let tmp = tmp_in(&dir);
     let shm = Path::new("/dev/shm");
     for (opts, why) in [
         (
@@ -133,8 +138,7 @@ fn a_foreign_memlens_dir_in_dev_shm_is_left_alone() {
         return;
     }
     let dir = test_dir();
-    let tmp = dir.join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let tmp = tmp_in(&dir);
     let setup = format!(
         "{}; mkdir -m 755 /dev/shm/memlens-0; chown 65534:65534 /dev/shm/memlens-0",
         tmpfs("size=64m", Path::new("/dev/shm"))
@@ -155,8 +159,7 @@ fn with_nowhere_to_put_a_run_the_program_runs_without_memlens() {
         return;
     }
     let dir = test_dir();
-    let tmp = dir.join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
+    let tmp = tmp_in(&dir);
     let mut c = Command::new("unshare");
     c.args(["-m", "--propagation", "private", "sh", "-c"])
         .arg(format!(

@@ -21,7 +21,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The least free space a place for the run's files must have: less, and the first profile of a
@@ -101,25 +101,10 @@ fn usable(dir: &Path) -> Result<()> {
 
 /// `dir` is a real directory (not a link) of uid `me` that nobody else can write to.
 fn own_dir(dir: &Path, me: u32) -> Result<()> {
-    let m = fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    if !m.is_dir() {
-        bail!("{} is not a directory", dir.display());
+    match memlens_native::not_own_dir(dir, me)? {
+        None => Ok(()),
+        Some(why) => bail!("{why}"),
     }
-    if m.uid() != me {
-        bail!(
-            "{} belongs to uid {}, not to uid {me}",
-            dir.display(),
-            m.uid()
-        );
-    }
-    if m.mode() & 0o022 != 0 {
-        bail!(
-            "{} is writable by other users (mode {:o})",
-            dir.display(),
-            m.mode() & 0o7777
-        );
-    }
-    Ok(())
 }
 
 fn statvfs(dir: &Path) -> Result<libc::statvfs> {
