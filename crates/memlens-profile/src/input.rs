@@ -20,7 +20,8 @@
 //! decompressed and held): `MEMLENS_MAX_INPUT` (a size, default 2 GiB) raises it. Unless it is
 //! set, what a decoder may decompress and hold is also at most [`INFLATION`] times the bytes read
 //! so far (at least [`FLOOR`]): a valid 5 MB gzip profile that inflates to gigabytes of tiny
-//! fields ends at 160 MB, not at the budget (an input of 10 MB stays within about 512 MB).
+//! fields is refused at the floor, 64 MiB held, after its first 64 KiB (it could never hold more
+//! than 32 times its 5 MB), not at the budget (an input of 10 MB stays within about 512 MB).
 use anyhow::{bail, Context, Result};
 use std::fs::{File, Metadata};
 use std::io::Read;
