@@ -26,7 +26,6 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
 /// Convert one raw dump (a file, or `text` rendered from a state file) to gzipped pprof (the
 /// profile crate does the work); a one-line summary.
 fn convert(raw: &Path, text: Option<&String>, out: &Path) -> Result<String> {
-    use memlens_measure::units::format_size;
     let t0 = std::time::Instant::now();
     let s = match text {
         Some(t) => memlens_profile::convert_raw_text(t, out)?,
@@ -55,8 +54,8 @@ fn convert(raw: &Path, text: Option<&String>, out: &Path) -> Result<String> {
         s.samples,
         s.stacks,
         s.truncated_share * 100.0,
-        format_size(s.alloc_bytes.max(0.0) as u64),
-        format_size(s.inuse_bytes.max(0.0) as u64),
+        memlens_measure::units::format_bytes(s.alloc_bytes.max(0.0)),
+        memlens_measure::units::format_bytes(s.inuse_bytes.max(0.0)),
     ))
 }
 
@@ -154,10 +153,45 @@ pub fn alive(pid: u32) -> bool {
     })
 }
 
+/// Where a collection's lines go: to stderr as they come (`memlens run`, `memlens report
+/// RUNDIR`), or kept for the caller to show as it sees fit (`memlens check`, whose success is one
+/// line).
+#[derive(Debug, Default)]
+pub struct Notes {
+    keep: bool,
+    /// The lines kept (when keeping).
+    pub lines: Vec<String>,
+}
+
+impl Notes {
+    /// Lines go to stderr.
+    pub fn stderr() -> Notes {
+        Notes::default()
+    }
+
+    /// Lines are kept in [`Notes::lines`].
+    pub fn kept() -> Notes {
+        Notes {
+            keep: true,
+            lines: Vec::new(),
+        }
+    }
+
+    fn say(&mut self, line: String) {
+        if self.keep {
+            self.lines.push(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// What a collection found.
 pub struct Collected {
     /// Profiles written.
     pub written: usize,
+    /// Each profile written: the process and the file (an image replaced by exec has its own).
+    pub profiles: Vec<(u32, PathBuf)>,
     /// Processes of the run still running (their profiles are collected later).
     pub running: Vec<u32>,
 }
@@ -195,7 +229,7 @@ const RECOVERED_SEQ: u64 = 1_000_000;
 /// was replaced by exec with nothing of its own is dropped; the running one is named; any other
 /// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
 /// dump from its state file.
-fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
+fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile], notes: &mut Notes) -> FromStates {
     let mut r = FromStates::default();
     for (i, f) in files.iter().enumerate() {
         let (pid, n, path) = (&f.pid, &f.n, &f.path);
@@ -203,7 +237,7 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
         let info = match &f.info {
             Ok(info) => info,
             Err(e) => {
-                eprintln!("memlens: warning: {e}");
+                notes.say(format!("memlens: warning: {e}"));
                 continue;
             }
         };
@@ -243,10 +277,10 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
                 r.recovered.insert(out.clone(), how);
                 r.texts.insert(out, text);
             }
-            Err(e) => eprintln!(
+            Err(e) => notes.say(format!(
                 "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
                 path.display()
-            ),
+            )),
         }
     }
     r
@@ -257,9 +291,15 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile]) -> FromStates {
 /// A dump that cannot be converted is a warning. Converted files are removed from the directory.
 /// `first`: memlens run's own collection (the program itself is said to have no profile if it
 /// has none); a later one (`memlens report RUNDIR`) speaks only of what is left.
-pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
+pub fn collect(
+    dir: &RunDir,
+    plan: &Plan,
+    live: &[u32],
+    first: bool,
+    notes: &mut Notes,
+) -> Result<Collected> {
     let files = run_files(dir, plan, live)?;
-    let states = read_states(dir, plan, &files.states);
+    let states = read_states(dir, plan, &files.states, notes);
     let dumps = the_dumps(dir, plan, files, &states)?;
     let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
     for d in dumps {
@@ -277,6 +317,7 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
 
     let mut c = Collected {
         written: 0,
+        profiles: Vec::new(),
         running: Vec::new(),
     };
     let mut nothing: Vec<u32> = Vec::new();
@@ -323,16 +364,17 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
                         }
                         _ => String::new(),
                     };
-                    eprintln!(
+                    notes.say(format!(
                         "memlens: profile of pid {pid} written to {} ({summary}){how}",
                         out.display()
-                    );
+                    ));
                     c.written += 1;
+                    c.profiles.push((pid, out.clone()));
                     forget(d);
                 }
-                Err(e) => {
-                    eprintln!("memlens: warning: cannot convert the dump of pid {pid}: {e:#}")
-                }
+                Err(e) => notes.say(format!(
+                    "memlens: warning: cannot convert the dump of pid {pid}: {e:#}"
+                )),
             }
         }
         if empty_image && c.written == written_before && !p.alive {
@@ -344,9 +386,9 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         if p.alive {
             c.running.push(pid);
         }
-        name_the_rest(dir, plan, pid, p);
+        name_the_rest(dir, plan, pid, p, notes);
     }
-    say_missing(dir, &nothing, &cut_short);
+    say_missing(dir, &nothing, &cut_short, notes);
     Ok(c)
 }
 
@@ -396,15 +438,15 @@ fn the_dumps(dir: &RunDir, plan: &Plan, files: RunFiles, states: &FromStates) ->
 
 /// A process still running is named with where its profile will go; one that ended without a
 /// dump is said to have no profile, and why.
-fn name_the_rest(dir: &RunDir, plan: &Plan, pid: u32, p: &Proc) {
+fn name_the_rest(dir: &RunDir, plan: &Plan, pid: u32, p: &Proc, notes: &mut Notes) {
     let main = pid == plan.main_pid;
     if p.alive {
-        eprintln!(
+        notes.say(format!(
             "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
             comm(pid),
             dir.path.display(),
             profile_path(&plan.output, plan.main_pid, pid, None).display()
-        );
+        ));
     } else if p.dumps.is_empty() {
         let why = match p.ended {
             Some(st) if libc::WIFSIGNALED(st) => {
@@ -419,37 +461,39 @@ fn name_the_rest(dir: &RunDir, plan: &Plan, pid: u32, p: &Proc) {
                 .to_string(),
         };
         if main || p.ended.is_some() {
-            eprintln!("memlens: warning: pid {pid} left no profile: {why}");
+            notes.say(format!(
+                "memlens: warning: pid {pid} left no profile: {why}"
+            ));
         }
     }
 }
 
 /// One line for the processes that sampled nothing, one for those whose dump was cut short.
-fn say_missing(dir: &RunDir, nothing: &[u32], cut_short: &[u32]) {
+fn say_missing(dir: &RunDir, nothing: &[u32], cut_short: &[u32], notes: &mut Notes) {
     if !nothing.is_empty() {
-        eprintln!(
+        notes.say(format!(
             "memlens: no profile for {} process{} that sampled nothing of {} own (pid {})",
             nothing.len(),
             if nothing.len() == 1 { "" } else { "es" },
             if nothing.len() == 1 { "its" } else { "their" },
             pid_list(nothing)
-        );
+        ));
     }
     if !cut_short.is_empty() {
         let free = crate::places::free_bytes(&dir.path)
             .map(|b| {
                 format!(
                     " (its filesystem has {} free)",
-                    memlens_measure::units::format_size(b)
+                    memlens_measure::units::format_bytes(b as f64)
                 )
             })
             .unwrap_or_default();
-        eprintln!(
+        notes.say(format!(
             "memlens: warning: no profile for pid {}: {} dump was cut short in {}{free}",
             pid_list(cut_short),
             if cut_short.len() == 1 { "its" } else { "their" },
             dir.path.display()
-        );
+        ));
     }
 }
 
