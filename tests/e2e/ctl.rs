@@ -208,7 +208,7 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     // keep a ring of small blocks: the live heap grows only by what leak_site leaks).
     let inuse = || {
         let t = memlens_target::Target::find(pid).unwrap();
-        t.status().unwrap().num("inuse_bytes").unwrap()
+        t.status().unwrap().inuse_bytes.unwrap()
     };
     let before = inuse();
     std::fs::write(dir.join("leak"), "").unwrap();
