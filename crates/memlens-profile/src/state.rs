@@ -374,6 +374,10 @@ fn views(s: &State, o: &mut String) -> Result<()> {
     let _ = writeln!(o, "view heap {heap}");
     let _ = writeln!(o, "view heap_max {max} {}", tick_ns(s.h("heap_max_tick")?));
     let _ = writeln!(o, "view peak {} {}", s.h("snap_heap")?, s.h("snap_ns")?);
+    if let (Ok(a), Ok(b)) = (s.hi("split_a"), s.hi("split_b")) {
+        let (ta, tb) = (tick_ns(s.h("split_a_tick")?), tick_ns(s.h("split_b_tick")?));
+        let _ = writeln!(o, "view split {a} {ta} {b} {tb}");
+    }
     let kinds = [
         "unknown", "unknown", "glibc", "jemalloc", "tcmalloc", "mimalloc",
     ];
