@@ -42,7 +42,7 @@ pub use model::{Frame, Function, Line, Location, Mapping, Profile, Sample, Sampl
 pub use convert::{convert_raw, load, symbolize_dump_with, symbolize_dumps, ConvertSummary};
 pub use raw::{parse as parse_raw, read as read_raw, RawDump, RawModule, RawStack};
 pub use state::{read_info as read_state_info, render as render_state, Status as StateStatus};
-pub use symbolize::{file_build_id, Symbolizer};
+pub use symbolize::{demangle, file_build_id, Symbolizer};
 
 pub use pprof::{profile_stem, proto, to_proto, write as write_pprof};
 

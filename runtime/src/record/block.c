@@ -192,21 +192,26 @@ static void half_weights(const struct ml_block *b, uint64_t size, uint64_t w[2])
     w[1] = b->point_h[1] <= size ? by : 0;
 }
 
-/* A uniform draw in (0, 1], from this thread's Exp draws (sample.c). */
-static double uniform(void) { return exp(-(double)ml_draw(1ull << 40) * 0x1p-40); }
-
-/* A block just sampled at `size` bytes: in which halves of the thinned sampling process (peak.c).
- * Given a sample point in it, both halves hold one with probability q^2/p = q/(2-q) (p = 1-(1-q)^2),
- * else one of them, evenly. Exact mode: both, weight 1. */
+/* A block just sampled at `size` bytes: in which halves of the thinned sampling process (peak.c),
+ * and its weight in them (half_weights' for this size, without a second expm1). Given a sample
+ * point in it, both halves hold one with probability q^2/p = q/(2-q) (p = 1-(1-q)^2), else one of
+ * them, evenly. Exact mode: both, weight 1. */
 static void choose_halves(struct ml_block *b, uint64_t size, uint64_t R)
 {
     b->point_R = R;
     b->point_h[0] = b->point_h[1] = 0;
-    if (!R)
+    if (!R) {
+        b->w_half[0] = b->w_half[1] = size;
         return;
-    double q = -expm1(-(double)size / (double)(2 * R)), both = q / (2.0 - q), u = uniform();
-    if (u >= both)
-        b->point_h[(u - both) < 0.5 * (1.0 - both) ? 0 : 1] = UINT64_MAX;
+    }
+    double q = -expm1(-(double)size / (double)(2 * R)), both = q / (2.0 - q), u = ml_uniform();
+    uint64_t w = (uint64_t)((double)size / q + 0.5);
+    b->w_half[0] = b->w_half[1] = w;
+    if (u >= both) {
+        int out = (u - both) < 0.5 * (1.0 - both) ? 0 : 1;
+        b->point_h[out] = UINT64_MAX;
+        b->w_half[out] = 0;
+    }
 }
 
 static void live_weights(const struct ml_block *b, uint64_t size, uint64_t *fx, uint64_t *bytes)
@@ -267,7 +272,6 @@ void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_
     b->ra = ra;
     b->gen = atomic_load_explicit(&gen, memory_order_relaxed);
     choose_halves(b, size, atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed));
-    half_weights(b, size, b->w_half);
     link_block(b);
     int64_t dh[2] = {(int64_t)b->w_half[0], (int64_t)b->w_half[1]};
     int snap = count(b, (int64_t)w_fx, (int64_t)w_bytes, dh, now);
