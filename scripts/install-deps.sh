@@ -26,6 +26,9 @@ PKGS=(
   libpmemobj1 libpmemobj-dev
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
+  # objdump: the fast-path shape test disassembles libmemlens.so; ar: the C unit tests' archive
+  # (gcc brings binutils and its sanitizers, libasan/libubsan, which the C unit tests run under)
+  binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
