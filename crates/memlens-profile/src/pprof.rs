@@ -1054,6 +1054,8 @@ mod tests {
             heap_max_ns: 3,
             peak_bytes: 19.0,
             peak_ns: 2,
+            split_peak_bytes: 17.0,
+            split_peak_ns: 2,
             allocator: "glibc".into(),
             disabled: false,
             timeline: vec![point(1, 5.0), point(2, 19.0)],

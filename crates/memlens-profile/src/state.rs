@@ -252,6 +252,9 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
     let data = s.read(s.h("modules_at")?, times(n, size)?)?;
     let f = |name: &str| s.field(&format!("m.{name}"));
     let seg_bytes = s.field("m.seg_bytes")?.1;
+    if seg_bytes == 0 {
+        bail!("the state file's module segments have no size");
+    }
     let ms = |name: &str| s.field(&format!("ms.{name}"));
     for m in data.chunks_exact(size as usize) {
         let state = num(m, f("state")?.0, 4)?;
