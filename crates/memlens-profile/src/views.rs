@@ -845,4 +845,19 @@ mod tests {
         assert_eq!(sampling_error(&at_interval(0), 1e6, true), "");
         assert_eq!(sampling_error(&p, 0.0, true), "");
     }
+
+    #[test]
+    fn leaks_under_four_samples_are_a_bound() {
+        let r = 524288.0;
+        let p = at_interval(512 << 10);
+        // Nothing sampled: the Poisson 95 % limit of 3.0 samples' worth (here 2.96 R).
+        assert!((unresolved_bound(&p, 0.0).unwrap() / r - 2.96).abs() < 1e-9);
+        // One sample's worth (sqlite3's 10 kB leak read as 526 kB): 4.77 R, above the true 4.74.
+        let one = unresolved_bound(&p, r).unwrap() / r;
+        assert!((4.74..4.9).contains(&one), "{one}");
+        // Resolved past 3.84 R; exact mode has no bound.
+        assert!(unresolved_bound(&p, 3.8 * r).is_some());
+        assert!(unresolved_bound(&p, 3.9 * r).is_none());
+        assert!(unresolved_bound(&at_interval(0), 10.0).is_none());
+    }
 }
