@@ -35,6 +35,9 @@ PKGS=(
   binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
+  # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
+  podman runc crun mmdebstrap systemd-container python3-yaml
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )
