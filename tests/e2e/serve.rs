@@ -446,20 +446,19 @@ pub(crate) fn targets_json(server: &Server) -> Vec<serde_json::Value> {
     v.as_array().expect("/targets is a JSON array").clone()
 }
 
+/// The test program in its `steady` phase, loaded inactive, its control socket in `ctl`.
+fn steady_inactive(dir: &Path, ctl: &Path) -> Target {
+    let prog = program(dir);
+    Target::start(ctl, &dir.join("a"), &prog, "steady", &["--inactive"])
+}
+
 /// A program loaded inactive, `go tool pprof` on the allocs window and on the heap, curl of
 /// /targets and /metrics; the window leaves the program inactive again.
 #[test]
 fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
-    let prog = program(tmp.path());
-    let t = Target::start(
-        &ctl,
-        &tmp.path().join("a"),
-        &prog,
-        "steady",
-        &["--inactive"],
-    );
+    let t = steady_inactive(tmp.path(), &ctl);
     let server = Server::start(&ctl, &[]);
 
     let list = targets_json(&server);
@@ -584,14 +583,7 @@ fn the_window_holds_only_allocations_made_inside_it() {
 fn bad_requests_get_a_one_line_error() {
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
-    let prog = program(tmp.path());
-    let t = Target::start(
-        &ctl,
-        &tmp.path().join("a"),
-        &prog,
-        "steady",
-        &["--inactive"],
-    );
+    let t = steady_inactive(tmp.path(), &ctl);
     let server = Server::start(&ctl, &[]);
     let me = std::process::id();
     let cases: Vec<(String, u16, String)> = vec![
@@ -712,14 +704,7 @@ fn another_user_s_server_never_shows_our_process() {
     }
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
-    let prog = program(tmp.path());
-    let t = Target::start(
-        &ctl,
-        &tmp.path().join("a"),
-        &prog,
-        "steady",
-        &["--inactive"],
-    );
+    let t = steady_inactive(tmp.path(), &ctl);
     // A server of another user (uid 65534; acting as one needs root, as CI runs) never shows our
     // process, nor says whose it is or what it runs. (A server of root is the node agent and shows
     // every user's: docs/containers.md.)

@@ -136,6 +136,12 @@ pub struct RawDump {
 /// Read and parse a raw dump file that memlens asked for (a run directory's, a control
 /// directory's): a regular file only, not a link (bounded like every input: [`crate::input`]).
 pub fn read(path: &Path) -> Result<RawDump> {
+    read_from(open(path)?.reader()).with_context(|| format!("{}", path.display()))
+}
+
+/// Open a raw dump file that memlens asked for: a regular file only, not a link, and a raw dump by
+/// its first bytes.
+fn open(path: &Path) -> Result<crate::input::Input> {
     let input = crate::input::open_regular_input(path, crate::input::Links::Refuse)?;
     if !looks_raw(&input.head) {
         bail!(
@@ -143,7 +149,7 @@ pub fn read(path: &Path) -> Result<RawDump> {
             path.display()
         );
     }
-    read_from(input.reader()).with_context(|| format!("{}", path.display()))
+    Ok(input)
 }
 
 /// The longest line a raw dump may have (a stack of 128 frames is about 2.5 KB, a path 4 KB).
@@ -172,15 +178,8 @@ pub struct RawHead {
 /// The lines read are checked as [`read`] checks them; a dump that ends before any stack (its
 /// `end` line or not) has no stacks.
 pub fn read_head(path: &Path) -> Result<RawHead> {
-    let input = crate::input::open_regular_input(path, crate::input::Links::Refuse)?;
-    if !looks_raw(&input.head) {
-        bail!(
-            "{}: not a memlens raw dump (first line is not 'memlens-raw 1')",
-            path.display()
-        );
-    }
     let (mut p, mut has_stacks) = (Parser::default(), false);
-    each_line(input.reader(), |n, line| {
+    each_line(open(path)?.reader(), |n, line| {
         has_stacks = line.starts_with("stack ");
         Ok(has_stacks || p.line(n, line)?)
     })
