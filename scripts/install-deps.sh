@@ -28,6 +28,9 @@ PKGS=(
   elfutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
+  # tests/e2e/usdt.rs, as an eBPF profiler would consume them
+  systemtap-sdt-dev bpftrace
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )
