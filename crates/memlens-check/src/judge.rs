@@ -306,6 +306,7 @@ pub fn compared_with<'a>(procs: &'a [Figures], base: &Figures) -> Vec<&'a Figure
 mod tests {
     use super::*;
     use crate::allow::Allow;
+    use crate::limits::Kind;
     use memlens_profile::{Function, Line, Location, Mapping, Profile, Sample};
     use std::path::Path;
 

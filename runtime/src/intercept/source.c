@@ -64,11 +64,14 @@ static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
 void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
 {
     (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
-    uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
+    /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
+    uint64_t R = armed_R(t), times = R ? 1 : ML_COST_EXACT_EVERY;
+    int timed = R || t->samples % ML_COST_EXACT_EVERY == 0;
+    uint64_t c0 = timed ? ml_cost_begin() : 0;
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
-    weights(t, size, armed_R(t));
+    weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = ml_unwind_intern(ra, 1);
     void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
@@ -80,7 +83,8 @@ void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, 
         atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
     ml_usdt_alloc(p, size, w_bytes);
     t->busy--;
-    ml_cost_end(c0, w_fx, 1);
+    if (timed)
+        ml_cost_end(c0, w_fx, times);
     return p;
 }
 
