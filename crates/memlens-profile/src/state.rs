@@ -8,14 +8,12 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 const MAGIC: &[u8] = b"memlens-state\n";
 const PAGE: usize = 4096;
 const DIR_AT: usize = 2048;
-/// The most a reader takes from one file (a larger arena is not ours to trust).
-const MAX_READ: u64 = 8 << 30;
 
 /// How an image ended, as its header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +51,17 @@ struct State {
     dir: HashMap<String, (usize, usize)>,
     file: std::fs::File,
     len: u64,
+    /// The most one region may take: the input budget, and no more than the file's allocated
+    /// blocks (a sparse file's holes read as zeros, and a header may claim any size).
+    max_read: u64,
 }
 
 impl State {
     fn open(path: &Path) -> Result<State> {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file.metadata()?.len();
+        // In a run directory others may write to: a regular file only, not a link, no FIFO.
+        let (file, meta) = crate::input::open_regular(path, crate::input::Links::Refuse)?;
+        let len = meta.len();
+        let max_read = crate::input::budget().min(meta.blocks().saturating_mul(512));
         let mut page = vec![0u8; PAGE];
         file.read_exact_at(&mut page, 0)
             .with_context(|| format!("{}: shorter than a state header", path.display()))?;
@@ -84,6 +86,7 @@ impl State {
             dir,
             file,
             len,
+            max_read,
         };
         if s.h("version")? != 1 {
             bail!(
@@ -119,18 +122,22 @@ impl State {
 
     fn h_str(&self, name: &str) -> Result<String> {
         let (o, s) = self.field(&format!("h.{name}"))?;
-        let b = self
-            .page
-            .get(o..o + s)
-            .ok_or_else(|| anyhow!("bad field {name}"))?;
+        let b = bytes(&self.page, o, s).with_context(|| format!("bad field {name}"))?;
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         Ok(String::from_utf8_lossy(&b[..end]).into_owned())
     }
 
-    /// `len` bytes of the file at `at` (bounded by the file).
+    /// `len` bytes of the file at `at` (bounded by the file and by what it holds).
     fn read(&self, at: u64, len: u64) -> Result<Vec<u8>> {
-        if len > MAX_READ || at.checked_add(len).is_none_or(|e| e > self.len) {
+        if at.checked_add(len).is_none_or(|e| e > self.len) {
             bail!("a region of the state file lies outside it");
+        }
+        if len > self.max_read {
+            bail!(
+                "the state file claims a region of {len} bytes, more than it holds ({} bytes \
+                 written)",
+                self.max_read
+            );
         }
         let mut b = vec![0u8; len as usize];
         self.file.read_exact_at(&mut b, at)?;
@@ -157,11 +164,22 @@ impl State {
     }
 }
 
+/// `n × size` bytes, or an error when a header claims more than can be.
+fn times(n: u64, size: u64) -> Result<u64> {
+    n.checked_mul(size)
+        .ok_or_else(|| anyhow!("the state file claims {n} records of {size} bytes"))
+}
+
+/// `size` bytes at `off` of a record.
+fn bytes(b: &[u8], off: usize, size: usize) -> Result<&[u8]> {
+    off.checked_add(size)
+        .and_then(|end| b.get(off..end))
+        .ok_or_else(|| anyhow!("a field lies outside its record"))
+}
+
 /// Little-endian unsigned integer of `size` bytes at `off`.
 fn num(b: &[u8], off: usize, size: usize) -> Result<u64> {
-    let s = b
-        .get(off..off + size)
-        .ok_or_else(|| anyhow!("a field lies outside its record"))?;
+    let s = bytes(b, off, size)?;
     let mut v = [0u8; 8];
     v[..size.min(8)].copy_from_slice(&s[..size.min(8)]);
     Ok(u64::from_le_bytes(v))
@@ -235,7 +253,10 @@ pub fn render(path: &Path, reason: &str, end_ns: Option<u64>) -> Result<String> 
 fn modules(s: &State, o: &mut String) -> Result<()> {
     let n = s.h("nmodules")?.min(s.h("modules_cap")?);
     let size = s.h("module_bytes")?;
-    let data = s.read(s.h("modules_at")?, n * size)?;
+    if size == 0 {
+        bail!("the state file's modules have no size");
+    }
+    let data = s.read(s.h("modules_at")?, times(n, size)?)?;
     let f = |name: &str| s.field(&format!("m.{name}"));
     let seg_bytes = s.field("m.seg_bytes")?.1;
     let ms = |name: &str| s.field(&format!("ms.{name}"));
@@ -246,9 +267,9 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
         }
         let base = num(m, f("base")?.0, 8)?;
         let idlen = (num(m, f("idlen")?.0, 4)? as usize).min(f("id")?.1);
-        let id = &m[f("id")?.0..f("id")?.0 + idlen];
+        let id = bytes(m, f("id")?.0, idlen)?;
         let (po, ps) = f("path")?;
-        let pb = &m[po..po + ps];
+        let pb = bytes(m, po, ps)?;
         let path = String::from_utf8_lossy(&pb[..pb.iter().position(|&c| c == 0).unwrap_or(ps)])
             .into_owned();
         let _ = write!(o, "module {base:#x} ");
@@ -289,7 +310,7 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
 /// The `stack` and `life` lines; returns the samples written.
 fn stacks(s: &State, o: &mut String) -> Result<u64> {
     let n = s.h("nstacks")?.min(s.h("listed_cap")?);
-    let listed = s.read(s.h("listed_at")?, n * 4)?;
+    let listed = s.read(s.h("listed_at")?, times(n, 4)?)?;
     let used = s.h("arena_used")?.min(s.h("arena_cap")?);
     let arena = s.read(s.h("arena_at")?, used)?;
     let f = |name: &str| s.field(&format!("s.{name}"));
@@ -381,7 +402,10 @@ fn views(s: &State, o: &mut String) -> Result<()> {
     let _ = writeln!(o, "view allocator {kind}");
     let n = s.h("npoints")?.min(s.h("points_cap")?);
     let size = s.h("point_bytes")?;
-    let data = s.read(s.h("points_at")?, n * size)?;
+    if size == 0 {
+        bail!("the state file's timeline points have no size");
+    }
+    let data = s.read(s.h("points_at")?, times(n, size)?)?;
     let p = |name: &str| s.field(&format!("p.{name}"));
     for pt in data.chunks_exact(size as usize) {
         let v = |name: &str| -> Result<i64> {
