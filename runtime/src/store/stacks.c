@@ -40,6 +40,7 @@ static uint64_t arena_size;
 #define ARENA_SIZE arena_size
 
 static _Atomic uint32_t *slots;
+static _Atomic int unlisted; /* a record is in the slots but not in the list */
 static _Atomic uint32_t *listed; /* record id + 1 in creation order (0 = being published) */
 static char *arena;
 /* In the state's header, where a reader of the file finds them: the arena's used bytes (from 8: id
@@ -169,9 +170,17 @@ static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int 
 static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trunc)
 {
     uint64_t size = (sizeof(struct ml_stack) + (uint64_t)depth * sizeof(uintptr_t) + 7) & ~7ull;
-    uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
-    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK || ml_state_arena_room(off + size) != 0)
+    /* room first: on a full filesystem the arena must not grow by records never written */
+    uint64_t used = atomic_load_explicit(&arena_used, memory_order_relaxed);
+    if (used + size <= ARENA_SIZE && ml_state_arena_room(used + size) != 0)
         return ML_NO_STACK;
+    uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
+    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK) {
+        atomic_fetch_add_explicit(&full_drops, 1, memory_order_relaxed); /* the table is full */
+        return ML_NO_STACK;
+    }
+    if (ml_state_arena_room(off + size) != 0)
+        return ML_NO_STACK; /* no room in the state file (a full filesystem) */
     ML_ASSERT(off >= 8 && off % 8 == 0 && size % 8 == 0 && size >= sizeof(struct ml_stack));
     struct ml_stack *r = (struct ml_stack *)(arena + off);
     r->hash = h;
@@ -197,17 +206,24 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
         uint32_t s = atomic_load_explicit(&slots[idx], memory_order_acquire);
         if (s == 0) {
             /* At the limit (a few over when threads race: the slots have room) a new stack is not
-             * taken; its sample is dropped and counted as such. */
-            if (mine == ML_NO_STACK &&
-                (atomic_load_explicit(&nstacks, memory_order_relaxed) >= max_stacks ||
-                 (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK))
+             * taken; its sample is dropped and counted as such (table_full). */
+            uint32_t n0 = atomic_load_explicit(&nstacks, memory_order_relaxed);
+            if (mine == ML_NO_STACK && n0 >= max_stacks)
                 break;
+            /* The state file has no room for the record or its list entry (a full filesystem;
+             * the entry is reserved first, so that no record a reader of the file cannot find
+             * holds samples): dropped and counted by the caller, not as table_full. */
+            if (mine == ML_NO_STACK &&
+                (ml_state_listed_room(n0 + 1) != 0 || (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK))
+                return ML_NO_STACK;
             if (atomic_compare_exchange_strong_explicit(&slots[idx], &s, mine + 1, memory_order_release,
                                                         memory_order_acquire)) {
                 uint32_t n = atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
                 ML_ASSERT(n < NSLOTS); /* one list entry per slot taken */
                 if (n < NSLOTS && ml_state_listed_room(n + 1) == 0)
                     atomic_store_explicit(&listed[n], mine + 1, memory_order_release);
+                else
+                    atomic_store_explicit(&unlisted, 1, memory_order_relaxed);
                 return mine;
             }
         }
@@ -219,9 +235,17 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
     return ML_NO_STACK;
 }
 
-/* Visit every published record. */
+/* Visit every published record: through the list, which holds as many entries as there are records
+ * (the slots are twice as many, mostly empty: walking them read 2 MiB in every dump, and made each
+ * of a fork-heavy program's children fault 512 pages in at exit), unless a record could not be
+ * listed (its page of the list could not be reserved: a full filesystem). A record published a
+ * moment ago and not listed yet is left to the next walk. */
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg)
 {
+    if (!atomic_load_explicit(&unlisted, memory_order_relaxed)) {
+        ml_stacks_each_listed(fn, arg);
+        return;
+    }
     if (!slots)
         return;
     for (uint32_t i = 0; i < NSLOTS; i++) {
