@@ -201,6 +201,10 @@ static int dump_to(const char *path, const char *reason)
     int err = out.err;
     if (ml_fd_is(fd, out.dev, out.ino) && close(fd) != 0 && !err)
         err = errno;
+    /* A dump that could not be written whole (a full filesystem) is removed: a reader would take
+     * its beginning for a profile, while the state file holds all that fitted (state.c). */
+    if (err)
+        unlink(path);
     return -err;
 }
 

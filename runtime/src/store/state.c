@@ -39,7 +39,7 @@
 #include "state.h"
 
 #define PAGE 4096u
-#define CHUNK (64u << 10) /* bytes reserved at a time */
+#define CHUNK (64u << 10) /* bytes reserved at a time, at most */
 
 static struct ml_state fallback_header; /* until the state is mapped (and if it never is) */
 struct ml_state *ml_st = &fallback_header;
@@ -162,7 +162,10 @@ static int room(uint64_t at, uint64_t cap, uint64_t *reserved, uint64_t end)
     int r = 0;
     uint64_t have = *reserved;
     if (end > have) {
-        uint64_t want = (end + CHUNK - 1) / CHUNK * CHUNK;
+        /* A region grows by what it has (at least a page, at most CHUNK): a process that writes
+         * little (most fork children) reserves pages, not 64 KiB per region. */
+        uint64_t step = have < PAGE ? PAGE : have > CHUNK ? CHUNK : have;
+        uint64_t want = (end + step - 1) / step * step;
         if (want > cap)
             want = cap;
         int fd = file_ok();
@@ -285,6 +288,7 @@ static void directory(char *page)
     H(dropped_bytes), H(table_full), H(untracked), H(arena_used), H(nstacks), H(nmodules), H(heap);
     H(heap_max), H(heap_max_tick), H(snap_heap), H(snap_ns), H(snapped), H(views_on), H(anchor_tsc);
     H(clock_tsc), H(clock_ns), H(clock_hz), H(npoints), H(stats_kind), H(dumped), H(table_own);
+    H(dump_errno);
     M(base), M(state), M(nseg), M(idlen), M(id), M(seg), M(path);
     dir_put(&d, "m.seg_bytes", 0, sizeof(((struct ml_state_module *)0)->seg[0]));
     size_t s0 = offsetof(struct ml_state_module, seg[0]);
