@@ -4,10 +4,11 @@
  * process and aborts when one thread's call fails: a thread that did not keep the capabilities
  * (a profiler's) fails the setresgid.
  *
- *   keepcaps_daemon READY_FILE GO_FILE UID
+ *   keepcaps_daemon READY_FILE GO_FILE UID [HOLD_FILE]
  * Allocates in a loop, writes READY_FILE, waits until GO_FILE exists (so that `memlens attach` can
  * come in first), drops to UID (as gid UID too), allocates again and prints
- * "dropped uid=U gid=G caps=0x…" before exiting 0. */
+ * "dropped uid=U gid=G caps=0x…"; with HOLD_FILE it then goes on allocating until that file exists
+ * (so that its threads can be looked at), and exits 0. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <grp.h>
@@ -62,5 +63,10 @@ int main(int argc, char **argv)
     struct __user_cap_data_struct d[2];
     syscall(SYS_capget, &h, d);
     printf("dropped uid=%u gid=%u caps=0x%x\n", (unsigned)geteuid(), (unsigned)getegid(), d[0].effective);
+    fflush(stdout);
+    while (argc > 4 && access(argv[4], F_OK) != 0) {
+        churn(200);
+        usleep(10000);
+    }
     return 0;
 }

@@ -8,6 +8,7 @@ mod bench_alloc;
 mod bench_mem;
 mod cli;
 mod ctl;
+mod harmless;
 mod parca;
 mod profiler;
 mod reliability;

@@ -210,6 +210,7 @@ static void *ctl_main(void *arg)
 {
     /* Whatever this thread allocates (glibc internals, never us) is the runtime's, not the program's. */
     ml_tls.busy++;
+    pthread_setname_np(pthread_self(), "memlens"); /* what `top -H` and /proc/PID/task show */
     if (arg) {
         /* Forked child (ml_ctl_child_poll): bind here, not in the allocating thread that started us;
          * quietly, as after unshare: the parent said at start-up what was wrong with the directory,
