@@ -26,7 +26,14 @@ PKGS=(
   elfutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
+  chromium
 )
+# `scripts/install-deps.sh --ui-compare`: also what scripts/report-ui-compare.sh runs to set
+# memlens's page beside heaptrack_gui (it needs a display: Xvfb) and pprof's web UI (docs/report-ui.md)
+if [ "${1:-}" = "--ui-compare" ]; then
+  PKGS+=(heaptrack-gui xvfb xdotool imagemagick)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -39,4 +46,13 @@ SUDO=""
 echo "memlens: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
+# A system whose package manager has no Chromium (some architectures, some releases) goes on
+# without it: the browser tests then say SKIPPED, and only there.
+if [[ " ${missing[*]} " == *" chromium "* ]] && ! apt-cache policy chromium 2>/dev/null | grep -q "Candidate: [0-9]"; then
+  echo "memlens: no chromium package here: the report page's browser tests will be skipped" >&2
+  keep=()
+  for m in "${missing[@]}"; do [ "$m" = chromium ] || keep+=("$m"); done
+  missing=("${keep[@]}")
+  [ ${#missing[@]} -eq 0 ] && exit 0
+fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

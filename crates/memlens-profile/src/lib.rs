@@ -22,10 +22,12 @@
 mod agg;
 mod convert;
 mod diff;
+mod flame;
 mod input;
 mod life;
 mod model;
 mod names;
+mod page;
 mod pprof;
 mod pprof_read;
 mod raw;

@@ -23,7 +23,6 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
 
 /// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
 fn convert(raw: &Path, out: &Path) -> Result<String> {
-    use memlens_measure::units::format_size;
     let t0 = std::time::Instant::now();
     let s = memlens_profile::convert_raw(raw, out)?;
     let took = t0.elapsed().as_secs_f64();
@@ -49,8 +48,8 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
         s.samples,
         s.stacks,
         s.truncated_share * 100.0,
-        format_size(s.alloc_bytes.max(0.0) as u64),
-        format_size(s.inuse_bytes.max(0.0) as u64),
+        memlens_measure::units::format_bytes(s.alloc_bytes.max(0.0)),
+        memlens_measure::units::format_bytes(s.inuse_bytes.max(0.0)),
     ))
 }
 
