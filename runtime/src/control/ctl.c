@@ -59,6 +59,10 @@ enum { T_NONE, T_RUNNING, T_STOPPING };
 static _Atomic int thread_state;
 static _Atomic int needed; /* attached: the thread runs even without a socket (attach.c's watcher) */
 static pthread_t ctl_thread;
+/* Held while the thread is being started or ended, so that a pause never joins a thread whose
+ * pthread_t is not written yet (a fork child starting its thread while another of its threads calls
+ * setuid). Never held by the thread itself. */
+static _Atomic int life_lock;
 
 static void ml_ctl_defer(void);
 
@@ -233,7 +237,16 @@ static void *ctl_main(void *arg)
 
 /* Start the thread (binding its socket first when `bind_first`) with every signal blocked: it
  * inherits the mask, so signals keep going to the program's own threads. */
+static void ctl_spawn_locked(int bind_first, int quiet);
+
 static void ctl_spawn(int bind_first, int quiet)
+{
+    ml_spin_lock(&life_lock);
+    ctl_spawn_locked(bind_first, quiet);
+    ml_spin_unlock(&life_lock);
+}
+
+static void ctl_spawn_locked(int bind_first, int quiet)
 {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -281,8 +294,11 @@ void ml_ctl_need_thread(void)
 int ml_ctl_pause(int keep_socket)
 {
     int running = T_RUNNING;
-    if (!atomic_compare_exchange_strong(&thread_state, &running, T_STOPPING))
+    ml_spin_lock(&life_lock);
+    if (!atomic_compare_exchange_strong(&thread_state, &running, T_STOPPING)) {
+        ml_spin_unlock(&life_lock);
         return 0;
+    }
     wake_thread(); /* its poll() returns at once (or at its next timeout, if the program closed the eventfd) */
     pthread_join(ctl_thread, NULL);
     if (!keep_socket) {
@@ -290,7 +306,9 @@ int ml_ctl_pause(int keep_socket)
         ml_fd_close(&ctl_f);
         listening = 0;
     }
+    /* still under the lock: a spawn between the unlock and this store would be forgotten */
     atomic_store(&thread_state, T_NONE);
+    ml_spin_unlock(&life_lock);
     return 1;
 }
 
@@ -328,6 +346,7 @@ void ml_ctl_atfork_child(void)
      * program closed meanwhile), the parent's socket file is left alone. No thread is started here: a
      * fork child that execs or exits at once (most do) must stay single-threaded and leave no
      * socket behind; ml_ctl_child_poll starts one once the child has lived a while. */
+    atomic_store(&life_lock, 0); /* a thread of the parent may have held it */
     ml_fd_close(&ctl_f);
     ml_fd_close(&wake_f);
     ml_conns_close();
