@@ -26,6 +26,9 @@ PKGS=(
   elfutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
+  # from systemd-analyze), setpriv (util-linux); scripts/harmless-bench.sh's RSS table runs ripgrep
+  libseccomp-dev systemd util-linux ripgrep
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )
