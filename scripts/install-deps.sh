@@ -11,6 +11,8 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # /usr/bin/time: whole-process times in scripts/vs-heaptrack.sh and scripts/check-cost.sh
+  time
   # zstd unpacks the Parca server the e2e tests run (../shared/tools/parca/parca.sh)
   zstd
   # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
@@ -24,6 +26,9 @@ PKGS=(
   libpmemobj1 libpmemobj-dev
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
+  # objdump: the fast-path shape test disassembles libmemlens.so; ar: the C unit tests' archive
+  # (gcc brings binutils and its sanitizers, libasan/libubsan, which the C unit tests run under)
+  binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
   # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list

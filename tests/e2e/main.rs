@@ -7,6 +7,7 @@ mod attach;
 mod bench_alloc;
 mod bench_mem;
 mod browser;
+mod check;
 mod cli;
 mod ctl;
 mod harmless;
