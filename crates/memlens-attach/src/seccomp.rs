@@ -8,6 +8,7 @@
 //! inherit) and run here, a small classic-BPF interpreter, for every call of [`CALLS`] with the
 //! arguments the runtime passes. The list is the runtime's minimal set under a filter
 //! (runtime/README.md, "System calls"): no libunwind (mincore, a pipe) and no process_vm_readv there.
+use crate::inject::ptrace;
 use anyhow::{bail, Result};
 
 /// A system call the loader thread or the runtime makes, with the arguments it makes it with
@@ -230,24 +231,6 @@ fn forbidden(filters: &[Vec<Insn>]) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
-}
-
-fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_long, i32> {
-    // SAFETY: requests that read or write only the buffer we pass (or none).
-    unsafe {
-        *libc::__errno_location() = 0;
-        let r = libc::ptrace(
-            req,
-            tid,
-            addr as *mut libc::c_void,
-            data as *mut libc::c_void,
-        );
-        let e = *libc::__errno_location();
-        if r == -1 && e != 0 {
-            return Err(e);
-        }
-        Ok(r)
-    }
 }
 
 /// Stop `tid` for a moment (as the attach does) and read its filters, newest first.

@@ -71,3 +71,14 @@ int ml_seccomp_filtered(void)
     int m = atomic_load_explicit(&seccomp_mode, memory_order_relaxed);
     return m < 0 ? ml_seccomp_refresh() > 0 : m > 0;
 }
+
+int64_t ml_proc_statm_rss(const char *statm)
+{
+    const char *p = statm;
+    while (*p && *p != ' ')
+        p++;
+    int64_t pages = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++)
+        pages = pages * 10 + (*p - '0');
+    return pages * (int64_t)sysconf(_SC_PAGESIZE);
+}

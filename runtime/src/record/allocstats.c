@@ -170,13 +170,7 @@ static int64_t rss_now(void)
     char buf[128];
     if (ml_proc_read("/proc/self/statm", buf, sizeof buf) < 0)
         return -1;
-    const char *p = buf;
-    while (*p && *p != ' ')
-        p++;
-    int64_t pages = 0;
-    for (p++; *p >= '0' && *p <= '9'; p++)
-        pages = pages * 10 + (*p - '0');
-    return pages * (int64_t)sysconf(_SC_PAGESIZE);
+    return ml_proc_statm_rss(buf);
 }
 
 /* Would a read now take longer than READ_MAX_NS? The last read's time, scaled by the growth of the

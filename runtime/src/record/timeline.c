@@ -15,6 +15,7 @@
 
 #include "../base/fd.h"
 #include "../base/out.h"
+#include "../base/proc.h"
 #include "../sample/clock.h"
 #include "../store/state.h"
 #include "allocstats.h"
@@ -52,13 +53,7 @@ static int64_t rss_bytes(void)
     if (n <= 0)
         return -1;
     buf[n] = 0;
-    char *p = buf;
-    while (*p && *p != ' ')
-        p++;
-    int64_t pages = 0;
-    for (p++; *p >= '0' && *p <= '9'; p++)
-        pages = pages * 10 + (*p - '0');
-    return pages * (int64_t)sysconf(_SC_PAGESIZE);
+    return ml_proc_statm_rss(buf);
 }
 
 static void compact(void)
