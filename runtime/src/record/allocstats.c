@@ -199,8 +199,15 @@ int64_t ml_allocstats_poll(void)
         atomic_store(&state, AS_NONE);
         return -1;
     }
-    /* Only while the program takes points (it samples): an idle program is not woken for nothing. */
+    /* Only while the program takes points (it samples): an idle program is not woken for nothing.
+     * Before its first point, looked for every period during the first 2 s (a program that starts
+     * sampling after our first look would else have no figures for a second: a short one, none). */
+    static int early = 20;
     uint64_t last_point = atomic_load_explicit(&ml_st->clock_ns, memory_order_relaxed);
+    if (!last_point && early > 0) {
+        early--;
+        return PERIOD_MS;
+    }
     if (!last_point || ml_now_ns() - last_point > 1000000000u)
         return 1000;
     uint64_t now = mono_ns();
