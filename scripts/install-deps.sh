@@ -24,6 +24,10 @@ PKGS=(
   golang-go
   # persistent-memory pool for `bench bandwidth` (indirection case)
   libpmemobj1 libpmemobj-dev
+  # real programs whose peak RSS scripts/rss-bench.sh compares with and without memlens (issue 29)
+  ripgrep nodejs
+  # GNU time: the peak RSS of a command (tests/e2e/util.rs measured(), scripts/rss-bench.sh, scale-bench.sh)
+  time
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
   # objdump: the fast-path shape test disassembles libmemlens.so; ar: the C unit tests' archive

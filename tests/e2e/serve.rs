@@ -481,10 +481,11 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     assert_eq!(sd[0]["labels"]["__param_pid"], t.pid.to_string(), "{sd}");
     assert_eq!(sd[0]["labels"]["service_name"], "serve_target", "{sd}");
 
-    // The window (5 s) in the background; the heap and metrics read while it samples: an inactive
-    // process has no live sampled blocks to show (its ring of blocks is renewed in 0.1 s).
+    // The window (20 s: what is read inside it must fit in it on a busy machine) in the background;
+    // the metrics and the heap read while it samples: an inactive process has no live sampled
+    // blocks to show (its ring of blocks is renewed in 0.1 s).
     let pp = tmp.path().join("pprof");
-    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=5", t.pid));
+    let window = server.url(&format!("/debug/pprof/allocs?pid={}&seconds=20", t.pid));
     let pp2 = pp.clone();
     let scrape = std::thread::spawn(move || go_pprof_top(&window, None, &pp2));
     wait_for("the window to switch sampling on", 20, || {
@@ -494,6 +495,7 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     wait_for("a sampled live heap", 20, || {
         targets_json(&server)[0]["inuse_bytes"].as_f64() > Some(1e6)
     });
+    let m = parse_prometheus(&curl(&server.url("/metrics")));
     let heap = go_pprof_top(
         server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
         None,
@@ -502,7 +504,6 @@ fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     assert!(heap.contains("Type: inuse_space"), "{heap}");
     assert!(flat_has(&heap, "steady_alloc"), "{heap}");
 
-    let m = parse_prometheus(&curl(&server.url("/metrics")));
     assert_eq!(m["memlens_targets"][0].1, 1.0);
     assert!(metric(&m, "memlens_rss_bytes", t.pid) > 1e6);
     assert!(metric(&m, "memlens_heap_inuse_bytes", t.pid) > 1e6);

@@ -7,7 +7,7 @@ use object::read::elf::ProgramHeader;
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone)]
@@ -80,11 +80,14 @@ impl Tracee {
         v
     }
 
-    /// The bytes of a file the process has mapped, seen from its mount namespace.
+    /// The bytes of a file the process has mapped, seen from its mount namespace. The process
+    /// chose that name (it may have mapped `/dev/zero` or a FIFO): only a regular file is opened,
+    /// without blocking, and read up to the input budget (`memlens_profile::read_regular`).
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        use memlens_profile::{budget, read_regular, Links};
         let inside = PathBuf::from(format!("{}/root{}", self.proc_dir, path));
-        std::fs::read(&inside)
-            .or_else(|_| std::fs::read(path))
+        read_regular(&inside, Links::Follow, budget())
+            .or_else(|_| read_regular(Path::new(path), Links::Resolve, budget()))
             .with_context(|| format!("cannot read {path} of {}", self.label()))
     }
 

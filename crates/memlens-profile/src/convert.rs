@@ -48,7 +48,17 @@ pub fn convert_raw(raw: &Path, out: &Path) -> Result<ConvertSummary> {
 
 /// [`convert_raw`] with the symbolizer `sym`.
 pub fn convert_raw_with(raw: &Path, out: &Path, sym: &Symbolizer) -> Result<ConvertSummary> {
-    let dump = crate::raw::read(raw)?;
+    convert_dump(crate::raw::read(raw)?, out, sym)
+}
+
+/// [`convert_raw`] of a raw dump's text already in memory (a state file rendered by
+/// [`crate::render_state`], which need not be written anywhere first: its run directory may be
+/// full).
+pub fn convert_raw_text(text: &str, out: &Path) -> Result<ConvertSummary> {
+    convert_dump(crate::raw::parse(text)?, out, Symbolizer::global())
+}
+
+fn convert_dump(dump: RawDump, out: &Path, sym: &Symbolizer) -> Result<ConvertSummary> {
     let (profile, warnings) = symbolize_dump_with(&dump, sym);
     drop(dump);
     crate::pprof::write(&profile, out)?;
@@ -101,7 +111,8 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
         }
         return Ok(p);
     }
-    crate::pprof_read::read(input.reader(), crate::input::budget()).map_err(|e| {
+    let allowance = input.allowance.clone();
+    crate::pprof_read::read(input.reader(), &allowance).map_err(|e| {
         if e.downcast_ref::<crate::input::OverBudget>().is_some() {
             e.context(format!("cannot load {shown}"))
         } else {
@@ -112,10 +123,13 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
     })
 }
 
-/// Modules whose frames are the profiler's own and never belong in a user's stack.
+/// Modules whose frames are the profiler's own and never belong in a user's stack (the runtime's
+/// file, or the memfd `memlens run` preloads as `/proc/self/fd/N` where no place allows exec).
 fn is_own_module(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    base.starts_with("libmemlens") && base.ends_with(".so")
+    (base.starts_with("libmemlens") && base.ends_with(".so"))
+        || path.starts_with("/proc/self/fd/")
+        || path.contains("memfd:memlens")
 }
 
 /// Pseudo-modules without a file on disk: not worth a warning.

@@ -164,12 +164,12 @@ impl Target {
 
     /// Ask the process for a raw dump and copy it to `path`. The process writes dumps only into its
     /// control directory (a peer must not make it write anywhere else); memlens copies the file out
-    /// with its own rights and removes it.
+    /// with its own rights and removes it. The directory is the process owner's: what is there
+    /// under that name is copied only if it is a regular file (not a link, a FIFO or a device),
+    /// and only the bytes it had when opened.
     pub fn dump_raw(&self, path: &Path) -> Result<()> {
         let raw = self.dump_in_dir()?;
-        let r = std::fs::copy(&raw, path)
-            .map(|_| ())
-            .with_context(|| format!("cannot write {}", path.display()));
+        let r = memlens_profile::copy_regular(&raw, memlens_profile::Links::Refuse, path);
         std::fs::remove_file(&raw).ok();
         r
     }
