@@ -36,8 +36,8 @@ PKGS=(
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
   # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
-  # from systemd-analyze), setpriv (util-linux); scripts/harmless-bench.sh's RSS table runs ripgrep
-  libseccomp-dev systemd util-linux ripgrep
+  # from systemd-analyze), setpriv (util-linux)
+  libseccomp-dev systemd util-linux
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )
