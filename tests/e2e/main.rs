@@ -9,6 +9,7 @@ mod bench_mem;
 mod browser;
 mod check;
 mod cli;
+mod containers;
 mod ctl;
 mod harmless;
 mod hostile;

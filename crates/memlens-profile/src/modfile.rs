@@ -42,9 +42,13 @@ pub(crate) struct ModFile {
 impl ModFile {
     /// Open the module file at `path` (only a regular file; see the module docs).
     pub fn open(path: &str) -> Result<ModFile, String> {
-        let (file, meta) =
-            open_regular(Path::new(path), Links::Resolve).map_err(|e| format!("{e:#}"))?;
-        let real = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+        let links = links_of(path);
+        let (file, meta) = open_regular(Path::new(path), links).map_err(|e| format!("{e:#}"))?;
+        let real = match links {
+            // realpath would name a file of this root: the name in that root is the real one
+            Links::Follow => PathBuf::from(path),
+            _ => std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path)),
+        };
         Ok(ModFile { file, meta, real })
     }
 
@@ -57,6 +61,26 @@ impl ModFile {
     /// from and beside it has been checked.
     pub fn checked_build_id(&self) -> Result<Option<String>, String> {
         check(&self.file, &self.real, LINK_DEPTH)
+    }
+}
+
+/// How the links of module path `path` are treated: a file in another process's root
+/// (`/proc/PID/root/…`) or one it mapped (`/proc/PID/map_files/LO-HI`, a link to the name *it*
+/// sees) must be followed by open(2) — resolved by name here, either names a file of this root,
+/// another file or none ([`crate::lookup`] makes these paths).
+fn links_of(path: &str) -> Links {
+    let in_proc = path.strip_prefix("/proc/").and_then(|rest| {
+        let (pid, rest) = rest.split_once('/')?;
+        let place = rest.split('/').next()?;
+        (!pid.is_empty()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && matches!(place, "root" | "map_files"))
+        .then_some(())
+    });
+    if in_proc.is_some() {
+        Links::Follow
+    } else {
+        Links::Resolve
     }
 }
 
@@ -239,6 +263,16 @@ impl Read for Region<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_of_another_root_are_followed_not_resolved() {
+        assert_eq!(links_of("/proc/42/root/usr/bin/x"), Links::Follow);
+        assert_eq!(links_of("/proc/42/map_files/7f00-7f10"), Links::Follow);
+        assert_eq!(links_of("/proc/self/root/usr/bin/x"), Links::Resolve);
+        assert_eq!(links_of("/proc//root/x"), Links::Resolve);
+        assert_eq!(links_of("/proc/42/cwd/x"), Links::Resolve);
+        assert_eq!(links_of("/usr/lib/libstdc++.so.6"), Links::Resolve);
+    }
 
     #[test]
     fn candidates_cover_the_directories_blazesym_searches() {
