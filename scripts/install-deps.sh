@@ -38,6 +38,9 @@ PKGS=(
   # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
   # from systemd-analyze), setpriv (util-linux)
   libseccomp-dev systemd util-linux
+  # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
+  # tests/e2e/usdt.rs, as an eBPF profiler would consume them
+  systemtap-sdt-dev bpftrace
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml

@@ -46,6 +46,7 @@
 #include "peak.h"
 #include "range.h"
 #include "timeline.h"
+#include "usdt.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
 
@@ -301,6 +302,7 @@ static void defer_free(struct ml_block *b)
 
 static void free_now(struct ml_block *b)
 {
+    ml_usdt_free(b + 1); /* when it is freed: a deferred free (signal handler) fires it later */
     uint64_t c0 = ml_cost_begin();
     ml_busy_enter();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
