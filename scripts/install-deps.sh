@@ -35,6 +35,9 @@ PKGS=(
   binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
+  # from systemd-analyze), setpriv (util-linux)
+  libseccomp-dev systemd util-linux
   # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
   # tests/e2e/usdt.rs, as an eBPF profiler would consume them
   systemtap-sdt-dev bpftrace

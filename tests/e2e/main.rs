@@ -12,6 +12,7 @@ mod cli;
 mod containers;
 mod ctl;
 mod exact;
+mod harmless;
 mod hostile;
 mod parca;
 mod profiler;
