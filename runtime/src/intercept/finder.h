@@ -1,0 +1,42 @@
+/* Allocators linked into the program (finder.c): found by the symbols of every loaded module and
+ * hooked at their entry points (hooks.c, patch.c), so that a program whose allocator is not the
+ * dynamic malloc is profiled as well; where memlens cannot see an allocator it says so. */
+#ifndef MEMLENS_FINDER_H
+#define MEMLENS_FINDER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(hidden)
+
+struct ml_out;
+
+enum ml_hook_mode {
+    ML_HOOK_NOW,   /* `memlens run`, before main, or a library being loaded: write the jumps now */
+    ML_HOOK_DEFER, /* `memlens attach`: plan them, and leave them in memlens_pending for memlens to
+                    * write with every thread of the process stopped */
+};
+
+/* Scan the modules not scanned yet, hook the allocators found in them and say so (stderr, once per
+ * allocator, and in the dump's notes). `summary` (may be NULL) gets the same as one line. Returns
+ * the number of entry points hooked (or planned). */
+int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap);
+/* Hooks on allocation entry points stop counting (their stubs lead to the originals) or start
+ * again; frees keep recognising sampled blocks. Detach, and a program that reports its allocations
+ * itself (memlens_report_alloc), switch them off. */
+void ml_hooks_counting(int on);
+/* The entry points hooked so far (0: none). */
+int ml_hooks_count(void);
+/* The dump's `note` lines: what was hooked, and what memlens could not see. */
+void ml_hooks_write_notes(struct ml_out *o);
+/* The notes so far, and those from `from` on joined with "; " into buf (notes.c). */
+int ml_notes_count(void);
+void ml_notes_join(int from, char *buf, size_t cap);
+/* Remember a note for the dump (a line without newline); also printed on stderr when `say`. */
+void ml_note(int say, const char *text);
+
+/* The loader's notification of new modules (r_debug.r_brk): hooked under `memlens run`, so that a
+ * library loaded later is scanned before its code runs. */
+
+
+#pragma GCC visibility pop
+#endif
