@@ -155,35 +155,40 @@ static void add_rows(struct family *f, int pf)
     }
 }
 
-static int row_of(const struct family *f, int row)
-{
-    for (int i = 0; i < f->n; i++)
-        if (f->e[i].row == row)
-            return i;
-    return -1;
-}
-
 /* The family's forward table (family.h) for the seam's slow paths, from its rows. */
-static void family_table(struct hk_slot *s, int pf)
+static void family_table(int s, int pf)
 {
-    static const int rows[3][8] = {
-        {HK_STD_malloc, HK_STD_free, HK_STD_calloc, HK_STD_realloc, HK_STD_posix_memalign, HK_STD_aligned_alloc,
-         HK_STD_memalign, HK_STD_malloc_usable_size},
-        {HK_MI_malloc, HK_MI_free, HK_MI_calloc, HK_MI_realloc, HK_MI_posix_memalign, HK_MI_aligned_alloc,
-         HK_MI_memalign, HK_MI_usable_size},
-        {HK_TC_malloc, HK_TC_free, HK_TC_calloc, HK_TC_realloc, HK_TC_posix_memalign, HK_TC_memalign,
-         HK_TC_memalign, HK_TC_malloc_size},
+    static const int rows[3][6] = {
+        {HK_STD_calloc, HK_STD_realloc, HK_STD_posix_memalign, HK_STD_aligned_alloc, HK_STD_memalign,
+         HK_STD_malloc_usable_size},
+        {HK_MI_calloc, HK_MI_realloc, HK_MI_posix_memalign, HK_MI_aligned_alloc, HK_MI_memalign, HK_MI_usable_size},
+        {HK_TC_calloc, HK_TC_realloc, HK_TC_posix_memalign, HK_TC_memalign, HK_TC_memalign, HK_TC_malloc_size},
     };
     const int *r = rows[table_of(pf)];
-    s->fam.malloc = s->orig[r[0]];
-    s->fam.free = s->orig[r[1]];
-    s->fam.calloc = s->orig[r[2]];
-    s->fam.realloc = s->orig[r[3]];
-    s->fam.posix_memalign = s->orig[r[4]];
-    s->fam.aligned_alloc = s->orig[r[5]];
-    s->fam.memalign = s->orig[r[6]];
-    s->fam.malloc_usable_size = s->orig[r[7]];
-    s->fam.kind = ML_SRC_HOOKED;
+    struct hk_slot *sl = &hk_slots[s];
+    sl->fam.calloc = sl->orig[r[0]];
+    sl->fam.realloc = sl->orig[r[1]];
+    sl->fam.posix_memalign = sl->orig[r[2]];
+    sl->fam.aligned_alloc = sl->orig[r[3]];
+    sl->fam.memalign = sl->orig[r[4]];
+    sl->fam.malloc_usable_size = sl->orig[r[5]];
+    sl->fam.kind = ML_SRC_HOOKED;
+    hk_slot_basics(s);
+}
+
+/* Is an allocator present under prefix pf: an allocating entry point and a free? (A program keeps
+ * only the entry points it calls: Rust with tikv-jemallocator has _rjem_sdallocx but no _rjem_free,
+ * with mimalloc mi_malloc_aligned but no mi_malloc.) */
+static int present(int pf)
+{
+    int alloc = 0, free = 0;
+    for (int r = 0; r < HK_NROWS; r++) {
+        if (!hits[pf][r].seen || hk_rows[r].table != table_of(pf))
+            continue;
+        alloc |= hk_counts(&hk_rows[r]);
+        free |= hk_rows[r].shape == SH_FREE;
+    }
+    return alloc && free;
 }
 
 /* Allocating entry points that call another one directly are not hooked (counted twice). */
@@ -233,6 +238,7 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
         }
         hk_slots[s].orig[e->row] = out[*nout].tramp;
         out[*nout].counts = (uint8_t)hk_counts(&hk_rows[e->row]);
+        out[*nout].guard = hk_guard(s, e->row);
         (*nout)++;
         o->hooked++;
     }
@@ -349,12 +355,9 @@ static void scan_module(const struct mod *m, enum ml_hook_mode mode)
     static const char *const jlabel[] = {"malloc, free, mallocx, …", "je_*", "_rjem_*"};
     int found = 0, merged_std = 0;
     for (int pf = P_JE; pf <= P_TC; pf++) {
-        if (!hits[pf][HK_STD_malloc].seen && !hits[pf][table_of(pf) == T_MI ? HK_MI_malloc : HK_TC_malloc].seen)
+        if (!present(pf))
             continue;
         int mr = pf == P_MI ? HK_MI_malloc : pf == P_TC ? HK_TC_malloc : HK_STD_malloc;
-        int fr = pf == P_MI ? HK_MI_free : pf == P_TC ? HK_TC_free : HK_STD_free;
-        if (!hits[pf][mr].seen || !hits[pf][fr].seen)
-            continue;
         static struct family f;
         memset(&f, 0, sizeof f);
         f.pf = pf;
@@ -362,7 +365,8 @@ static void scan_module(const struct mod *m, enum ml_hook_mode mode)
         f.label = pf == P_MI ? "mi_*" : pf == P_TC ? "tc_*" : jlabel[pf];
         add_rows(&f, pf);
         /* The allocator also defines malloc itself (mimalloc's and gperftools' overrides). */
-        if (hits[P_NONE][HK_STD_malloc].seen && hits[P_NONE][HK_STD_malloc].addr == hits[pf][mr].addr) {
+        if (hits[pf][mr].seen && hits[P_NONE][HK_STD_malloc].seen &&
+            hits[P_NONE][HK_STD_malloc].addr == hits[pf][mr].addr) {
             add_rows(&f, P_NONE);
             merged_std = 1;
         }
@@ -385,7 +389,6 @@ static void scan_module(const struct mod *m, enum ml_hook_mode mode)
 
 static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode mode)
 {
-    int fr = f->pf == P_MI ? HK_MI_free : f->pf == P_TC ? HK_TC_free : HK_STD_free;
     if (nslots == HK_SLOTS) {
         say_refused(m, f, "entry points", "memlens hooks at most 3 allocators linked into one process");
         return 0;
@@ -393,12 +396,12 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
     int s = nslots, from = npatches;
     struct outcome o = {0};
     memset(&hk_slots[s], 0, sizeof hk_slots[s]);
-    const char *why = row_of(f, fr) < 0 ? "it has no free" : plan_family(f, s, patches, &npatches, &o);
+    const char *why = plan_family(f, s, patches, &npatches, &o);
     if (why) {
         say_refused(m, f, o.what ? o.what : "free", why);
         return 0;
     }
-    family_table(&hk_slots[s], f->pf);
+    family_table(s, f->pf);
     nslots++;
     if (mode == ML_HOOK_NOW && write_all(from, npatches) != 0) {
         say_refused(m, f, "code", "its pages cannot be written (/proc/self/mem and mprotect both refused)");
@@ -495,5 +498,5 @@ void ml_hooks_counting(int on)
 {
     for (int i = 0; i < npatches; i++)
         if (patches[i].counts)
-            ml_patch_retarget(&patches[i], on ? patches[i].hook : patches[i].tramp);
+            ml_patch_retarget(&patches[i], on ? patches[i].hook : patches[i].guard ? patches[i].guard : patches[i].tramp);
 }

@@ -101,8 +101,22 @@ static void *realloc_owned(struct hk_slot *s, void *p, size_t n, size_t align, i
     return q;
 }
 
-/* realloc of the allocator's own block p whose countdown ran out: sampled (moved into the range),
- * or forwarded. */
+/* Free q, n bytes the allocator of slot s just made (flags: jemalloc's, for its sized free), with
+ * whichever free the program linked in (Rust keeps only what it calls: _rjem_sdallocx, no free). */
+static void slot_free_sized(struct hk_slot *s, void *q, size_t n, int flags)
+{
+    void *const *o = s->orig;
+    if (o[HK_STD_sdallocx])
+        ((void (*)(void *, size_t, int))o[HK_STD_sdallocx])(q, n, flags);
+    else if (o[HK_STD_dallocx])
+        ((void (*)(void *, int))o[HK_STD_dallocx])(q, flags);
+    else
+        s->fam.free(q);
+}
+
+/* realloc of the allocator's own block p whose countdown ran out: sampled, or forwarded. A sampled
+ * one is reallocated by the allocator first (it knows p's size, we do not), then copied into the
+ * range and the allocator's copy freed: one copy more, on sampled reallocations only. */
 static ML_NOINLINE void *realloc_slow(struct hk_slot *s, int id, void *p, size_t n, size_t align, int zero,
                                       uintptr_t a1, uintptr_t a2, uintptr_t ra)
 {
@@ -114,21 +128,63 @@ static ML_NOINLINE void *realloc_slow(struct hk_slot *s, int id, void *p, size_t
         void *q = ml_src_sample(ML_SRC_HOOKED, n, align, zero, ra);
         if (q)
             return q;
-    } else if (d == ML_SAMPLE && s->fam.malloc_usable_size && s->fam.free) {
-        void *q = ml_src_sample(ML_SRC_HOOKED, n, align, 0, ra);
-        if (q) {
-            size_t old = s->fam.malloc_usable_size(p);
-            memcpy(q, p, old < n ? old : n);
-            if (zero && n > old)
-                memset((char *)q + old, 0, n - old);
-            s->fam.free(p);
-            return q;
-        }
     }
     void *q = call_realloc(s->orig[id], shape, p, a1, a2);
+    if (q && d == ML_SAMPLE && p) {
+        void *r = ml_src_sample(ML_SRC_HOOKED, n, align, 0, ra);
+        if (r) {
+            memcpy(r, q, n);
+            slot_free_sized(s, q, n, shape == SH_RALLOCX ? (int)a2 : 0);
+            return r;
+        }
+    }
     if (q && d == ML_EXACT)
         ml_src_exact(ML_SRC_HOOKED, n, ra);
     return q;
+}
+
+/* The family's malloc and free (family.h) for the seam's slow paths (a sampled block leaving a full
+ * range), from whichever entry points the program has. */
+static void *slot_malloc(struct hk_slot *s, size_t n)
+{
+    void *const *o = s->orig;
+    if (o[HK_STD_malloc])
+        return ((void *(*)(size_t))o[HK_STD_malloc])(n);
+    if (o[HK_STD_mallocx])
+        return ((void *(*)(size_t, int))o[HK_STD_mallocx])(n, 0);
+    if (o[HK_MI_malloc])
+        return ((void *(*)(size_t))o[HK_MI_malloc])(n);
+    if (o[HK_MI_malloc_aligned])
+        return ((void *(*)(size_t, size_t))o[HK_MI_malloc_aligned])(n, 16);
+    if (o[HK_TC_malloc])
+        return ((void *(*)(size_t))o[HK_TC_malloc])(n);
+    return NULL;
+}
+
+static void slot_free(struct hk_slot *s, void *p)
+{
+    void *const *o = s->orig;
+    int rows[] = {HK_STD_free, HK_MI_free, HK_TC_free, HK_STD_dallocx};
+    for (unsigned i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (o[rows[i]]) {
+            ((void (*)(void *, uintptr_t))o[rows[i]])(p, 0);
+            return;
+        }
+}
+
+#define SLOT_FNS(S)                                                                                    \
+    static void *slot_malloc_##S(size_t n) { return slot_malloc(&hk_slots[S], n); }                   \
+    static void slot_free_##S(void *p) { slot_free(&hk_slots[S], p); }
+SLOT_FNS(0)
+SLOT_FNS(1)
+SLOT_FNS(2)
+
+void hk_slot_basics(int s)
+{
+    static void *(*const m[HK_SLOTS])(size_t) = {slot_malloc_0, slot_malloc_1, slot_malloc_2};
+    static void (*const f[HK_SLOTS])(void *) = {slot_free_0, slot_free_1, slot_free_2};
+    hk_slots[s].fam.malloc = m[s];
+    hk_slots[s].fam.free = f[s];
 }
 
 /* ---- the hooks, by shape ---- */
@@ -274,7 +330,38 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         return ORIG(S, id, f_p_n)(p, n);                                                                      \
     }
 
-#define HK_FN(S, id, tab, name, shape, p1) FN_##shape(S, id, p1)
+/* Guards of the reallocating rows, for when their hooks stop counting (ml_hooks_counting): a block
+ * of ours still never reaches the allocator. Other rows have none (their original serves). */
+#define GUARD(S, id, p1, params, n, align, call)                                                       \
+    static void *hkg_##S##_##id params                                                                 \
+    {                                                                                                  \
+        if (unlikely(ml_src_owns(p)))                                                                  \
+            return realloc_owned(&hk_slots[S], p, n, align, p1, RA());                                 \
+        return call;                                                                                   \
+    }
+#define G_SH_REALLOC(S, id, p1) GUARD(S, id, p1, (void *p, size_t n), n, 0, ORIG(S, id, f_p_n)(p, n))
+#define G_SH_REALLOCN(S, id, p1)                                                                       \
+    GUARD(S, id, p1, (void *p, size_t n, size_t sz), n * sz, 0,                                        \
+          ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, sz))
+#define G_SH_REALLOC_AL(S, id, p1)                                                                     \
+    GUARD(S, id, p1, (void *p, size_t n, size_t al), n, al, ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, al))
+#define G_SH_RALLOCX(S, id, p1)                                                                        \
+    GUARD(S, id, (fl & 0x40) != 0, (void *p, size_t n, int fl), n, mallocx_align(fl),                  \
+          ORIG(S, id, void *(*)(void *, size_t, int))(p, n, fl))
+#define G_NONE(S, id, p1)
+#define G_SH_MALLOC G_NONE
+#define G_SH_CALLOC G_NONE
+#define G_SH_MEMALIGN G_NONE
+#define G_SH_ALIGNED G_NONE
+#define G_SH_CALLOC_AL G_NONE
+#define G_SH_POSIX G_NONE
+#define G_SH_MALLOCX G_NONE
+#define G_SH_FREE G_NONE
+#define G_SH_USABLE G_NONE
+#define G_SH_XALLOCX G_NONE
+#define G_SH_EXPAND G_NONE
+
+#define HK_FN(S, id, tab, name, shape, p1) FN_##shape(S, id, p1) G_##shape(S, id, p1)
 HK_ROWS(HK_FN, 0)
 HK_ROWS(HK_FN, 1)
 HK_ROWS(HK_FN, 2)
@@ -284,4 +371,25 @@ HK_ROWS(HK_FN, 2)
 static void *const hooks[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_PTR, 0)}, {HK_ROWS(HK_PTR, 1)}, {HK_ROWS(HK_PTR, 2)}};
 #undef HK_PTR
 
+#define P_SH_REALLOC(S, id) (void *)hkg_##S##_##id
+#define P_SH_REALLOCN P_SH_REALLOC
+#define P_SH_REALLOC_AL P_SH_REALLOC
+#define P_SH_RALLOCX P_SH_REALLOC
+#define P_NONE(S, id) NULL
+#define P_SH_MALLOC P_NONE
+#define P_SH_CALLOC P_NONE
+#define P_SH_MEMALIGN P_NONE
+#define P_SH_ALIGNED P_NONE
+#define P_SH_CALLOC_AL P_NONE
+#define P_SH_POSIX P_NONE
+#define P_SH_MALLOCX P_NONE
+#define P_SH_FREE P_NONE
+#define P_SH_USABLE P_NONE
+#define P_SH_XALLOCX P_NONE
+#define P_SH_EXPAND P_NONE
+#define HK_GPTR(S, id, tab, name, shape, p1) P_##shape(S, id),
+static void *const guards[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_GPTR, 0)}, {HK_ROWS(HK_GPTR, 1)}, {HK_ROWS(HK_GPTR, 2)}};
+#undef HK_GPTR
+
 void *hk_hook(int s, int id) { return hooks[s][id]; }
+void *hk_guard(int s, int id) { return guards[s][id]; }

@@ -168,8 +168,15 @@ struct hk_slot {
 };
 extern struct hk_slot hk_slots[HK_SLOTS];
 
+/* Slot s's family malloc and free (what the seam's slow paths call), built on whichever of its
+ * entry points the program has; set once its orig[] is filled. */
+void hk_slot_basics(int s);
+
 /* The hook function of row `id` in slot `s`. */
 void *hk_hook(int s, int id);
+/* What stands in front of row `id` while hooks do not count: a guard for the reallocating rows
+ * (a block of ours must still not reach the allocator), NULL for the others (the original). */
+void *hk_guard(int s, int id);
 
 #pragma GCC visibility pop
 #endif

@@ -23,6 +23,7 @@ struct ml_patch {
     void *tramp;              /* the original function, relocated: call it to forward */
     void *_Atomic *target;    /* the stub's jump target (writable alias) */
     void *hook;
+    void *guard;              /* instead of the hook while hooks do not count; NULL: the trampoline */
     uint8_t counts;           /* an allocating entry point (its hook counts); else a guard (free) */
 };
 
