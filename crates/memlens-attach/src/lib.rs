@@ -5,6 +5,7 @@
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
 //! and a later attach or detach is a request on that socket (`attach …`, `detach`).
 #![warn(missing_docs)]
+mod hooks;
 mod inject;
 mod tracee;
 mod unwind;
@@ -142,6 +143,8 @@ pub fn attach(pid: i32, args: &str) -> Result<String> {
             t.sock.display()
         );
     }
+    // Allocators linked into the program: their entry points hooked with every thread stopped.
+    let hooked = hooks::apply_pending(&p, &lib)?;
     let retries = if done.retries > 0 {
         format!(
             ", {} retries: thread in the allocator or loader",
@@ -150,12 +153,30 @@ pub fn attach(pid: i32, args: &str) -> Result<String> {
     } else {
         String::new()
     };
-    Ok(format!(
+    let mut label = format!(
         "{} [thread {} stopped {:.3} ms{retries}]",
         p.label(),
         done.tid,
         done.stopped.as_secs_f64() * 1e3
-    ))
+    );
+    if let Some(h) = hooked {
+        for s in h.summary.lines().filter(|s| !s.is_empty()) {
+            println!("memlens: {s}");
+        }
+        if h.hooks > 0 {
+            label += &format!(
+                " [{} entry points hooked: every thread stopped {:.3} ms{}]",
+                h.hooks,
+                h.stopped.as_secs_f64() * 1e3,
+                if h.retries > 0 {
+                    format!(", {} retries: a thread inside one", h.retries)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    Ok(label)
 }
 
 fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {

@@ -53,9 +53,10 @@ struct ml_pending {
     uint64_t magic;
     uint32_t count;
     _Atomic uint32_t state; /* 0 nothing to do, 1 waiting for memlens, 2 written by memlens */
-    struct ml_pending_patch p[MAX_PATCHES];
+    char summary[1024];     /* what was found, for memlens attach to print */
+    struct ml_pending_patch p[MAX_PATCHES]; /* pad[0]: 1 for an allocating entry point */
 };
-ML_EXPORT struct ml_pending memlens_pending = {PENDING_MAGIC, 0, 0, {{0}}};
+ML_EXPORT struct ml_pending memlens_pending = {PENDING_MAGIC, 0, 0, {0}, {{0}}};
 
 /* ---- the symbols of one module ---- */
 
@@ -418,6 +419,7 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
                 q->len = patches[i].len;
                 memcpy(q->code, patches[i].code, sizeof q->code);
                 memcpy(q->old, patches[i].old, sizeof q->old);
+                q->pad[0] = patches[i].counts;
             }
         atomic_store(&memlens_pending.state, 1);
     }
@@ -488,11 +490,23 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap)
     int n = npatches - before;
     if (summary)
         ml_notes_join(mark, summary, cap);
+    if (mode == ML_HOOK_DEFER)
+        ml_notes_join(mark, memlens_pending.summary, sizeof memlens_pending.summary);
     ml_spin_unlock(&scan_lock);
     return n;
 }
 
 int ml_hooks_count(void) { return npatches; }
+
+int ml_hooks_at_start(void)
+{
+    /* memlens attach dlopens the runtime from a memfd, as /proc/thread-self/fd/N; memlens run
+     * preloads it from its cache directory. */
+    Dl_info di;
+    if (!dladdr((void *)&ml_hooks_at_start, &di) || !di.dli_fname)
+        return 0;
+    return strncmp(di.dli_fname, "/proc/", 6) != 0 && !strstr(di.dli_fname, "memfd:");
+}
 
 void ml_hooks_counting(int on)
 {

@@ -24,11 +24,14 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap);
  * again; frees keep recognising sampled blocks. Detach, and a program that reports its allocations
  * itself (memlens_report_alloc), switch them off. */
 void ml_hooks_counting(int on);
+/* 1 if the runtime was preloaded (memlens run: the constructor hooks now, before main); 0 if it was
+ * loaded into a running process (memlens attach: hooks wait for every thread to be stopped). */
+int ml_hooks_at_start(void);
 /* The entry points hooked so far (0: none). */
 int ml_hooks_count(void);
 /* The dump's `note` lines: what was hooked, and what memlens could not see. */
 void ml_hooks_write_notes(struct ml_out *o);
-/* The notes so far, and those from `from` on joined with "; " into buf (notes.c). */
+/* The notes so far, and those from `from` on one a line into buf (notes.c). */
 int ml_notes_count(void);
 void ml_notes_join(int from, char *buf, size_t cap);
 /* Remember a note for the dump (a line without newline); also printed on stderr when `say`. */

@@ -35,12 +35,10 @@ void ml_notes_join(int from, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = 0;
-    for (int i = from; i < ml_notes_count() && len + 3 < cap; i++) {
+    for (int i = from; i < ml_notes_count() && len + 2 < cap; i++) {
         const char *t = notes[i] + (strncmp(notes[i], "memlens: ", 9) ? 0 : 9);
-        if (len) {
-            memcpy(buf + len, "; ", 2);
-            len += 2;
-        }
+        if (len)
+            buf[len++] = '\n';
         size_t k = strlen(t) < cap - len - 1 ? strlen(t) : cap - len - 1;
         memcpy(buf + len, t, k);
         len += k;

@@ -19,7 +19,8 @@ __attribute__((constructor(101))) static void ml_constructor(void)
     atomic_store(&ml_st->unwinder, (uint32_t)ml_cfg.unwinder); /* as setup settled it */
     ml_fork_setup();
     ml_state_modules_init();
-    ml_hooks_scan(ML_HOOK_NOW, NULL, 0); /* allocators linked into the program (issue 35) */
+    if (ml_hooks_at_start()) /* allocators linked into the program (issue 35); attach.c plans its own */
+        ml_hooks_scan(ML_HOOK_NOW, NULL, 0);
     ml_tls.busy--;
     ml_cfg.ready = 1;
     ml_ctl_start();
