@@ -26,6 +26,13 @@ PKGS=(
   elfutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # allocators linked statically into the programs tests/e2e/allocators.rs builds (libjemalloc.a,
+  # libtcmalloc_minimal.a; Debian's libmimalloc-dev ships no static library: the test compiles
+  # mimalloc's sources from the libmimalloc-sys crate instead), and cmake, which the zydis crate's
+  # build script runs (memlens-native compiles Zydis's decoder from that crate's sources)
+  libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev cmake
+  # pip, to fetch the ruff wheel (a stripped binary with jemalloc inside) the allocators test runs
+  python3-pip
 )
 
 missing=()

@@ -197,6 +197,27 @@ int ml_patch_calls_any(uintptr_t entry, size_t size, const uintptr_t *targets, i
     return each_branch(entry, size, calls, &ts);
 }
 
+/* A function too short to hook that cannot pass a pointer on: no branch, no call, nothing but plain
+ * instructions and a return (`xor eax, eax; ret`: mimalloc's mi_expand in some builds). */
+int ml_patch_inert(uintptr_t entry, size_t size)
+{
+    ZydisDecoder d = decoder();
+    for (size_t off = 0; off < size;) {
+        ZydisDecodedInstruction ins;
+        ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+        if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&d, (const void *)(entry + off), size - off, &ins, ops)))
+            return 0;
+        ZydisInstructionCategory c = ins.meta.category;
+        if (c == ZYDIS_CATEGORY_CALL || c == ZYDIS_CATEGORY_UNCOND_BR || c == ZYDIS_CATEGORY_COND_BR ||
+            (ins.attributes & ZYDIS_ATTRIB_IS_RELATIVE))
+            return 0;
+        off += ins.length;
+        if (c == ZYDIS_CATEGORY_RET)
+            return 1;
+    }
+    return 0;
+}
+
 /* ---- relocating the displaced instructions ---- */
 
 static int put_rel32(uint8_t *at, uintptr_t next, uintptr_t target)

@@ -34,6 +34,9 @@ const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void
 /* Does the function at `entry` (`size` bytes) call or jump directly to one of `targets`? (An entry
  * point of an allocator that calls another one would otherwise be counted twice.) */
 int ml_patch_calls_any(uintptr_t entry, size_t size, const uintptr_t *targets, int n);
+/* 1 if the function at `entry` (`size` bytes) is plain instructions ending in a return: too short
+ * to hook, it cannot hand a pointer to anything (a guard that need not be hooked). */
+int ml_patch_inert(uintptr_t entry, size_t size);
 /* Write p->code at p->site in this process (every other thread must be out of the way: before
  * main, or stopped). 0, or -1 with errno. */
 int ml_patch_write(const struct ml_patch *p);
