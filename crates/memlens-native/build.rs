@@ -141,7 +141,11 @@ fn zydis_sources() -> PathBuf {
         .expect("neither CARGO_HOME nor HOME is set: cannot find the zydis crate's sources");
     let reg = home.join("registry/src");
     let mut found: Vec<PathBuf> = fs::read_dir(&reg)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<PathBuf>>())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .collect::<Vec<PathBuf>>()
+        })
         .unwrap_or_default()
         .into_iter()
         .map(|d| d.join(ZYDIS_CRATE).join("zydis-c"))
@@ -185,15 +189,31 @@ fn build_zydis(z: &Path, out_dir: &Path) -> Vec<PathBuf> {
     for f in ZYDIS_FILES {
         let src = z.join(f);
         println!("cargo:rerun-if-changed={}", src.display());
-        let obj = dir.join(Path::new(f).file_stem().unwrap()).with_extension("o");
+        let obj = dir
+            .join(Path::new(f).file_stem().unwrap())
+            .with_extension("o");
         let mut cmd = Command::new(&cc);
-        cmd.args(["-std=gnu11", "-O2", "-g", "-w", "-fPIC", "-fvisibility=hidden", "-c"])
-            .args(ZYDIS_DEFINES)
-            .args(zydis_includes(z).iter().map(|i| format!("-I{}", i.display())))
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj);
-        let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+        cmd.args([
+            "-std=gnu11",
+            "-O2",
+            "-g",
+            "-w",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-c",
+        ])
+        .args(ZYDIS_DEFINES)
+        .args(
+            zydis_includes(z)
+                .iter()
+                .map(|i| format!("-I{}", i.display())),
+        )
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj);
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
         if !status.success() {
             panic!("compiling Zydis's {f} failed: {cmd:?}");
         }

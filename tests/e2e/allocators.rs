@@ -52,7 +52,11 @@ fn content_hash(dirs: &[PathBuf]) -> String {
     files.sort();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for f in files {
-        let rel = f.strip_prefix(root()).unwrap_or(&f).to_string_lossy().into_owned();
+        let rel = f
+            .strip_prefix(root())
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
         for b in rel.bytes().chain(std::fs::read(&f).unwrap()) {
             h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
         }
@@ -73,7 +77,10 @@ fn rust_programs() -> &'static Path {
         let target = cache_root().join(format!("rust-allocs-{hash}"));
         let bins = target.join("release");
         if !bins.join("sites-profiled").exists() {
-            eprintln!("building tests/programs/rust-allocs into {} (cached)", target.display());
+            eprintln!(
+                "building tests/programs/rust-allocs into {} (cached)",
+                target.display()
+            );
             Command::new(env!("CARGO"))
                 .args(["build", "--release", "--locked", "--manifest-path"])
                 .arg(rust_project().join("Cargo.toml"))
@@ -90,7 +97,13 @@ fn rust_programs() -> &'static Path {
 fn mimalloc_sources() -> PathBuf {
     rust_programs();
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--manifest-path"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--manifest-path",
+        ])
         .arg(rust_project().join("Cargo.toml"))
         .ok_stdout();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -102,7 +115,10 @@ fn mimalloc_sources() -> PathBuf {
         .and_then(|p| p["manifest_path"].as_str())
         .expect("libmimalloc-sys in the Rust programs' dependencies")
         .to_string();
-    Path::new(&manifest).parent().unwrap().join("c_src/mimalloc/v2")
+    Path::new(&manifest)
+        .parent()
+        .unwrap()
+        .join("c_src/mimalloc/v2")
 }
 
 /// tests/programs/alloc_sites.c linked with `alloc` ("jemalloc", "tcmalloc", "mimalloc").
@@ -111,7 +127,8 @@ fn c_program(dir: &Path, alloc: &str) -> PathBuf {
     let src = root().join("tests/programs/alloc_sites.c");
     let out = dir.join(format!("sites_{alloc}"));
     let mut c = Command::new("gcc");
-    c.args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"]).arg(&out);
+    c.args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&out);
     match alloc {
         "jemalloc" => c
             .args(["-DUSE_JEMALLOC"])
@@ -218,10 +235,17 @@ fn check_run(prog: &Path, alloc: &str, label: &str, allocator_counts: bool) {
     if allocator_counts {
         within("vs the allocator's statistics", got, reference.allocator);
     } else {
-        assert!(got <= reference.allocator * 1.10, "{got} > the allocator's committed bytes {}", reference.allocator);
+        assert!(
+            got <= reference.allocator * 1.10,
+            "{got} > the allocator's committed bytes {}",
+            reference.allocator
+        );
     }
     let header = memlens().arg("report").arg(&file).ok_stdout();
-    assert!(header.contains(&found), "the profile's notes lack '{found}':\n{header}");
+    assert!(
+        header.contains(&found),
+        "the profile's notes lack '{found}':\n{header}"
+    );
 }
 
 /// `memlens attach` to prog while it waits, then its sites run again: the dump's bytes at `hold`.
@@ -247,7 +271,10 @@ fn check_attach(prog: &Path, alloc: &str, label: &str) {
         .env("MEMLENS_CTL_DIR", ctl_dir(d))
         .ok_stdout();
     let found = format!("allocates through {alloc} linked into it ({label})");
-    assert!(a.contains(&found) && a.contains("entry points hooked: every thread stopped"), "{a}");
+    assert!(
+        a.contains(&found) && a.contains("entry points hooked: every thread stopped"),
+        "{a}"
+    );
     std::fs::write(&go, "").unwrap();
     line.clear();
     out.read_line(&mut line).unwrap(); // "again …": the sites ran under memlens
@@ -261,7 +288,11 @@ fn check_attach(prog: &Path, alloc: &str, label: &str) {
     std::fs::write(&end, "").unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "{prog:?} under attach: {st}");
-    within("under attach, vs the program's own count", inuse_at_hold(&file), HELD);
+    within(
+        "under attach, vs the program's own count",
+        inuse_at_hold(&file),
+        HELD,
+    );
 }
 
 #[test]
@@ -308,17 +339,31 @@ fn c_with_mimalloc_linked_in_attach() {
 
 #[test]
 fn rust_with_tikv_jemallocator_run() {
-    check_run(&rust_programs().join("sites-jemalloc"), "jemalloc", "_rjem_*", true);
+    check_run(
+        &rust_programs().join("sites-jemalloc"),
+        "jemalloc",
+        "_rjem_*",
+        true,
+    );
 }
 
 #[test]
 fn rust_with_tikv_jemallocator_attach() {
-    check_attach(&rust_programs().join("sites-jemalloc"), "jemalloc", "_rjem_*");
+    check_attach(
+        &rust_programs().join("sites-jemalloc"),
+        "jemalloc",
+        "_rjem_*",
+    );
 }
 
 #[test]
 fn rust_with_mimalloc_run() {
-    check_run(&rust_programs().join("sites-mimalloc"), "mimalloc", "mi_*", false);
+    check_run(
+        &rust_programs().join("sites-mimalloc"),
+        "mimalloc",
+        "mi_*",
+        false,
+    );
 }
 
 #[test]
@@ -341,8 +386,16 @@ fn rust_reporting_through_memlens_alloc_is_counted_once() {
         .output()
         .unwrap();
     assert_ok(&prog, &o);
-    assert!(stderr(&o).contains("reports its allocations itself"), "{}", stderr(&o));
-    within("reported, vs the program's own count", inuse_at_hold(&file), said(&stdout(&o)).held);
+    assert!(
+        stderr(&o).contains("reports its allocations itself"),
+        "{}",
+        stderr(&o)
+    );
+    within(
+        "reported, vs the program's own count",
+        inuse_at_hold(&file),
+        said(&stdout(&o)).held,
+    );
 }
 
 /// ruff's wheel from PyPI, cached: its binary.
@@ -352,7 +405,17 @@ fn ruff() -> PathBuf {
     if !bin.exists() {
         std::fs::create_dir_all(&dir).unwrap();
         Command::new("python3")
-            .args(["-m", "pip", "download", "ruff==0.17.6", "--no-deps", "--only-binary", ":all:", "-q", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "ruff==0.17.6",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-q",
+                "-d",
+            ])
             .arg(&dir)
             .ok();
         let whl = std::fs::read_dir(&dir)
@@ -379,7 +442,11 @@ fn stripped_rust_binary_with_jemalloc_gets_the_honest_warning() {
     let dir = test_dir();
     let file = dir.path().join("ruff.pb.gz");
     let py = dir.path().join("lint_me.py");
-    std::fs::write(&py, "import os\n\ndef f(x):\n    return [i * x for i in range(1000)]\n").unwrap();
+    std::fs::write(
+        &py,
+        "import os\n\ndef f(x):\n    return [i * x for i in range(1000)]\n",
+    )
+    .unwrap();
     let o = memlens()
         .args(["run", "-o"])
         .arg(&file)
@@ -392,6 +459,36 @@ fn stripped_rust_binary_with_jemalloc_gets_the_honest_warning() {
     assert_ok(&bin, &o);
     let want = "ruff contains jemalloc (its strings) but no symbol table and no debug file: memlens cannot hook it";
     assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    let header = memlens().arg("report").arg(&file).ok_stdout();
+    assert!(header.contains(want), "{header}");
+}
+
+/// Memory memlens does not see (400 MiB of anonymous mmap, nothing sampled): it says so once, on
+/// stderr and in the profile, rather than show a near-empty profile as the whole truth.
+#[test]
+fn a_heap_growing_unseen_is_said() {
+    let dir = test_dir();
+    let prog = compile(
+        &root().join("tests/programs/blind_heap.c"),
+        dir.path(),
+        "blind_heap",
+        &[],
+    );
+    let file = dir.path().join("blind.pb.gz");
+    let o = memlens()
+        .args(["run", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    let want = "resident memory grew by";
+    assert!(
+        stderr(&o).contains(want) && stderr(&o).contains("cannot see"),
+        "{}",
+        stderr(&o)
+    );
     let header = memlens().arg("report").arg(&file).ok_stdout();
     assert!(header.contains(want), "{header}");
 }

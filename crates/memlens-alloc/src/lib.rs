@@ -158,6 +158,9 @@ mod tests {
             assert!(!q.is_null());
             a.dealloc(q, Layout::from_size_align(8192, 64).unwrap());
         }
-        assert!(!Profiled::<System>::active(), "no memlens runtime in the test process");
+        assert!(
+            !Profiled::<System>::active(),
+            "no memlens runtime in the test process"
+        );
     }
 }

@@ -136,7 +136,11 @@ fn seize(tid: i32) -> Result<Option<Held>> {
     let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
     ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r as *mut _ as u64)
         .map_err(|e| anyhow!("cannot read thread {tid}'s registers: errno {e}"))?;
-    Ok(Some(Held { tid, rip: r.rip, pending }))
+    Ok(Some(Held {
+        tid,
+        rip: r.rip,
+        pending,
+    }))
 }
 
 /// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped.

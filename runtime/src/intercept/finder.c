@@ -516,3 +516,19 @@ void ml_hooks_counting(int on)
         if (patches[i].counts)
             ml_patch_retarget(&patches[i], on ? patches[i].hook : patches[i].guard ? patches[i].guard : patches[i].tramp);
 }
+
+/* For the fast-path benchmark (runtime/bench/fastpath.c, FASTPATH_HOOKED): put the entry points'
+ * original bytes back (0) or the jumps (1), so that one process times the bare allocator and the
+ * hooked one in alternating blocks. Only while no other thread can be inside the allocator.
+ * Returns the number of entry points written, or -1. */
+ML_EXPORT int memlens_hooks_write(int on)
+{
+    for (int i = 0; i < npatches; i++) {
+        struct ml_patch p = patches[i];
+        if (!on)
+            memcpy(p.code, p.old, p.len);
+        if (ml_patch_write(&p) != 0)
+            return -1;
+    }
+    return npatches;
+}
