@@ -55,12 +55,16 @@ pids+=($!)
 
 "$memlens" serve --listen "127.0.0.1:$sport" --pid "$redis_pid" >"$work/serve.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$sport/targets" >/dev/null 2>&1 && break; sleep 0.1; done
+# Every request carries the server's token (made in the control directory when it starts), from
+# a header file: not on curl's command line, where any local user could read it.
+for _ in $(seq 100); do [ -s "$MEMLENS_CTL_DIR/serve.token" ] && break; sleep 0.1; done
+printf 'Authorization: Bearer %s\n' "$(cat "$MEMLENS_CTL_DIR/serve.token")" >"$work/auth"
+for _ in $(seq 100); do curl -sf -H @"$work/auth" "http://127.0.0.1:$sport/targets" >/dev/null 2>&1 && break; sleep 0.1; done
 url="http://127.0.0.1:$sport/debug/pprof/heap"
-curl -sf -o "$work/first.pb.gz" "$url" || { echo "serve-load.sh: the first scrape failed:" >&2; cat "$work/serve.log" >&2; exit 1; }
+curl -sf -H @"$work/auth" -o "$work/first.pb.gz" "$url" || { echo "serve-load.sh: the first scrape failed:" >&2; cat "$work/serve.log" >&2; exit 1; }
 
 seq "$scrapes" | xargs -P "$clients" -I{} \
-  curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "$url" >"$work/times"
+  curl -s -H @"$work/auth" -o /dev/null -w '%{http_code} %{time_total}\n' "$url" >"$work/times"
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 bad=$(awk '$1 != 200' "$work/times" | wc -l)
 sort -k2 -g "$work/times" | awk -v n="$scrapes" -v c="$clients" -v bad="$bad" -v load="$load" \

@@ -12,7 +12,9 @@ show_all = "--all" in sys.argv[1:]
 if len(args) < 2:
     sys.exit("usage: study-agree.sh A.json B.json [C.json …] [--all]")
 runs = [json.load(open(f)) for f in args]
-rows = [{(r["workload"], r["config"]): r for r in run["rows"]} for run in runs]
+# a row is named by its workload, schedule (both have a placebo) and configuration
+name = lambda r: (r["workload"] + ("" if r.get("paired", True) else ", whole processes"), r["config"])
+rows = [{name(r): r for r in run["rows"]} for run in runs]
 keys = [k for k in rows[0] if all(k in r for r in rows[1:])]
 fmt = lambda r: f'{r["overhead_pct"]:+.1f} [{r["ci_low_pct"]:+.1f}, {r["ci_high_pct"]:+.1f}]'
 agree = 0

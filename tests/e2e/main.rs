@@ -16,6 +16,7 @@ mod scale;
 mod serve;
 mod serve_go;
 mod serve_limits;
+mod serve_pyroscope;
 mod study;
 mod survival;
 mod views;

@@ -22,66 +22,9 @@ const INTERVAL: &str = "1s";
 /// Windows each test waits for.
 const WINDOWS: usize = 6;
 
-/// parca_target DIR MODE: holds a known heap and allocates at a steady, logged rate.
-const TARGET: &str = r#"
-/* leak_alloc() keeps 48 MiB in blocks of 1..16 KiB, then DIR/leaked appears; churn_alloc() then
- * allocates and frees about 20 MB/s. Every millisecond a line "REALTIME_NS ALLOCATED HELD" (bytes
- * the program asked malloc for, in all and still held) is appended to DIR/log. Until DIR/stop. */
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#define LEAK (48u << 20)
-static char dir[4000];
-static unsigned long long allocated, held;
-
-static int exists(const char *name) {
-    char p[4100]; snprintf(p, sizeof p, "%s/%s", dir, name); return access(p, F_OK) == 0;
-}
-static void touch(const char *name) {
-    char p[4100]; snprintf(p, sizeof p, "%s/%s", dir, name);
-    int fd = open(p, O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd);
-}
-__attribute__((noinline)) void *leak_alloc(size_t n) {
-    void *p = malloc(n); /* leak line */
-    memset(p, 1, n);
-    allocated += n; held += n;
-    return p;
-}
-__attribute__((noinline)) void churn_alloc(size_t n) {
-    char *p = malloc(n); /* churn line */
-    p[0] = 1; p[n - 1] = 2;
-    __asm__ volatile("" : : "r"(p) : "memory"); /* a real malloc and free: not elided */
-    allocated += n;
-    free(p);
-}
-int main(int argc, char **argv) {
-    (void)argc;
-    snprintf(dir, sizeof dir, "%s", argv[1]);
-    char p[4100]; snprintf(p, sizeof p, "%s/log", dir);
-    int log = open(p, O_CREAT | O_WRONLY | O_APPEND, 0644);
-    snprintf(p, sizeof p, "%s/pid.tmp", dir);
-    FILE *f = fopen(p, "w"); fprintf(f, "%d\n", (int)getpid()); fclose(f);
-    char q[4100]; snprintf(q, sizeof q, "%s/pid", dir); rename(p, q);
-    static void *kept[1 << 16];
-    unsigned n = 0;
-    while (held < LEAK) kept[n] = leak_alloc(((n % 16) + 1) * 1024), n++;
-    touch("leaked");
-    for (unsigned i = 0; !exists("stop"); i++) {
-        for (int k = 0; k < 5; k++) churn_alloc(512 + ((i * 5 + k) % 16) * 480);
-        struct timespec t; clock_gettime(CLOCK_REALTIME, &t);
-        char line[100];
-        int len = snprintf(line, sizeof line, "%lld %llu %llu\n",
-                           (long long)t.tv_sec * 1000000000LL + t.tv_nsec, allocated, held);
-        if (write(log, line, len) != len) return 1;
-        usleep(1000);
-    }
-    return 0;
-}
-"#;
+/// parca_target.c: holds a known heap, leaks at a given rate and allocates at a steady, logged
+/// rate (also the leaking program of scripts/pyroscope-push.sh).
+const TARGET: &str = include_str!("parca_target.c");
 
 /// The source line whose text contains `marker`, 1-based.
 fn line_of(marker: &str) -> usize {
@@ -93,7 +36,7 @@ fn line_of(marker: &str) -> usize {
 }
 
 /// The test program, compiled in `dir`.
-fn target_program(dir: &Path) -> PathBuf {
+pub(crate) fn target_program(dir: &Path) -> PathBuf {
     let src = dir.join("parca_target.c");
     std::fs::write(&src, TARGET).unwrap();
     compile(&src, dir, "parca_target", &[])
@@ -103,10 +46,10 @@ fn target_program(dir: &Path) -> PathBuf {
 type Point = (u64, i64, u64);
 
 /// The program's log: (realtime ns, bytes allocated so far, bytes held).
-struct Log(Vec<(u64, u64, u64)>);
+pub(crate) struct Log(pub(crate) Vec<(u64, u64, u64)>);
 
 impl Log {
-    fn read(dir: &Path) -> Log {
+    pub(crate) fn read(dir: &Path) -> Log {
         let text = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
         Log(text
             .lines()
@@ -118,7 +61,7 @@ impl Log {
     }
 
     /// Bytes allocated by time `ns`, interpolated between the log's lines (a millisecond apart).
-    fn allocated_at(&self, ns: u64) -> f64 {
+    pub(crate) fn allocated_at(&self, ns: u64) -> f64 {
         let i = self.0.partition_point(|e| e.0 < ns);
         match (i.checked_sub(1).map(|j| self.0[j]), self.0.get(i)) {
             (Some(a), Some(b)) => {
@@ -133,19 +76,31 @@ impl Log {
     fn held(&self) -> u64 {
         self.0.last().map_or(0, |e| e.2)
     }
+
+    /// Bytes held at time `ns`: the last line's at or before it.
+    pub(crate) fn held_at(&self, ns: u64) -> u64 {
+        let i = self.0.partition_point(|e| e.0 <= ns);
+        i.checked_sub(1).map_or(0, |j| self.0[j].2)
+    }
 }
 
-/// The Parca server for tests, or None (after printing why) when this clone has none.
-fn parca_sh(test: &str) -> Option<PathBuf> {
-    let sh = root().join("../shared/tools/parca/parca.sh");
+/// The script `path` of a real server in `../shared/tools` (`parca/parca.sh`), or None (after
+/// printing why) when this clone has none.
+pub(crate) fn shared_tool(test: &str, path: &str) -> Option<PathBuf> {
+    let sh = root().join("../shared/tools").join(path);
     if sh.exists() {
         return Some(sh);
     }
     eprintln!(
-        "SKIPPED: {test}: no Parca server at {} (a clone without ../shared)",
+        "SKIPPED: {test}: no {} (a clone without ../shared)",
         sh.display()
     );
     None
+}
+
+/// The Parca server for tests (see [`shared_tool`]).
+fn parca_sh(test: &str) -> Option<PathBuf> {
+    shared_tool(test, "parca/parca.sh")
 }
 
 /// A running Parca, its API on `port`; killed on drop.
@@ -357,10 +312,21 @@ fn parse_rfc3339(s: &str) -> u64 {
     secs as u64 * 1_000_000_000 + nanos
 }
 
-/// What a pprof job of one profile (others off) looks like in Parca's configuration.
-fn job(name: &str, targets: &str, profiles: &str) -> String {
+/// What a pprof job of one profile (others off) looks like in Parca's configuration, with the
+/// server's token (its file) as the bearer token of every scrape.
+fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
     format!(
-        "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n"
+        "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{}{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n",
+        authorization(token_file, "    ")
+    )
+}
+
+/// Parca's (Prometheus's) `authorization` block sending the token in `file` as a bearer token,
+/// indented by `indent`.
+fn authorization(file: &Path, indent: &str) -> String {
+    format!(
+        "{indent}authorization: {{type: Bearer, credentials_file: \"{}\"}}\n",
+        file.display()
     )
 }
 
@@ -407,10 +373,12 @@ fn parca_stores_heap_snapshots_and_alloc_windows_of_run_serve() {
         "heap",
         &static_target,
         "        memory: {enabled: true, path: /debug/pprof/heap}\n        memlens_lifetimes: {enabled: true, path: /debug/pprof/lifetimes}\n",
+        &server.token_file,
     ) + &job(
         "allocs",
         &static_target,
         "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        &server.token_file,
     );
     let pdir = tmp.join("parca");
     std::fs::create_dir(&pdir).unwrap();
@@ -530,14 +498,17 @@ fn parca_discovers_inactive_programs_through_sd() {
     );
     wait_for("the leak", 30, || t.dir.join("leaked").exists());
     let server = Server::start(&ctl, &[]);
+    // The discovery request carries the token too.
     let sd = format!(
-        "    http_sd_configs: [{{url: \"http://127.0.0.1:{}/sd\", refresh_interval: \"1s\"}}]\n",
-        server.port
+        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{}/sd\"\n        refresh_interval: \"1s\"\n{}",
+        server.port,
+        authorization(&server.token_file, "        ")
     );
     let configs = job(
         "fleet",
         &sd,
         "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        &server.token_file,
     );
     let pdir = tmp.join("parca");
     std::fs::create_dir(&pdir).unwrap();

@@ -97,6 +97,17 @@ impl Target {
         mode: &str,
         run_args: &[&str],
     ) -> Target {
+        Target::start_with(ctl, dir, prog, &[mode], run_args)
+    }
+
+    /// `memlens run RUN_ARGS -- PROG DIR PROG_ARGS…`, as [`Target::start`].
+    pub(crate) fn start_with(
+        ctl: &Path,
+        dir: &Path,
+        prog: &Path,
+        prog_args: &[&str],
+        run_args: &[&str],
+    ) -> Target {
         std::fs::create_dir_all(dir).unwrap();
         let child = memlens()
             .arg("run")
@@ -106,7 +117,7 @@ impl Target {
             .arg("--")
             .arg(prog)
             .arg(dir)
-            .arg(mode)
+            .args(prog_args)
             .env("MEMLENS_CTL_DIR", ctl)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -153,10 +164,14 @@ fn ctl_cmd(ctl: &Path, pid: i32, what: &str) -> std::process::Output {
         .out()
 }
 
-/// A running `memlens serve` (or `memlens run --serve`): its process and the port it announced.
+/// A running `memlens serve` (or `memlens run --serve`): its process, the port it announced and
+/// the token every request must carry (read from the file it named).
 pub(crate) struct Server {
     pub(crate) child: Child,
     pub(crate) port: u16,
+    pub(crate) token: String,
+    /// The token's file.
+    pub(crate) token_file: PathBuf,
     /// What it printed on stderr after its address line.
     err: std::sync::Arc<std::sync::Mutex<String>>,
 }
@@ -197,7 +212,8 @@ impl Server {
         Server::spawn(&mut cmd)
     }
 
-    /// Start `cmd` and read the port from its `memlens: serving … http://127.0.0.1:PORT/…` line.
+    /// Start `cmd` and read the port from its `memlens: serving … http://127.0.0.1:PORT/…; every
+    /// request needs the token of FILE (…)` line, and the token from FILE.
     pub(crate) fn spawn(cmd: &mut Command) -> Server {
         let mut child = cmd
             .stdout(Stdio::null())
@@ -217,6 +233,16 @@ impl Server {
                 break digits.parse().unwrap();
             }
         };
+        let token_file = PathBuf::from(
+            line.split("the token of ")
+                .nth(1)
+                .and_then(|r| r.split(" (").next())
+                .unwrap_or_else(|| panic!("no token file in: {line}")),
+        );
+        let token = std::fs::read_to_string(&token_file)
+            .unwrap()
+            .trim()
+            .to_string();
         // Keep draining its stderr so it never blocks on a full pipe.
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let t2 = text.clone();
@@ -230,16 +256,23 @@ impl Server {
         Server {
             child,
             port,
+            token,
+            token_file,
             err: text,
         }
     }
 
+    /// The URL of `path` with the token as the password of basic auth, as `go tool pprof` and
+    /// curl send it.
     pub(crate) fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!(
+            "http://memlens:{}@127.0.0.1:{}{path}",
+            self.token, self.port
+        )
     }
 
     pub(crate) fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        get(self.port, path)
+        get(self.port, &self.token, path)
     }
 
     /// Its stderr so far (after the address line).
@@ -269,11 +302,21 @@ impl Drop for Server {
     }
 }
 
-/// A plain HTTP/1.0 GET over TCP: (status, body).
-pub(crate) fn get(port: u16, path: &str) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+/// A plain HTTP/1.0 GET over TCP with `token` as a bearer token (none when empty): (status, body).
+pub(crate) fn get(port: u16, token: &str, path: &str) -> (u16, Vec<u8>) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    get_over(s, token, path)
+}
+
+/// A plain HTTP/1.0 GET over a connected stream (TCP or a unix socket): (status, body).
+pub(crate) fn get_over<S: Read + Write>(mut s: S, token: &str, path: &str) -> (u16, Vec<u8>) {
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {token}\r\n")
+    };
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let end = raw
@@ -494,14 +537,19 @@ fn the_window_holds_only_allocations_made_inside_it() {
     let t = Target::start(&ctl, &dir, &prog, "phases", &["--interval", "64K"]);
     wait_for("phase A", 20, || dir.join("a-done").exists());
     let server = Server::start(&ctl, &[]);
-    let port = server.port;
+    let (port, token) = (server.port, server.token.clone());
     let pid = t.pid;
     // The window's first dump is a raw dump the process writes into the control directory (and the
     // server removes once read): phase B starts once it is written, and ends (in milliseconds) well
     // before the window does.
     let mut written = Written::watch(&ctl);
-    let req =
-        std::thread::spawn(move || get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=4")));
+    let req = std::thread::spawn(move || {
+        get(
+            port,
+            &token,
+            &format!("/debug/pprof/allocs?pid={pid}&seconds=4"),
+        )
+    });
     written.wait("the window's first dump", 20, |n| {
         n.starts_with(&format!("{pid}.dump-")) && n.ends_with(".raw")
     });
@@ -599,7 +647,12 @@ fn bad_requests_and_other_users_processes_are_refused() {
     }
     // Methods: POST only where Go takes one (the symbol endpoint), with an Allow header.
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    write!(s, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n").unwrap();
+    write!(
+        s,
+        "POST /metrics HTTP/1.0\r\nAuthorization: Bearer {}\r\nContent-Length: 0\r\n\r\n",
+        server.token
+    )
+    .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 405 "), "{raw}");
@@ -690,6 +743,121 @@ fn bad_requests_and_other_users_processes_are_refused() {
     );
     assert_eq!(body.lines().count(), 1, "{body}");
     drop(t);
+}
+
+/// Another local user reads nothing of the server: over TCP without the token every endpoint
+/// answers 401 (naming no process), the token's file is the owner's alone (mode 0600), and the
+/// unix socket (mode 0600) does not let them connect; the owner reaches both (the socket without
+/// a token). Command lines (a `--db-password=…` among the arguments) are in `/targets` only when
+/// the server is started with `--show-cmdline`.
+#[test]
+fn another_local_user_reads_nothing_and_command_lines_are_shown_only_when_asked() {
+    let tmp = test_dir();
+    let ctl = ctl_dir(tmp.path());
+    let prog = program(tmp.path());
+    // The program's arguments carry a secret (it ignores them).
+    let secret = "--db-password=hunter2";
+    let t = Target::start_with(&ctl, &tmp.path().join("a"), &prog, &["steady", secret], &[]);
+    let pid = t.pid;
+    let server = Server::start(&ctl, &[]);
+    let shown = Server::start(&ctl, &["--show-cmdline"]);
+    // Both servers of this user share one token.
+    assert_eq!(server.token, shown.token);
+    let targets = curl(&server.url("/targets"));
+    assert!(targets.contains(&format!("\"pid\": {pid}")), "{targets}");
+    assert!(
+        !targets.contains("hunter2") && !targets.contains("cmdline"),
+        "{targets}"
+    );
+    let all = curl(&shown.url("/targets"));
+    assert!(all.contains(secret), "{all}");
+    // Without the token: 401 with one line that names no process, whatever the path.
+    for path in [
+        "/targets".to_string(),
+        "/metrics".into(),
+        "/sd".into(),
+        format!("/debug/pprof/heap?pid={pid}"),
+        "/nope".into(),
+    ] {
+        let (st, body) = get(server.port, "", &path);
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!((st, body.lines().count()), (401, 1), "{path}: {body}");
+        assert!(
+            !body.contains("serve_target") && !body.contains(&pid.to_string()),
+            "{body}"
+        );
+        let (st, _) = get(server.port, "not-the-token-at-all", &path);
+        assert_eq!(st, 401, "{path}");
+    }
+    let mode = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&server.token_file), 0o600);
+    // The unix socket, in a directory any user may enter: the owner needs no token.
+    use std::os::unix::fs::PermissionsExt;
+    let open = tmp.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = open.join("serve.sock");
+    let mut unix = memlens()
+        .args(["serve", "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the unix socket", 20, || sock.exists());
+    assert_eq!(mode(&sock), 0o600);
+    let s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let (st, body) = get_over(s, "", "/targets");
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains(&format!("\"pid\": {pid}")));
+    // Acting as another local user (uid 65534) needs root (CI runs as root).
+    if root_or_skip("reading memlens serve as another user") {
+        let nobody = |args: &[&str]| {
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .args(args)
+                .out()
+        };
+        let token = server.token_file.display().to_string();
+        let cat = nobody(&["cat", &token]);
+        assert!(
+            !cat.status.success() && cat.stdout.is_empty(),
+            "{}",
+            stdout(&cat)
+        );
+        let url = format!("http://127.0.0.1:{}", server.port);
+        for path in ["/targets", &format!("/debug/pprof/heap?pid={pid}")] {
+            let o = nobody(&[
+                "curl",
+                "-s",
+                "-w",
+                "\n%{http_code}",
+                &format!("{url}{path}"),
+            ]);
+            let out = stdout(&o);
+            assert!(out.ends_with("\n401"), "{path}: {out}");
+            assert!(
+                !out.contains("hunter2") && !out.contains("serve_target"),
+                "{out}"
+            );
+        }
+        let sock_s = sock.display().to_string();
+        let o = nobody(&["curl", "-s", "--unix-socket", &sock_s, "http://x/targets"]);
+        // curl: 7, could not connect (permission denied on the socket).
+        assert_eq!(o.status.code(), Some(7), "{}", stdout(&o));
+        assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(unix.id() as i32, libc::SIGTERM) };
+    assert_eq!(unix.wait().unwrap().code(), Some(0));
+    assert!(!sock.exists(), "the socket is removed when the server ends");
+    let (code, out, err) = t.finish();
+    assert_eq!((code, out.trim()), (0, "checks>0=1 errors=0"), "{err}");
 }
 
 /// `memlens run --serve` serves the program it runs at the bare Go paths, labelled with its name.
@@ -795,7 +963,7 @@ fn load_20_clients_3_processes() {
         })
         .collect();
     let server = Server::start(&ctl, &[]);
-    let port = server.port;
+    let (port, token) = (server.port, server.token.clone());
     let pids: Vec<i32> = targets.iter().map(|t| t.pid).collect();
     // A client that connects and says nothing, and one that leaves in the middle of a window.
     let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -804,7 +972,7 @@ fn load_20_clients_3_processes() {
         let mut gone = TcpStream::connect(("127.0.0.1", port)).unwrap();
         write!(
             gone,
-            "GET /debug/pprof/allocs?pid={}&seconds=1 HTTP/1.0\r\n\r\n",
+            "GET /debug/pprof/allocs?pid={}&seconds=1 HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n",
             pids[0]
         )
         .unwrap();
@@ -812,7 +980,7 @@ fn load_20_clients_3_processes() {
     let deadline = Instant::now() + Duration::from_secs(secs);
     let clients: Vec<_> = (0..20)
         .map(|c| {
-            let pids = pids.clone();
+            let (pids, token) = (pids.clone(), token.clone());
             std::thread::spawn(move || {
                 let mut stats: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
                 let mut n = c;
@@ -829,7 +997,7 @@ fn load_20_clients_3_processes() {
                         _ => ("targets", "/targets".to_string()),
                     };
                     let t0 = Instant::now();
-                    let (status, body) = get(port, &path);
+                    let (status, body) = get(port, &token, &path);
                     let took = t0.elapsed();
                     assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
                     if kind.starts_with("heap") || kind.starts_with("allocs") {

@@ -66,7 +66,11 @@ fn idle_connections_cannot_stop_the_server() {
         .collect();
     assert_eq!(idle.len(), 300, "connections refused by the kernel");
     let t0 = Instant::now();
-    let (st, body) = get(port, &format!("/debug/pprof/heap?pid={}", t.pid));
+    let (st, body) = get(
+        port,
+        &server.token,
+        &format!("/debug/pprof/heap?pid={}", t.pid),
+    );
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     assert!(
         t0.elapsed() < Duration::from_secs(5),
@@ -169,9 +173,14 @@ fn nothing_is_left_behind_and_sigterm_ends_open_windows() {
     assert_eq!(files_under(&ctl), before, "the control directory");
 
     // A 60 s window; SIGTERM once it has switched sampling on.
-    let port = server.port;
+    let (port, token) = (server.port, server.token.clone());
     let window = std::thread::spawn(move || {
-        get(port, &format!("/debug/pprof/allocs?pid={pid}&seconds=60")).0
+        get(
+            port,
+            &token,
+            &format!("/debug/pprof/allocs?pid={pid}&seconds=60"),
+        )
+        .0
     });
     wait_for("the window to switch sampling on", 20, || {
         targets_json(&server)[0]["active"] == true

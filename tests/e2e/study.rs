@@ -1,7 +1,7 @@
 //! End-to-end tests of `memlens study` and the built-in workloads (small sizes: the whole file runs
-//! in well under a minute). They check behaviour — the JSON contract, the switch reaching every
-//! thread, clear errors — never speed. The pairing statistics and the recommendation are tested on
-//! synthetic data in the crate (stats.rs, verdict.rs).
+//! in well under a minute). They check behaviour — the JSON contract of both schedules, the switch
+//! reaching every thread, clear errors — never speed. The pairing statistics, the row builder and
+//! the recommendation are tested on synthetic data in the crate (stats.rs, rows.rs, recommend.rs).
 use crate::util::*;
 use serde_json::Value;
 
@@ -10,63 +10,24 @@ fn json(path: &std::path::Path) -> Value {
         .expect("invalid JSON")
 }
 
-fn rows<'a>(v: &'a Value, workload: &str) -> &'a Vec<Value> {
-    let w = v["workloads"]
+/// The rows of one workload, of either schedule.
+fn rows<'a>(v: &'a Value, workload: &str) -> Vec<&'a Value> {
+    let r: Vec<&Value> = v["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|w| w["workload"] == workload);
-    w.unwrap_or_else(|| panic!("no workload {workload} in {v}"))["rows"]
-        .as_array()
-        .unwrap()
+        .filter(|r| r["workload"] == workload)
+        .collect();
+    assert!(!r.is_empty(), "no rows of {workload} in {v}");
+    r
 }
 
-#[test]
-fn synthetic_workload_runs_and_reports() {
-    let dir = test_dir();
-    let j = dir.path().join("s.json");
-    let o = memlens()
-        .args([
-            "study",
-            "--unpaired",
-            "--workload",
-            "synthetic",
-            "--threads",
-            "1,2",
-            "--ops",
-            "20000",
-            "--repeats",
-            "2",
-            "--unwinders",
-            "none",
-            "--baselines",
-            "none",
-            "--no-exact",
-            "--json",
-            j.to_str().unwrap(),
-        ])
-        .ok();
-    let v = json(&j);
-    for w in ["synthetic-1t", "synthetic-2t"] {
-        let names: Vec<&str> = rows(&v, w)
-            .iter()
-            .map(|r| r["config"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["off", "inactive"]);
-        for r in rows(&v, w) {
-            assert!(
-                r["metric"]["median"].as_f64().unwrap() > 0.0
-                    && r["pair_cycles"].as_f64().unwrap() > 0.0
-            );
-            assert_eq!(r["metric"]["n"], 2);
-        }
-    }
-    assert!(stdout(&o).contains("cyc/pair"));
-    assert_unpaired_contract(&v);
+fn configs<'a>(rows: &[&'a Value]) -> Vec<&'a str> {
+    rows.iter().map(|r| r["config"].as_str().unwrap()).collect()
 }
 
-/// The contract's fields both engines' rows carry (docs/study.md).
-const CONTRACT: [&str; 9] = [
+/// The contract's fields every row carries (docs/study.md).
+const CONTRACT: [&str; 15] = [
     "workload",
     "config",
     "interval_bytes",
@@ -76,6 +37,12 @@ const CONTRACT: [&str; 9] = [
     "ci_low_pct",
     "ci_high_pct",
     "coverage_pct",
+    "direct_cost_pct",
+    "indirect_cost_pct",
+    "total_error_pct",
+    "top_error_pct",
+    "samples",
+    "truncated_pct",
 ];
 
 fn assert_has_fields(r: &Value, keys: &[&str]) {
@@ -84,145 +51,12 @@ fn assert_has_fields(r: &Value, keys: &[&str]) {
     }
 }
 
-/// Unpaired rows (separate processes) carry the paired study's contract fields, marked
-/// `paired: false`, with the same interval estimate; references have no overhead.
-fn assert_unpaired_contract(v: &Value) {
-    for w in v["workloads"].as_array().unwrap() {
-        for r in w["rows"].as_array().unwrap() {
-            assert_has_fields(r, &CONTRACT);
-            assert_eq!(r["paired"], false, "{r}");
-            assert_eq!(r["workload"], w["workload"], "{r}");
-            if r["reference"].is_null() {
-                assert!(
-                    r["overhead_pct"].is_null() && r["ci_low_pct"].is_null(),
-                    "{r}"
-                );
-                continue;
-            }
-            let (lo, x, hi) = (
-                r["ci_low_pct"].as_f64().unwrap(),
-                r["overhead_pct"].as_f64().unwrap(),
-                r["ci_high_pct"].as_f64().unwrap(),
-            );
-            assert!(lo <= x && x <= hi, "{r}");
-            let sampled = r["config"].as_str().unwrap().contains('K');
-            assert_eq!(r["interval_bytes"].is_number(), sampled, "{r}");
-        }
-    }
-}
-
-/// tcmalloc cannot switch at run time: it runs unpaired, and its rows say so.
-#[test]
-fn unpaired_baseline_meets_the_json_contract() {
-    let tc = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4";
-    assert!(
-        std::path::Path::new(tc).exists(),
-        "{tc} missing: scripts/install-deps.sh installs libgoogle-perftools4"
-    );
-    let dir = test_dir();
-    let j = dir.path().join("s.json");
-    memlens()
-        .args([
-            "study",
-            "--unpaired",
-            "--workload",
-            "synthetic",
-            "--threads",
-            "1",
-            "--ops",
-            "20000",
-            "--repeats",
-            "3",
-            "--intervals",
-            "64K",
-            "--unwinders",
-            "fp",
-            "--baselines",
-            "tcmalloc",
-            "--json",
-            j.to_str().unwrap(),
-        ])
-        .ok();
-    let v = json(&j);
-    let r = rows(&v, "synthetic-1t");
-    let names: Vec<&str> = r.iter().map(|r| r["config"].as_str().unwrap()).collect();
-    assert!(
-        names.contains(&"tcmalloc") && names.iter().any(|n| n.starts_with("tcmalloc ")),
-        "{names:?}"
-    );
-    assert_unpaired_contract(&v);
-    let fp = r.iter().find(|r| r["config"] == "memlens fp 64K").unwrap();
-    assert_eq!(fp["unwinder"], "fp");
-    assert_eq!(fp["interval_bytes"], 64 << 10);
-    // the exact run scores the sampled one: at 64K it finds the stacks of at least the published
-    // 90% of the bytes (measured: 99.98%) and estimates the total within 25% (measured: 2-4%)
-    let cov = fp["coverage_pct"].as_f64().unwrap();
-    assert!((90.0..=100.0).contains(&cov), "{fp}");
-    assert!(fp["total_error_pct"].as_f64().unwrap().abs() < 25.0, "{fp}");
-    let off = r.iter().find(|r| r["config"] == "off").unwrap();
-    assert!(off["interval_bytes"].is_null() && off["unwinder"].is_null());
-}
-
-#[test]
-fn pipeline_workload_runs_reports_and_is_deterministic() {
-    let args = [
-        "workload",
-        "pipeline",
-        "--seed",
-        "7",
-        "--quotes",
-        "2000",
-        "--instruments",
-        "128",
-        "--rate",
-        "0",
-    ];
-    let a = memlens().args(args).ok_stdout();
-    let b = memlens().args(args).ok_stdout();
-    let (va, vb): (Value, Value) = (
-        serde_json::from_str(&a).unwrap(),
-        serde_json::from_str(&b).unwrap(),
-    );
-    assert_eq!(va["orders"], 2000);
-    assert_eq!(
-        va["checksum"], vb["checksum"],
-        "same seed, different orders"
-    );
-    for k in ["mean", "p50", "p99", "p999"] {
-        assert!(va["latency_ns"][k].as_f64().unwrap() > 0.0, "{k}");
-    }
-    let c = memlens()
-        .args([
-            "workload",
-            "pipeline",
-            "--seed",
-            "8",
-            "--quotes",
-            "2000",
-            "--instruments",
-            "128",
-            "--rate",
-            "0",
-        ])
-        .ok_stdout();
-    let vc: Value = serde_json::from_str(&c).unwrap();
-    assert_ne!(va["checksum"], vc["checksum"]);
-}
-
-/// The contract's fields of a paired row: present, `paired: true`, the median inside its CI, and
-/// whether the CI reached its target.
-fn assert_paired_contract(r: &Value) {
+/// The contract of a row of either schedule: its fields, the median inside its CI, whether the
+/// CI reached its target, an interval exactly where the configuration samples at one, and
+/// `resolved` for every row but the calibrating placebo of its schedule.
+fn assert_contract(r: &Value) {
     assert_has_fields(r, &CONTRACT);
-    assert_has_fields(
-        r,
-        &[
-            "direct_cost_pct",
-            "indirect_cost_pct",
-            "processes",
-            "resolved",
-        ],
-    );
-    assert_eq!(r["paired"], true, "{r}");
+    assert_has_fields(r, &["profiler", "rounds", "processes", "resolved"]);
     let (lo, x, hi) = (
         r["ci_low_pct"].as_f64().unwrap(),
         r["overhead_pct"].as_f64().unwrap(),
@@ -231,14 +65,130 @@ fn assert_paired_contract(r: &Value) {
     assert!(lo <= x && x <= hi, "{r}");
     let target = r["ci_target_pct"].as_f64().unwrap();
     assert_eq!(r["ci_met"], (hi - lo) / 2.0 <= target, "{r}");
-    // the placebo: no interval, no unwinder; it is the reading the others are judged against
-    let placebo = r["profiler"] == "placebo";
-    assert_eq!(r["interval_bytes"].is_null(), placebo, "{r}");
-    assert_eq!(r["resolved"].is_null(), r["config"] == "placebo", "{r}");
+    let config = r["config"].as_str().unwrap();
+    let sampled = config.ends_with('K') || config.ends_with('M');
+    assert_eq!(r["interval_bytes"].is_number(), sampled, "{r}");
+    assert_eq!(r["resolved"].is_null(), config == "placebo", "{r}");
     if r["resolved"] == true {
         // resolved: the whole interval lies beyond the placebo's band, so it excludes 0
         assert!(lo > 0.0 || hi < 0.0, "{r}");
     }
+    if r["paired"] == false {
+        // whole processes: every round is processes of its own
+        assert_eq!(r["processes"], r["rounds"], "{r}");
+    }
+}
+
+/// `--schedule processes`: the cost of loading the runtime inactive against not loading it, one
+/// whole process per block, with the placebo (a run as off is) in every part.
+#[test]
+fn whole_processes_measure_loading_the_runtime() {
+    let dir = test_dir();
+    let j = dir.path().join("s.json");
+    memlens()
+        .args([
+            "study",
+            "--schedule",
+            "processes",
+            "--workload",
+            "synthetic",
+        ])
+        .args(["--threads", "1,2", "--ops", "20000", "--rounds", "2"])
+        .args(["--unwinders", "none", "--baselines", "none", "--no-exact"])
+        .args(["--max-time", "0", "--json", j.to_str().unwrap()])
+        .ok();
+    let v = json(&j);
+    for w in ["synthetic-1t", "synthetic-2t"] {
+        let r = rows(&v, w);
+        assert_eq!(configs(&r), ["placebo", "memlens inactive"]);
+        for r in r {
+            assert_contract(r);
+            assert_eq!(r["paired"], false, "{r}");
+            assert_eq!(r["rounds"], 2, "{r}");
+        }
+    }
+}
+
+/// tcmalloc's sampler and heaptrack cannot switch at run time: they run as whole processes, beside
+/// memlens switched in blocks, in one study, one JSON — each judged against its own placebo.
+#[test]
+fn what_cannot_switch_runs_as_whole_processes_beside_the_blocks() {
+    for lib in ["libtcmalloc.so.4", "libjemalloc.so.2"] {
+        let p = std::path::Path::new("/usr/lib/x86_64-linux-gnu").join(lib);
+        assert!(
+            p.exists(),
+            "{p:?} missing: scripts/install-deps.sh installs it"
+        );
+    }
+    let dir = test_dir();
+    let j = dir.path().join("s.json");
+    let o = memlens()
+        .env("COLUMNS", "100")
+        .args(["study", "--workload", "synthetic", "--threads", "1"])
+        .args(["--ops", "20000", "--rounds", "4", "--intervals", "64K"])
+        // one process of 30 ms blocks: on a loaded machine a 10 ms block may get no CPU at all
+        // (its round is then not counted), and every schedule needs its placebo's rounds
+        .args(["--processes", "1", "--block-ms", "30"])
+        .args(["--unwinders", "fp", "--baselines", "tcmalloc,heaptrack"])
+        .args(["--max-time", "0", "--json", j.to_str().unwrap()])
+        .ok();
+    let v = json(&j);
+    let r = rows(&v, "synthetic-1t");
+    let of = |c: &str, paired: bool| {
+        *r.iter()
+            .find(|x| x["config"] == c && x["paired"] == paired)
+            .unwrap_or_else(|| panic!("no {c} (paired {paired}) in {r:?}"))
+    };
+    for x in &r {
+        assert_contract(x);
+    }
+    let (fp, tc, ht) = (
+        of("memlens fp 64K", true),
+        of("tcmalloc sampler 64K", false),
+        of("heaptrack", false),
+    );
+    of("placebo", true);
+    of("placebo", false);
+    assert_eq!(
+        (fp["unwinder"].as_str(), fp["interval_bytes"].as_u64()),
+        (Some("fp"), Some(65536))
+    );
+    assert!(
+        tc["unwinder"].is_null() && tc["interval_bytes"] == 65536,
+        "{tc}"
+    );
+    assert!(ht["interval_bytes"].is_null(), "{ht}");
+    // the exact window scores the sampled one: at 64K it finds the stacks of at least the
+    // published 90% of the bytes (measured: 100%) and estimates the total within 25% (measured:
+    // 3%); the recommendation rests on it
+    let cov = fp["coverage_pct"].as_f64().unwrap();
+    assert!((90.0..=100.0).contains(&cov), "{fp}");
+    assert!(fp["total_error_pct"].as_f64().unwrap().abs() < 25.0, "{fp}");
+    let rec = &v["recommendations"][0];
+    assert_eq!(
+        (rec["workload"].as_str(), rec["unwinder"].as_str()),
+        (Some("synthetic-1t"), Some("fp")),
+        "{rec}"
+    );
+    assert_eq!(rec["recommendation"]["pick"]["interval"], 65536, "{rec}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("placebo on synthetic-1t, whole processes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("memlens fp vs tcmalloc sampler at 64K"),
+        "{out}"
+    );
+    for l in out.lines() {
+        assert!(l.chars().count() <= 100, "wider than COLUMNS=100: {l}");
+    }
+}
+
+/// The contract of the blocks schedule: `paired: true`, the processes of every configuration.
+fn assert_paired_contract(r: &Value) {
+    assert_contract(r);
+    assert_eq!(r["paired"], true, "{r}");
 }
 
 /// The contract scripts rely on: every row carries these fields, with the interval inside its CI.
@@ -286,7 +236,7 @@ fn quick_paired_study_meets_the_json_contract() {
         std::path::Path::new(je).exists(),
         "{je} missing: scripts/install-deps.sh installs libjemalloc2"
     );
-    // 2 workloads x (2 intervals x (memlens fp + jemalloc) + the placebo)
+    // 2 workloads x (2 intervals x (memlens fp + jemalloc) + the placebo), all in blocks
     assert_eq!(rows.len(), 10, "{rows:?}");
     for r in rows {
         assert_paired_contract(r);
@@ -359,6 +309,21 @@ fn quick_paired_study_meets_the_json_contract() {
         "verdict before the tables"
     );
     assert!(page.contains("coverage %") && page.contains("placebo (A/A)"));
+    // the overhead axis is labelled outside the plot, at its ticks
+    let svg = &page[chart..page.find("</svg>").unwrap()];
+    assert!(
+        svg.contains("+10%") || svg.contains("+100%"),
+        "no tick label: {svg}"
+    );
+    let rec = &v["recommendations"];
+    assert!(
+        rec.as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["workload"] == "pipeline-l2"
+                && a["recommendation"]["pick"]["interval"].is_number()),
+        "{rec}"
+    );
     assert_eq!(
         std::fs::read_to_string(&c).unwrap().lines().count(),
         rows.len() + 1
@@ -644,8 +609,7 @@ fn bad_input_gives_usage_errors() {
         &["study", "--unwinders", "frames"][..],
         &["study", "--baselines", "valgrind"][..],
         &["study", "--rounds", "0"][..],
-        &["study", "--baselines", "heaptrack"][..],
-        &["study", "--unpaired", "--repeats", "0"][..],
+        &["study", "--schedule", "processes", "--rounds", "0"][..],
         &["study", "--load", "true"][..],
         &["study", "--pid", "1"][..],
         &["study", "--load", "true", "--pid", "1", "--", "x"][..],
@@ -653,8 +617,86 @@ fn bad_input_gives_usage_errors() {
         &["study", "--placebos", "0"][..],
         &["study", "--processes", "0"][..],
         &["study", "--ci-target", "2,4,4,4"][..],
+        &["study", "--ops", "0", "--baselines", "tcmalloc"][..],
     ] {
         memlens().args(args).error(2);
+    }
+}
+
+/// A flag the chosen schedule does not read is a usage error naming it and saying why — never
+/// silently ignored; what cannot be switched is refused where only blocks can run.
+#[test]
+fn flags_the_study_would_not_read_are_usage_errors() {
+    for (args, flag) in [
+        (&["study", "--ops", "5000"][..], "--ops"),
+        (
+            &["study", "--block-ms", "5", "--", "true"][..],
+            "--block-ms",
+        ),
+        (
+            &["study", "--processes", "2", "--", "true"][..],
+            "--processes",
+        ),
+        (
+            &["study", "--workload", "synthetic", "--", "true"][..],
+            "--workload",
+        ),
+        (
+            &["study", "--window-loads", "2", "--workload", "synthetic"][..],
+            "--window-loads",
+        ),
+        (
+            &["study", "--working-sets", "llc", "--workload", "synthetic"][..],
+            "--working-sets",
+        ),
+        (
+            &["study", "--threads", "4", "--workload", "pipeline"][..],
+            "--threads",
+        ),
+        (
+            &["study", "--metric", "wall", "--workload", "synthetic"][..],
+            "--metric",
+        ),
+        (
+            &["study", "--schedule", "blocks", "--baselines", "heaptrack"][..],
+            "heaptrack",
+        ),
+        (
+            &["study", "--schedule", "blocks", "--", "true"][..],
+            "--schedule blocks",
+        ),
+        (
+            &[
+                "study",
+                "--load",
+                "true",
+                "--baselines",
+                "tcmalloc",
+                "--",
+                "x",
+            ][..],
+            "tcmalloc",
+        ),
+        (
+            &[
+                "study",
+                "--load",
+                "true",
+                "--schedule",
+                "processes",
+                "--",
+                "x",
+            ][..],
+            "--schedule processes",
+        ),
+        // gone with the second engine, each saying what replaced it
+        (&["study", "--quotes", "10"][..], "--quotes"),
+        (&["study", "--max-overhead", "5"][..], "--max-overhead"),
+        (&["study", "--plots", "d"][..], "--plots"),
+        (&["study", "--repeats", "3"][..], "--repeats"),
+    ] {
+        let e = stderr(&memlens().args(args).error(2));
+        assert!(e.contains(flag), "{args:?}: {e}");
     }
 }
 
@@ -665,28 +707,25 @@ fn failing_command_is_reported_with_its_status_and_no_overhead() {
     let o = memlens()
         .args([
             "study",
-            "--repeats",
+            "--rounds",
             "1",
             "--unwinders",
             "none",
             "--baselines",
             "none",
-            "--json",
-            j.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "exit 3",
         ])
+        .args(["--json", j.to_str().unwrap(), "--", "sh", "-c", "exit 3"])
         .error(1);
     let e = stderr(&o);
     assert!(
-        e.contains("exit status 3") && e.contains("no overhead"),
+        e.contains("exit status: 3") && e.contains("no overhead"),
         "{e}"
     );
     assert!(!j.exists(), "results written from a failed command");
 }
 
+/// A command that runs to completion is studied as whole processes, its metric read from its
+/// output; its profile windows (whole runs, exact and sampled) give the coverage.
 #[test]
 fn any_command_with_a_metric_regex() {
     let dir = test_dir();
@@ -694,16 +733,22 @@ fn any_command_with_a_metric_regex() {
     memlens()
         .args([
             "study",
-            "--repeats",
+            "--rounds",
             "2",
             "--intervals",
             "512K",
             "--unwinders",
             "fp",
+        ])
+        .args([
             "--baselines",
             "none",
             "--metric",
             "value=([0-9.]+)",
+            "--max-time",
+            "0",
+        ])
+        .args([
             "--json",
             j.to_str().unwrap(),
             "--",
@@ -714,9 +759,20 @@ fn any_command_with_a_metric_regex() {
         .ok();
     let v = json(&j);
     let r = rows(&v, "sh");
-    assert!(r
-        .iter()
-        .all(|r| r["metric"]["median"].as_f64() == Some(42.5)));
+    assert_eq!(
+        configs(&r),
+        ["placebo", "memlens inactive", "memlens fp 512K"]
+    );
+    for x in &r {
+        assert_contract(x);
+        // every run printed the same figure
+        assert_eq!(
+            (x["paired"].as_bool(), x["overhead_pct"].as_f64()),
+            (Some(false), Some(0.0)),
+            "{x}"
+        );
+    }
+    assert!(r[2]["coverage_pct"].is_number(), "{}", r[2]);
 }
 
 /// The runtime accounts its own cost: `memlens ctl PID status`, the profile's comments (as
@@ -814,8 +870,15 @@ fn the_runtime_accounts_its_own_cost() {
         .unwrap();
     let mut metrics = String::new();
     wait_for("memlens serve's /metrics", 15, || {
+        // Every request carries the server's token (its file in the control directory).
+        let token = std::fs::read_to_string(ctl.join("serve.token")).unwrap_or_default();
         let o = std::process::Command::new("curl")
-            .args(["-sf", &format!("http://127.0.0.1:{sp}/metrics")])
+            .args([
+                "-sf",
+                "-H",
+                &format!("Authorization: Bearer {}", token.trim()),
+            ])
+            .arg(format!("http://127.0.0.1:{sp}/metrics"))
             .output()
             .unwrap();
         metrics = stdout(&o);

@@ -16,17 +16,55 @@ pub fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// The service name a backend groups by: the basename of the program (`argv[0]`), else its comm.
+/// The service name a backend groups by: the program's name, valid everywhere a service name goes
+/// (Pyroscope takes letters, digits and `_ . - /`; Prometheus label values anything). The program's
+/// name is the basename of its `argv[0]`; a program that rewrote `argv[0]` into a process title
+/// (`redis-server *:16379`, `postgres: checkpointer`, `nginx: worker process`) is named by the
+/// title's first word. Else its comm.
 pub fn service_of(pid: i32, comm: &str) -> String {
     let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
         .and_then(|b| {
             let first = b.split(|&c| c == 0).next()?;
-            let s = String::from_utf8_lossy(first).into_owned();
-            let base = s.rsplit('/').next()?.to_string();
-            (!base.is_empty()).then_some(base)
-        });
-    argv0.unwrap_or_else(|| comm.to_string())
+            Some(String::from_utf8_lossy(first).into_owned())
+        })
+        .unwrap_or_default();
+    [program_name(&argv0), comm.to_string()]
+        .iter()
+        .map(|n| sanitize(n))
+        .find(|n| !n.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The name in `argv0`: the basename of the path when it names a file (a path may hold spaces),
+/// else of the first word of a process title, without the title's `:`.
+fn program_name(argv0: &str) -> String {
+    let path = if std::path::Path::new(argv0).is_file() {
+        argv0
+    } else {
+        argv0.split_whitespace().next().unwrap_or("")
+    };
+    let base = path.rsplit('/').next().unwrap_or("");
+    base.trim_end_matches(':').to_string()
+}
+
+/// `name` with every character a Pyroscope service name cannot hold (anything but ASCII letters,
+/// digits, `_ . -`) replaced by `_`, runs of them by one, none at either end.
+pub fn sanitize(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_matches('_').to_string()
+}
+
+/// Whether `name` is a valid service name as it is (what `--label service=` must give).
+pub fn valid_service(name: &str) -> bool {
+    !name.is_empty() && sanitize(name) == name
 }
 
 /// This machine's host name.
@@ -44,7 +82,9 @@ pub struct Facts {
     pub pid: i32,
     /// The process's name (comm).
     pub command: String,
-    pub cmdline: String,
+    /// The whole command line, only with `--show-cmdline` (its arguments may hold secrets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
     pub service: String,
     /// Mean sampling interval in bytes (0 = every allocation).
     pub interval: Option<u64>,
@@ -67,8 +107,9 @@ pub struct Facts {
     pub error: Option<String>,
 }
 
-/// The facts of `t`; the runtime's fields are null when its status cannot be read.
-pub fn facts(t: &Target, service: Option<&str>) -> Facts {
+/// The facts of `t` (its command line with `show_cmdline`); the runtime's fields are null when
+/// its status cannot be read.
+pub fn facts(t: &Target, service: Option<&str>, show_cmdline: bool) -> Facts {
     let (st, error): (Option<Reply>, _) = match t.status() {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(format!("{e:#}"))),
@@ -77,7 +118,7 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
     Facts {
         pid: t.pid,
         command: t.comm.clone(),
-        cmdline: cmdline(t.pid),
+        cmdline: show_cmdline.then(|| cmdline(t.pid)),
         service: service
             .map(str::to_string)
             .unwrap_or_else(|| service_of(t.pid, &t.comm)),
@@ -91,5 +132,33 @@ pub fn facts(t: &Target, service: Option<&str>) -> Facts {
         cost_ns: num("cost_ns"),
         cpu_ns: num("cpu_ns"),
         error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_names_are_program_names_valid_everywhere() {
+        for (argv0, want) in [
+            ("redis-server *:16379", "redis-server"),
+            ("postgres: checkpointer", "postgres"),
+            ("nginx: worker process", "nginx"),
+            ("/usr/bin/python3.11", "python3.11"),
+            ("./my server", "my"),
+            ("/bin/sh", "sh"),
+            ("", ""),
+        ] {
+            assert_eq!(sanitize(&program_name(argv0)), want, "{argv0}");
+        }
+        assert_eq!(sanitize("a b*:c"), "a_b_c");
+        assert_eq!(sanitize("@@"), "");
+        assert!(valid_service("orders-v2.eu_1"));
+        assert!(!valid_service("orders v2") && !valid_service("") && !valid_service("a/b"));
+        // Our own process: its program's name.
+        let me = std::process::id() as i32;
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert!(valid_service(&service_of(me, comm.trim())));
     }
 }

@@ -18,12 +18,15 @@ use memlens_target::Target;
 pub const MAX_SECONDS: u64 = 600;
 
 /// What the server was asked to serve.
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Serve only this process (`--pid`), at the bare paths.
     pub only: Option<i32>,
     /// `--label KEY=VALUE`s (a `service` among them replaces the name from the command).
     pub labels: Vec<(String, String)>,
     pub host: String,
+    /// `/targets` shows each process's command line (`--show-cmdline`; arguments may be secrets).
+    pub show_cmdline: bool,
 }
 
 impl Config {
@@ -44,7 +47,7 @@ impl Config {
     }
 
     /// Labels of `t`'s profiles: service, pid, host, then the extra `--label`s.
-    fn labels_for(&self, t: &Target) -> Vec<(String, String)> {
+    pub fn labels_for(&self, t: &Target) -> Vec<(String, String)> {
         let service = self
             .service()
             .map(str::to_string)
@@ -59,11 +62,22 @@ impl Config {
     }
 }
 
-/// Everything a request may need.
+/// Everything a request (or a push) may need.
 pub struct State {
     pub cfg: Config,
     pub prof: Profiler,
     pub symbols: Symbols,
+}
+
+impl State {
+    /// A server's state; `stop` ends its windows early.
+    pub fn new(cfg: Config, stop: std::sync::Arc<crate::stop::Stop>) -> State {
+        State {
+            cfg,
+            prof: Profiler::new(stop),
+            symbols: Symbols::default(),
+        }
+    }
 }
 
 /// An HTTP answer.
@@ -153,19 +167,19 @@ pub fn handle(st: &State, method: &str, url: &str, authority: &str, body: &[u8])
         "/debug/pprof/allocs" => profile(st, &q, true),
         "/debug/pprof/lifetimes" => lifetimes(st, &q),
         "/targets" => {
-            let list = metrics::all_facts(cfg.only, cfg.service());
+            let list = metrics::all_facts(cfg.only, cfg.service(), cfg.show_cmdline);
             match serde_json::to_string_pretty(&list) {
                 Ok(j) => Reply::text(200, "application/json", j + "\n"),
                 Err(e) => Reply::error(500, &format!("cannot encode the targets: {e}")),
             }
         }
         "/sd" => {
-            let list = metrics::all_facts(cfg.only, cfg.service());
+            let list = metrics::all_facts(cfg.only, cfg.service(), false);
             let sd = metrics::service_discovery(&list, authority, &cfg.host);
             Reply::text(200, "application/json", sd.to_string() + "\n")
         }
         "/metrics" => {
-            let list = metrics::all_facts(cfg.only, cfg.service());
+            let list = metrics::all_facts(cfg.only, cfg.service(), false);
             Reply::text(
                 200,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -318,6 +332,7 @@ mod tests {
                 only,
                 labels: Vec::new(),
                 host: "h".into(),
+                show_cmdline: false,
             },
             prof: Profiler::new(Arc::new(Stop::default())),
             symbols: Symbols::default(),

@@ -2,11 +2,11 @@
 use crate::discovery;
 use crate::facts::{self, Facts};
 
-/// The facts of every process served.
-pub fn all_facts(only: Option<i32>, service: Option<&str>) -> Vec<Facts> {
+/// The facts of every process served (command lines with `show_cmdline`).
+pub fn all_facts(only: Option<i32>, service: Option<&str>, show_cmdline: bool) -> Vec<Facts> {
     discovery::discover(only)
         .iter()
-        .map(|t| facts::facts(t, service))
+        .map(|t| facts::facts(t, service, show_cmdline))
         .collect()
 }
 
@@ -143,7 +143,7 @@ mod tests {
         let f = Facts {
             pid: 12,
             command: "srv".into(),
-            cmdline: "srv".into(),
+            cmdline: None,
             service: "a\"b".into(),
             interval: Some(524288),
             active: Some(false),

@@ -219,35 +219,44 @@ impl Drop for OpenWindow {
     }
 }
 
-/// The profile of a window: `new − base` of every value, stack by stack (stacks are the same
-/// addresses in both dumps of one process), as Go's `serveDeltaProfile` computes it: allocations
-/// made in the window, and the change of the live heap over it (negative where it shrank). Stacks
-/// whose values are all zero are left out (Go's merge drops them too).
-pub fn delta(base: &Profile, new: &Profile) -> Profile {
-    let key = |p: &Profile, s: &memlens_profile::Sample| -> Vec<u64> {
-        s.locations
-            .iter()
-            .map(|&id| {
-                p.locations
-                    .get((id as usize).wrapping_sub(1))
-                    .map_or(0, |l| l.address)
-            })
-            .collect()
-    };
-    let mut before: HashMap<Vec<u64>, ([f64; 4], u64)> = HashMap::new();
-    for s in &base.samples {
-        let e = before.entry(key(base, s)).or_insert(([0.0; 4], 0));
+/// A stack's identity across two dumps of one process: the addresses of its frames (location ids
+/// differ between dumps; addresses do not).
+fn stack_key(p: &Profile, s: &memlens_profile::Sample) -> Vec<u64> {
+    s.locations
+        .iter()
+        .map(|&id| {
+            p.locations
+                .get((id as usize).wrapping_sub(1))
+                .map_or(0, |l| l.address)
+        })
+        .collect()
+}
+
+/// `p`'s values and sample counts summed per stack.
+fn by_stack(p: &Profile) -> HashMap<Vec<u64>, ([f64; 4], u64)> {
+    let mut m: HashMap<Vec<u64>, ([f64; 4], u64)> = HashMap::new();
+    for s in &p.samples {
+        let e = m.entry(stack_key(p, s)).or_insert(([0.0; 4], 0));
         for (a, b) in e.0.iter_mut().zip(s.values()) {
             *a += b;
         }
         e.1 += s.samples;
     }
+    m
+}
+
+/// The profile of a window: `new − base` of every value, stack by stack (stacks are the same
+/// addresses in both dumps of one process), as Go's `serveDeltaProfile` computes it: allocations
+/// made in the window, and the change of the live heap over it (negative where it shrank). Stacks
+/// whose values are all zero are left out (Go's merge drops them too).
+pub fn delta(base: &Profile, new: &Profile) -> Profile {
+    let mut before = by_stack(base);
     let mut out = Profile {
         samples: Vec::new(),
         ..new.clone()
     };
     for s in &new.samples {
-        let (vals, n) = before.remove(&key(new, s)).unwrap_or(([0.0; 4], 0));
+        let (vals, n) = before.remove(&stack_key(new, s)).unwrap_or(([0.0; 4], 0));
         let mut d = s.clone();
         let mut v = s.values();
         for (x, b) in v.iter_mut().zip(vals) {
@@ -264,7 +273,7 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
     // Stacks whose blocks were all freed in the window (the base had live ones): a shrinking heap.
     // Their locations are the base's: add them to the new profile's tables.
     for s in &base.samples {
-        let Some((vals, _)) = before.remove(&key(base, s)) else {
+        let Some((vals, _)) = before.remove(&stack_key(base, s)) else {
             continue;
         };
         let gone = [0.0, 0.0, -vals[2], -vals[3]];
@@ -282,6 +291,53 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
         d.life = None;
         out.samples.push(d);
     }
+    window_meta(&mut out, base, new);
+    out
+}
+
+/// What a push sends for the window from `base` to `new` (two dumps of one process): each stack's
+/// allocations in the window (`alloc_*` of `new` − `base`: Pyroscope adds these up over a range,
+/// as it should) and what it holds at the window's end (`inuse_*` of `new`, a snapshot: the value
+/// at a time, which Pyroscope averages over a range). Stacks with neither are left out. Without a
+/// base (the process's first window, or its runtime was reset or the pid reused) `alloc_*` are
+/// zero: what was allocated since the runtime started is no window's. With the window's duration
+/// (0 without a base).
+pub fn pushed(base: Option<&Profile>, new: &Profile) -> (Profile, u64) {
+    let base = base.filter(|b| b.meta.pid == new.meta.pid && b.meta.start_ns == new.meta.start_ns);
+    let mut before = base.map(by_stack).unwrap_or_default();
+    let mut out = Profile {
+        samples: Vec::new(),
+        ..new.clone()
+    };
+    for s in &new.samples {
+        let v = s.values();
+        let (alloc_objects, alloc_space) = match (base, before.remove(&stack_key(new, s))) {
+            (None, _) => (0.0, 0.0),
+            (Some(_), None) => (v[0], v[1]),
+            (Some(_), Some((b, _))) => (v[0] - b[0], v[1] - b[1]),
+        };
+        let w = [alloc_objects, alloc_space, v[2], v[3]];
+        if w.iter().all(|x| x.abs() < 0.5) {
+            continue;
+        }
+        let mut d = s.clone();
+        d.set_values(w);
+        d.life = None;
+        out.samples.push(d);
+    }
+    let duration_ns = match base {
+        Some(b) => {
+            window_meta(&mut out, b, new);
+            // A window lasts at least a nanosecond: a zero duration would read as a snapshot.
+            new.meta.time_ns.saturating_sub(b.meta.time_ns).max(1)
+        }
+        None => 0,
+    };
+    (out, duration_ns)
+}
+
+/// The meta of a window's profile: its start, and the runtime's counters over it.
+fn window_meta(out: &mut Profile, base: &Profile, new: &Profile) {
     let m = &mut out.meta;
     m.start_ns = base.meta.time_ns;
     m.samples = new.meta.samples.saturating_sub(base.meta.samples);
@@ -289,7 +345,6 @@ pub fn delta(base: &Profile, new: &Profile) -> Profile {
     m.dropped = new.meta.dropped.saturating_sub(base.meta.dropped);
     m.reason = "window".into();
     out.views = None;
-    out
 }
 
 /// The id in `out` of location `id` of `from`, added (with its functions and mapping) when `out`
@@ -358,28 +413,35 @@ mod tests {
         p
     }
 
+    /// The first dump of the tests: three stacks.
+    fn base() -> Profile {
+        profile(&[
+            (0x10, [1.0, 100.0, 1.0, 100.0]),
+            (0x20, [2.0, 64.0, 0.0, 0.0]),
+            (0x40, [1.0, 50.0, 1.0, 50.0]),
+        ])
+    }
+
+    /// Each sample's function (named after its address) and values.
+    fn values(p: &Profile) -> Vec<(String, [f64; 4])> {
+        p.samples
+            .iter()
+            .map(|s| (p.frames(s)[0].function.clone(), s.values()))
+            .collect()
+    }
+
     #[test]
     fn a_window_is_the_difference_of_every_value_as_go_computes_it() {
         // Location ids differ between the two dumps; addresses match the stacks. 0x20 did nothing
         // in between: left out. 0x40's blocks were all freed: its live heap fell by 50.
-        let base = profile(&[
-            (0x10, [1.0, 100.0, 1.0, 100.0]),
-            (0x20, [2.0, 64.0, 0.0, 0.0]),
-            (0x40, [1.0, 50.0, 1.0, 50.0]),
-        ]);
         let new = profile(&[
             (0x20, [2.0, 64.0, 0.0, 0.0]),
             (0x10, [3.0, 300.0, 1.0, 40.0]),
             (0x30, [1.0, 8.0, 1.0, 8.0]),
         ]);
-        let d = delta(&base, &new);
-        let got: Vec<(String, [f64; 4])> = d
-            .samples
-            .iter()
-            .map(|s| (d.frames(s)[0].function.clone(), s.values()))
-            .collect();
+        let d = delta(&base(), &new);
         assert_eq!(
-            got,
+            values(&d),
             vec![
                 ("f16".to_string(), [2.0, 200.0, 0.0, -60.0]),
                 ("f48".to_string(), [1.0, 8.0, 1.0, 8.0]),
@@ -389,5 +451,46 @@ mod tests {
         // The live heap of the window adds up to the change: (40 + 8) - (100 + 50).
         let inuse: f64 = d.samples.iter().map(|s| s.values()[3]).sum();
         assert_eq!(inuse, 48.0 - 150.0);
+    }
+
+    #[test]
+    fn a_push_is_the_window_s_allocations_and_the_heap_at_its_end() {
+        let base = base();
+        let mut new = profile(&[
+            (0x20, [2.0, 64.0, 0.0, 0.0]),
+            (0x10, [3.0, 300.0, 1.0, 40.0]),
+            (0x30, [1.0, 8.0, 1.0, 8.0]),
+            (0x40, [1.0, 50.0, 1.0, 50.0]),
+        ]);
+        // 0x20 allocated nothing and holds nothing: left out; 0x40 allocated nothing but holds 50.
+        let want = vec![
+            ("f16".to_string(), [2.0, 200.0, 1.0, 40.0]),
+            ("f48".to_string(), [1.0, 8.0, 1.0, 8.0]),
+            ("f64".to_string(), [0.0, 0.0, 1.0, 50.0]),
+        ];
+        new.meta.time_ns = 5_000;
+        let (p, duration) = pushed(Some(&base), &new);
+        assert_eq!((values(&p), duration), (want, 5_000));
+        // The heap adds up to what is held at the end, not to its change.
+        let inuse: f64 = p.samples.iter().map(|s| s.values()[3]).sum();
+        assert_eq!(inuse, 40.0 + 8.0 + 50.0);
+        // The first window of a process (or of a reset runtime): its heap, no allocations.
+        let (first, duration) = pushed(None, &new);
+        let first: Vec<[f64; 4]> = first.samples.iter().map(|s| s.values()).collect();
+        assert_eq!(
+            (first, duration),
+            (
+                vec![
+                    [0.0, 0.0, 1.0, 40.0],
+                    [0.0, 0.0, 1.0, 8.0],
+                    [0.0, 0.0, 1.0, 50.0]
+                ],
+                0
+            )
+        );
+        new.meta.start_ns = 7;
+        let (reset, duration) = pushed(Some(&base), &new);
+        assert_eq!((reset.samples.len(), duration), (3, 0));
+        assert!(reset.samples.iter().all(|s| s.values()[1] == 0.0));
     }
 }

@@ -11,8 +11,13 @@
 //! * Every location has a function: what the symbolizer could not name is `module+0xOFFSET`, and
 //!   every mapping with locations says it has functions, so `go tool pprof` never needs the
 //!   `/debug/pprof/symbol` round trip (C++ frames in a stripped libstdc++, for one).
-//! * memlens' own values (peak, freed, lifetimes) are left out of the Go-shaped profiles and served
-//!   whole at `/debug/pprof/lifetimes` (see docs/serve.md for which engines show them).
+//! * Nothing in a sample's identity changes between two scrapes: its stack and its string labels
+//!   (service, pid, host, `--label`s). Scrapers that turn cumulative profiles into deltas (Grafana
+//!   Alloy) match samples by stack and every label, so a value that changes (the per-stack sample
+//!   count, lifetimes) would make each stack new at every scrape and be sent whole again.
+//! * memlens' own values (peak, freed, lifetimes, per-stack sample counts) are left out of the
+//!   Go-shaped profiles and served whole at `/debug/pprof/lifetimes` (see docs/serve.md for which
+//!   engines show them).
 use anyhow::Result;
 use memlens_profile::proto;
 use memlens_profile::{Function, Line, Profile, SampleIndex};
@@ -30,6 +35,9 @@ pub enum Kind {
     Window { allocs: bool, duration_ns: u64 },
     /// `/debug/pprof/lifetimes`: a snapshot with every memlens value (what `memlens run` writes).
     Lifetimes,
+    /// What `--push` sends Pyroscope: a window's allocations and the heap at its end (0: a first
+    /// window, with no allocations).
+    Push { duration_ns: u64 },
 }
 
 impl Kind {
@@ -41,6 +49,7 @@ impl Kind {
             Kind::Window { allocs: true, .. } => "allocs-delta",
             Kind::Window { allocs: false, .. } => "heap-delta",
             Kind::Lifetimes => "lifetimes",
+            Kind::Push { .. } => "push",
         }
     }
 }
@@ -90,6 +99,10 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
         let mut p = p.clone();
         for s in &mut p.samples {
             s.life = None;
+            // The `samples` count label grows at every scrape: a scraper that keys deltas by stack
+            // and labels (Alloy) would take each stack for a new one and send its whole cumulative
+            // value again. The Go-shaped profiles carry only labels that never change.
+            s.samples = 0;
         }
         p.views = None;
         memlens_profile::to_proto(&p)
@@ -142,6 +155,7 @@ pub fn encode(p: &Profile, kind: Kind, labels: &[(String, String)]) -> Result<Ve
             },
         ),
         Kind::Lifetimes => (0, id(&mut m, SampleIndex::InuseSpace.name())),
+        Kind::Push { duration_ns } => (duration_ns as i64, 0),
     };
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&m.encode_to_vec())?;
@@ -287,6 +301,50 @@ mod tests {
         name_every_location(&mut p);
         assert_eq!(p.functions.len(), n);
         assert!(p.locations.iter().all(|l| l.lines.len() == 1));
+    }
+
+    /// The labels of every sample of a served profile, as (key, str, num, num_unit) strings.
+    fn label_sets(m: &proto::Profile) -> Vec<Vec<(String, String, i64, String)>> {
+        let st = &m.string_table;
+        m.sample
+            .iter()
+            .map(|s| {
+                s.label
+                    .iter()
+                    .map(|l| {
+                        let t = |i: i64| st[i as usize].clone();
+                        (t(l.key), t(l.str), l.num, t(l.num_unit))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stack_keeps_its_labels_from_one_scrape_to_the_next() {
+        let labels = vec![("service".to_string(), "srv".to_string())];
+        let first = profile();
+        let mut later = profile();
+        later.samples[0].samples = 7;
+        later.samples[0].set_values([9.0, 900.0, 2.0, 200.0]);
+        for kind in [
+            Kind::Heap,
+            Kind::Allocs,
+            Kind::Window {
+                allocs: true,
+                duration_ns: 1,
+            },
+        ] {
+            let a = label_sets(&decode(&encode(&first, kind, &labels).unwrap()));
+            let b = label_sets(&decode(&encode(&later, kind, &labels).unwrap()));
+            assert_eq!(a, b, "{kind:?}");
+            assert!(a[0].iter().all(|l| l.2 == 0), "no numeric label: {a:?}");
+        }
+        // The lifetimes endpoint keeps the per-stack sample count.
+        let m = decode(&encode(&later, Kind::Lifetimes, &labels).unwrap());
+        assert!(label_sets(&m)[0]
+            .iter()
+            .any(|l| l.0 == "samples" && l.2 == 7));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! HTTP/1.1 over TCP for the endpoints, built to survive its clients: a thread per connection, at
+//! HTTP/1.1 over TCP or a unix socket (`listen.rs`) for the endpoints, built to survive its clients: a thread per connection, at
 //! most [`MAX_CONNECTIONS`] of them, timeouts on everything a client can make us wait for, and
 //! bounded request sizes. Requests are parsed by `httparse`.
 //!
@@ -13,11 +13,11 @@
 //! * Failing to accept for want of descriptors or memory is waited out with a warning; any other
 //!   failure of the listening socket ends the server with an error (`memlens: error: …`, exit 1).
 use crate::http::Reply;
+use crate::listen::{Listener, Stream};
 use crate::stop::{self, Stop};
 use anyhow::{anyhow, Result};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +43,10 @@ pub struct Request {
     pub target: String,
     /// The Host header (how the client reached us).
     pub host: Option<String>,
+    /// The Authorization header.
+    pub authorization: Option<String>,
+    /// It came from our own user or root over the unix socket (their credentials say so).
+    pub trusted: bool,
     pub body: Vec<u8>,
 }
 
@@ -71,7 +75,7 @@ impl Conns {
 
     /// Register `s`, making room by closing the connection idle the longest when at the cap.
     /// `None` when every connection is busy.
-    fn admit(&self, s: &TcpStream) -> Option<u64> {
+    fn admit(&self, s: &Stream) -> Option<u64> {
         let mut m = self.lock();
         if m.len() >= MAX_CONNECTIONS {
             let oldest = m
@@ -136,7 +140,7 @@ fn shut(fd: RawFd) {
 /// `keep_going` says stop (checked about every 200 ms). Then close idle connections, end open
 /// windows through `stop`, and wait (up to 10 s) for the requests under way.
 pub fn serve(
-    listener: TcpListener,
+    listener: Listener,
     handler: Arc<Handler>,
     stop: Arc<Stop>,
     keep_going: impl Fn() -> bool,
@@ -152,7 +156,7 @@ pub fn serve(
             continue;
         }
         match listener.accept() {
-            Ok((s, _)) => start(s, &conns, &handler, &stop),
+            Ok(s) => start(s, &conns, &handler, &stop),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -187,7 +191,7 @@ pub fn serve(
 }
 
 /// Wait up to `ms` for a connection to accept.
-fn readable(l: &TcpListener, ms: i32) -> bool {
+fn readable(l: &Listener, ms: i32) -> bool {
     let mut p = libc::pollfd {
         fd: l.as_raw_fd(),
         events: libc::POLLIN,
@@ -198,9 +202,8 @@ fn readable(l: &TcpListener, ms: i32) -> bool {
 }
 
 /// Give `s` a thread of its own, or refuse it when every connection is busy.
-fn start(s: TcpStream, conns: &Arc<Conns>, handler: &Arc<Handler>, stop: &Arc<Stop>) {
-    s.set_nonblocking(false).ok();
-    s.set_nodelay(true).ok();
+fn start(s: Stream, conns: &Arc<Conns>, handler: &Arc<Handler>, stop: &Arc<Stop>) {
+    s.prepare();
     s.set_write_timeout(Some(WRITE_TIMEOUT)).ok();
     let Some(id) = conns.admit(&s) else {
         let mut s = s;
@@ -224,19 +227,14 @@ fn start(s: TcpStream, conns: &Arc<Conns>, handler: &Arc<Handler>, stop: &Arc<St
 
 /// Serve the requests of one connection, one after the other (HTTP/1.1 keep-alive); the socket
 /// is handed back to be closed once the connection is out of the table.
-fn connection(
-    mut s: TcpStream,
-    id: u64,
-    conns: &Conns,
-    handler: &Handler,
-    stop: &Stop,
-) -> TcpStream {
+fn connection(mut s: Stream, id: u64, conns: &Conns, handler: &Handler, stop: &Stop) -> Stream {
+    let trusted = s.peer_is_trusted();
     let mut buf = Vec::new();
     loop {
         if !conns.set_idle(id, true) {
             return s;
         }
-        let req = match read_request(&mut s, &mut buf) {
+        let mut req = match read_request(&mut s, &mut buf) {
             Ok(Some(r)) => r,
             Ok(None) => return s,
             Err(reply) => {
@@ -247,6 +245,7 @@ fn connection(
         if !conns.set_idle(id, false) {
             return s;
         }
+        req.request.trusted = trusted;
         let reply = handler(&req.request);
         let close = req.close || stop.is_set();
         if write_reply(&mut s, &req.request.method, &reply, close).is_err() || close {
@@ -263,7 +262,7 @@ struct Parsed {
 
 /// Read one request from `s` (bytes already read in `buf`, left over ones stay there). `Ok(None)`:
 /// the client left or stayed idle too long; `Err`: a reply saying what was wrong with its request.
-fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<Parsed>, Reply> {
+fn read_request(s: &mut Stream, buf: &mut Vec<u8>) -> Result<Option<Parsed>, Reply> {
     let idle_end = Instant::now() + IDLE_TIMEOUT;
     let mut head_end: Option<Instant> = None;
     let (head_len, mut parsed, body_len) = loop {
@@ -296,7 +295,7 @@ fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Option<Parsed>, 
 
 /// Read more of the request into `buf`, waiting until `deadline`; false when the client left, the
 /// deadline passed, or the socket failed.
-fn fill(s: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> bool {
+fn fill(s: &mut Stream, buf: &mut Vec<u8>, deadline: Instant) -> bool {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
         return false;
@@ -354,6 +353,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, Parsed, usize)>, Reply> {
         method: r.method.unwrap_or("GET").to_string(),
         target: r.path.unwrap_or("/").to_string(),
         host: header("Host"),
+        authorization: header("Authorization"),
+        trusted: false,
         body: Vec::new(),
     };
     Ok(Some((n, Parsed { request, close }, body_len)))
@@ -363,6 +364,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -376,7 +378,7 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Write `r` (its headers only for HEAD) and say whether the connection stays open.
-fn write_reply(s: &mut TcpStream, method: &str, r: &Reply, close: bool) -> std::io::Result<()> {
+fn write_reply(s: &mut Stream, method: &str, r: &Reply, close: bool) -> std::io::Result<()> {
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Content-Type-Options: nosniff\r\n",
         r.status,
@@ -389,6 +391,9 @@ fn write_reply(s: &mut TcpStream, method: &str, r: &Reply, close: bool) -> std::
     }
     if let Some(a) = r.allow {
         head += &format!("Allow: {a}\r\n");
+    }
+    if r.status == 401 {
+        head += "WWW-Authenticate: Bearer realm=\"memlens serve\"\r\n";
     }
     head += if close {
         "Connection: close\r\n\r\n"

@@ -1,7 +1,7 @@
-//! An overhead as both engines report it: the median of per-round (paired) or per-repeat
-//! (unpaired) ratios, with a percentile-bootstrap 95% interval.
+//! An overhead as the study reports it: the median of per-round paired values, with a
+//! percentile-bootstrap 95% interval.
 //!
-//! The paired study measures every configuration in several processes, and what differs between
+//! The study measures every configuration switched in blocks in several processes, and what differs between
 //! processes (where the allocator's arenas landed, what else ran on the machine meanwhile) is not
 //! covered by resampling the rounds of one. So the bootstrap is hierarchical: each resample draws
 //! the processes with replacement, then the rounds of each drawn process with replacement, and
@@ -173,6 +173,7 @@ pub fn estimate_groups(groups: &[Vec<f64>]) -> Option<Estimate> {
 
 /// Median of `xs` with a percentile-bootstrap 95% interval (2000 resamples, fixed seed so the same
 /// data give the same interval). `None` when empty.
+#[cfg(test)]
 pub fn estimate(xs: &[f64]) -> Option<Estimate> {
     estimate_groups(&[xs.to_vec()])
 }

@@ -1,6 +1,6 @@
 //! The profilers a study measures, found on this machine: memlens's unwinders and the baseline
 //! profilers (jemalloc's, tcmalloc's sampler, heaptrack), with the Debian package of what is missing.
-//! Both engines choose from these.
+//! The study chooses from these.
 use anyhow::Result;
 use memlens_measure::usage;
 use serde::Serialize;
@@ -16,7 +16,7 @@ const LIB_DIRS: [&str; 4] = [
 ];
 
 /// Variables of ours or of the baselines that the parent may carry and that would leak into a run
-/// (each engine removes them, then sets its own).
+/// (every run removes them, then sets its own).
 pub(crate) const SCRUB: [&str; 8] = [
     "LD_PRELOAD",
     "MALLOC_CONF",

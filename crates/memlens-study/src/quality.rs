@@ -1,8 +1,9 @@
-//! Quality of sampled profiles against the exact truth (both engines: the paired study's profile
-//! windows, the unpaired study's runs).
+//! Quality of sampled profiles against the exact truth: the profile windows of a workload — the
+//! same work recorded exactly and at each interval (a built-in workload's window after a warm-up
+//! and a reset, a service's runs of its load, a command's whole run).
 //!
-//! The truth of an unwinder is the first exact-mode run with that unwinder (every allocation
-//! recorded, symbolized). For a sampled profile:
+//! The truth of an unwinder is its exact window (every allocation recorded, symbolized). For a
+//! sampled profile:
 //! * coverage = share of the truly allocated bytes whose stack (as a sequence of function names)
 //!   appears in the sampled profile — the published study's criterion (≥ 90% of all memory);
 //! * total error = error of the estimated total allocated bytes;
@@ -194,12 +195,12 @@ impl Truth {
 
 /// Judge a sampled (or exact) profile against the truth.
 pub(crate) fn judge_one(truth: &Truth, p: &RunProfile) -> Quality {
+    // (a fold from +0: the sum of nothing found is 0, not the -0 of `sum`)
     let covered: f64 = truth
         .stacks
         .iter()
         .filter(|(k, _)| p.stacks.contains_key(*k))
-        .map(|(_, v)| *v)
-        .sum();
+        .fold(0.0, |a, (_, v)| a + v);
     let pct = |x: f64, base: f64| {
         if base > 0.0 {
             x / base * 100.0

@@ -16,11 +16,13 @@
 //!
 //! Modes: `--paired CONFIGS` switches the profiler in blocks inside this process and prints one
 //! [`Block`] line per block; `--window INTERVAL` runs a warm-up, resets memlens, then a fixed number
-//! of ticks at INTERVAL (0 = exact), so the dump at exit holds the same window in every run.
+//! of ticks at INTERVAL (0 = exact), so the dump at exit holds the same window in every run; with
+//! neither, every thread runs `--ticks` ticks and one line gives their mean and quantiles (the
+//! study's runs as whole processes).
+use crate::market::book::Book;
+use crate::market::feed::{self, Feed, RawQuote};
+use crate::market::strategy::{self, Strategy};
 use crate::paired::{self, Block, Config, Switch, AFTER};
-use crate::pipeline::book::Book;
-use crate::pipeline::feed::{self, Feed, RawQuote};
-use crate::pipeline::strategy::{self, Strategy};
 use anyhow::{Context, Result};
 use memlens_measure::counters::CounterSet;
 use memlens_measure::{tsc, units, usage};
@@ -329,24 +331,45 @@ pub fn run(a: &RtcArgs) -> Result<()> {
     if let Some(r) = a.window {
         return run_window(a, sw, r, desks(a, threads, instruments));
     }
-    let mut d = desks(a, 1, instruments).pop().context("rtc: no desk")?;
-    let clock = tsc::Clock::get();
-    let mut lat: Vec<u32> = Vec::with_capacity(a.ticks as usize);
-    for _ in 0..a.ticks {
-        let t0 = tsc::now();
-        d.tick(t0)?;
-        lat.push((tsc::now() - t0).min(u32::MAX as u64) as u32);
+    run_plain(a, desks(a, threads, instruments))
+}
+
+/// Plain mode: every worker runs `--ticks` ticks, each timed; one line of the mean and quantiles
+/// over all of them and the orders' checksum (the same on every run with the same seed).
+fn run_plain(a: &RtcArgs, desks: Vec<Desk>) -> Result<()> {
+    let ticks = a.ticks;
+    let workers: Vec<_> = desks
+        .into_iter()
+        .map(|mut d| {
+            std::thread::spawn(move || -> Result<(Vec<u32>, u64)> {
+                let mut lat: Vec<u32> = Vec::with_capacity(ticks as usize);
+                for _ in 0..ticks {
+                    let t0 = tsc::now();
+                    d.tick(t0)?;
+                    lat.push((tsc::now() - t0).min(u32::MAX as u64) as u32);
+                }
+                Ok((lat, d.checksum))
+            })
+        })
+        .collect();
+    let (mut lat, mut sum) = (Vec::new(), 0u64);
+    for w in workers {
+        let (l, c) = w
+            .join()
+            .map_err(|_| anyhow::anyhow!("rtc: a worker panicked"))??;
+        lat.extend(l);
+        sum ^= c;
     }
+    let clock = tsc::Clock::get();
     let mean = lat.iter().map(|&x| x as f64).sum::<f64>() / lat.len().max(1) as f64;
     let q = quantiles(&mut lat);
     println!(
-        "rtc ticks={} mean_ns={:.1} p50_ns={:.1} p99_ns={:.1} p999_ns={:.1} checksum={:016x}",
+        "rtc ticks={} mean_ns={:.1} p50_ns={:.1} p99_ns={:.1} p999_ns={:.1} checksum={sum:016x}",
         a.ticks,
         clock.ticks_to_ns(mean),
         clock.ticks_to_ns(q[0]),
         clock.ticks_to_ns(q[1]),
         clock.ticks_to_ns(q[2]),
-        d.checksum
     );
     Ok(())
 }
