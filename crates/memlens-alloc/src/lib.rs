@@ -153,7 +153,7 @@ mod tests {
         // SAFETY: a valid layout; the block is freed with the same one.
         unsafe {
             let p = a.alloc_zeroed(l);
-            assert!(!p.is_null() && p as usize % 64 == 0 && *p.add(4095) == 0);
+            assert!(!p.is_null() && (p as usize).is_multiple_of(64) && *p.add(4095) == 0);
             let q = a.realloc(p, l, 8192);
             assert!(!q.is_null());
             a.dealloc(q, Layout::from_size_align(8192, 64).unwrap());
