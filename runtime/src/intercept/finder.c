@@ -22,6 +22,7 @@
 
 #include "../base/fmt.h"
 #include "../base/log.h"
+#include "../record/range.h"
 #include "elfsym.h"
 #include "finder.h"
 #include "hooks.h"
@@ -208,6 +209,22 @@ static void drop_nested(struct family *f, uint8_t *skip)
 
 struct outcome { int hooked, nested, failed; const char *why, *what; };
 
+/* The fast path patch.c emits for a row: the shapes whose size or pointer is the first argument. */
+static struct ml_patch_fast fast_path(const struct hk_row *r)
+{
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    intptr_t off = (intptr_t)((uintptr_t)&ml_tls.countdown - tp);
+    struct ml_patch_fast f = {ML_FAST_NONE, (int32_t)off, &ml_range_base, &ml_range_span};
+    if (off != (int32_t)off)
+        return f;
+    if (r->shape == SH_MALLOC || r->shape == SH_MALLOCX || r->shape == SH_ALIGNED)
+        f.kind = ML_FAST_COUNT;
+    else if (r->shape == SH_FREE)
+        f.kind = ML_FAST_FREE;
+    return f;
+}
+
 /* Plan every entry point of f into slot s; NULL, or why the allocator cannot be hooked. */
 static const char *plan_family(struct family *f, int s, struct ml_patch *out, int *nout, struct outcome *o)
 {
@@ -224,8 +241,9 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
         const char *why = e->size ? NULL : "its symbol has no size";
         if (!why && *nout == MAX_PATCHES)
             why = "too many entry points hooked in this process";
+        struct ml_patch_fast fast = fast_path(&hk_rows[e->row]);
         if (!why)
-            why = ml_patch_plan(&out[*nout], e->addr, e->size, hk_hook(s, e->row));
+            why = ml_patch_plan(&out[*nout], e->addr, e->size, hk_hook(s, e->row), &fast);
         if (why && !hk_counts(&hk_rows[e->row]) && e->size < 5 && ml_patch_inert(e->addr, e->size))
             continue; /* a stub that returns a constant: nothing to guard */
         if (why && !hk_counts(&hk_rows[e->row])) {

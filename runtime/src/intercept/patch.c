@@ -2,9 +2,15 @@
  * relocated by Zydis (a maintained decoder, compiled into the runtime by build.rs; it allocates
  * nothing), never by a decoder of our own.
  *
- *   site:   jmp rel32 stub          (5 bytes; the rest of what it displaced becomes int3)
- *   stub:   jmp *target(%rip)       (target: the hook, or the trampoline when the hook is off)
+ *   site:   jmp rel32 check (or stub)  (5 bytes; the rest of what it displaced becomes int3)
+ *   check:  the hook's fast path, emitted here for the common shapes (patch.h): countdown
+ *           subtract or range compare, falling through to the trampoline, else to the slow exit
  *   tramp:  endbr64; <displaced instructions, relocated>; jmp rel32 site+len
+ *   exit:   (add the size back to the countdown;) jmp stub
+ *   stub:   jmp *target(%rip)          (target: the hook, or the trampoline when the hook is off)
+ * So the common call costs two jumps (to the check, back into the function), as an interposed
+ * malloc costs one more than the bare one; the C hook runs only when the countdown runs out or the
+ * block is ours.
  *
  * Stub and trampoline live in a page mapped within ±2 GiB of the site (rel32 reaches it, and the
  * relocated rip-relative operands still reach their targets). The page is mapped twice (shared
@@ -36,10 +42,10 @@
 #include "../base/rt.h"
 
 #define PAGE 4096
-#define SLOT 128  /* a stub and its trampoline */
+#define SLOT 192  /* a stub, the hook's fast check, the trampoline, the slow exit */
 #define TARGET 0  /* the stub's target, 8 bytes */
 #define STUB 8    /* jmp *-14(%rip): 6 bytes */
-#define TRAMP 16  /* the trampoline: up to SLOT - TRAMP bytes */
+#define FAST 16   /* the fast check (patch.h), then the trampoline */
 #define REACH ((int64_t)1 << 31)
 #define NEAR_MAX 64
 
@@ -310,7 +316,8 @@ static const uint8_t ENDBR64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
 
 /* Relocate the instructions at p->site into the trampoline at rx (written at rw) until they cover 5
  * bytes; sets p->len. Returns NULL or why not. */
-static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintptr_t rx, const struct ret_quad *q)
+static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintptr_t rx, const struct ret_quad *q,
+                            size_t room, size_t *used)
 {
     ZydisDecoder d = decoder();
     size_t out = 0;
@@ -328,7 +335,7 @@ static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintp
                                      : "an instruction Zydis cannot decode in its first bytes";
         if (p->len + ins.length > avail)
             return "it is shorter than the 5-byte jump";
-        if (p->len + ins.length > ML_PATCH_MAX || out + 16 > SLOT - TRAMP - 4 - 5 - 8)
+        if (p->len + ins.length > ML_PATCH_MAX || out + 16 + 5 > room)
             return "its first instructions are too long to displace";
         const char *why = NULL;
         int last = p->len + ins.length >= 5;
@@ -344,11 +351,65 @@ static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintp
         rw[out] = 0xe9;
         if (put_rel32(rw + out + 1, rx + out + 5, p->site + p->len) != 0)
             return "its code is out of the trampoline's reach";
+        out += 5;
     }
+    *used = out;
     return NULL;
 }
 
-const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void *hook)
+/* ---- the hook's fast check, in front of the trampoline ---- */
+
+/* Emit `bytes` at *o and advance. */
+static void emit(uint8_t *w, size_t *o, const void *bytes, size_t n)
+{
+    memcpy(w + *o, bytes, n);
+    *o += n;
+}
+
+static void emit_u32(uint8_t *w, size_t *o, uint32_t v) { emit(w, o, &v, 4); }
+static void emit_u64(uint8_t *w, size_t *o, uint64_t v) { emit(w, o, &v, 8); }
+
+/* The check at FAST; returns where its branch to the slow exit must be filled in (the rel32), and
+ * sets *end to where the trampoline starts. */
+static size_t emit_check(const struct ml_patch_fast *f, uint8_t *w, size_t *end)
+{
+    size_t o = FAST, rel;
+    if (f->kind == ML_FAST_COUNT) {
+        static const uint8_t subq[5] = {0x64, 0x48, 0x29, 0x3c, 0x25}; /* subq %rdi, %fs:off */
+        emit(w, &o, subq, 5);
+        emit_u32(w, &o, (uint32_t)f->tls_off);
+        static const uint8_t jle[2] = {0x0f, 0x8e};
+        emit(w, &o, jle, 2);
+    } else {
+        static const uint8_t movabs[2] = {0x49, 0xbb}, mov_sub[6] = {0x48, 0x89, 0xf8, 0x49, 0x2b, 0x03},
+                             cmp[3] = {0x49, 0x3b, 0x03}, jb[2] = {0x0f, 0x82};
+        emit(w, &o, movabs, 2); /* movabs &base, %r11; mov %rdi, %rax; sub (%r11), %rax */
+        emit_u64(w, &o, (uint64_t)f->range_base);
+        emit(w, &o, mov_sub, 6);
+        emit(w, &o, movabs, 2); /* movabs &span, %r11; cmp (%r11), %rax; jb slow */
+        emit_u64(w, &o, (uint64_t)f->range_span);
+        emit(w, &o, cmp, 3);
+        emit(w, &o, jb, 2);
+    }
+    rel = o;
+    *end = o + 4;
+    return rel;
+}
+
+/* The slow exit at `o`: undo the countdown (the hook subtracts again), then the stub. */
+static void emit_exit(const struct ml_patch_fast *f, uint8_t *w, uintptr_t x, size_t o)
+{
+    if (f->kind == ML_FAST_COUNT) {
+        static const uint8_t addq[5] = {0x64, 0x48, 0x01, 0x3c, 0x25}; /* addq %rdi, %fs:off */
+        emit(w, &o, addq, 5);
+        emit_u32(w, &o, (uint32_t)f->tls_off);
+    }
+    w[o] = 0xe9;
+    put_rel32(w + o + 1, x + o + 5, x + STUB);
+}
+
+const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void *hook,
+                          const struct ml_patch_fast *fast)
 {
     memset(p, 0, sizeof *p);
     p->entry = p->site = entry;
@@ -359,12 +420,23 @@ const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void
     uint8_t *slot = slot_near(p->site, &rw);
     if (!slot)
         return "no page could be mapped within 2 GiB of it for the trampoline";
-    /* The trampoline: endbr64 (it is reached by an indirect call), then the displaced code. */
-    memcpy(rw + TRAMP, ENDBR64, 4);
-    struct ret_quad q = {rw + SLOT - 8, (uintptr_t)slot + SLOT - 8};
-    const char *why = displace(p, size - (p->site - entry), rw + TRAMP + 4, (uintptr_t)slot + TRAMP + 4, &q);
+    uintptr_t x = (uintptr_t)slot;
+    int fused = fast && fast->kind != ML_FAST_NONE;
+    size_t rel = 0, tramp = FAST;
+    if (fused)
+        rel = emit_check(fast, rw, &tramp);
+    /* The trampoline: endbr64 (it is reached by an indirect jump), then the displaced code. */
+    memcpy(rw + tramp, ENDBR64, 4);
+    struct ret_quad q = {rw + SLOT - 8, x + SLOT - 8};
+    size_t used, room = SLOT - 8 - (tramp + 4) - (fused ? 14 : 0);
+    const char *why = displace(p, size - (p->site - entry), rw + tramp + 4, x + tramp + 4, &q, room, &used);
     if (why)
         return why;
+    if (fused) { /* the slow exit after the trampoline, and the check's branch to it */
+        size_t exit_at = tramp + 4 + used;
+        emit_exit(fast, rw, x, exit_at);
+        put_rel32(rw + rel, x + rel + 4, x + exit_at);
+    }
     struct range r = {p->site, p->site + p->len};
     if (each_branch(entry, size, into, &r))
         return "a branch in its body jumps into the bytes the hook would displace";
@@ -373,17 +445,16 @@ const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void
     memcpy(rw + STUB, jmp_ind, sizeof jmp_ind);
     p->target = (void *_Atomic *)(rw + TARGET);
     ml_patch_retarget(p, hook);
-    p->tramp = slot + TRAMP;
-    /* The jump at the site, and int3 over the rest of what it displaced (never reached: no branch
-     * lands there, as checked above). */
+    p->tramp = slot + tramp;
+    /* The jump at the site (to the fast check, or to the stub), and int3 over the rest of what it
+     * displaced (never reached: no branch lands there, as checked above). */
     memcpy(p->old, (const void *)p->site, p->len);
     memset(p->code, 0xcc, sizeof p->code);
     p->code[0] = 0xe9;
-    if (put_rel32(p->code + 1, p->site + 5, (uintptr_t)slot + STUB) != 0)
+    if (put_rel32(p->code + 1, p->site + 5, x + (fused ? FAST : STUB)) != 0)
         return "its stub is out of reach";
     return NULL;
 }
-
 /* ---- writing the jump ---- */
 
 int ml_patch_write(const struct ml_patch *p)

@@ -27,10 +27,24 @@ struct ml_patch {
     uint8_t counts;           /* an allocating entry point (its hook counts); else a guard (free) */
 };
 
+/* The hook's fast path, emitted in front of the trampoline for the shapes whose deciding argument
+ * is in %rdi, so that the common call never reaches the C hook: */
+enum {
+    ML_FAST_NONE,
+    ML_FAST_COUNT, /* an allocation of %rdi bytes: subq %rdi, %fs:tls_off (the thread's countdown) */
+    ML_FAST_FREE,  /* a pointer in %rdi: is it in [*range_base, *range_base + *range_span)? */
+};
+struct ml_patch_fast {
+    int kind;
+    int32_t tls_off; /* ml_tls.countdown's offset from the thread pointer (initial-exec TLS) */
+    const uintptr_t *range_base, *range_span;
+};
+
 /* Decode the first instructions of the function at `entry` (`size` bytes, from its symbol) with
  * Zydis, check that it can be hooked and build its trampoline and stub in a page near it. Returns
  * NULL, or why not (a phrase: "a call in its first 5 bytes"). Nothing is written at the site. */
-const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void *hook);
+const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void *hook,
+                          const struct ml_patch_fast *fast);
 /* Does the function at `entry` (`size` bytes) call or jump directly to one of `targets`? (An entry
  * point of an allocator that calls another one would otherwise be counted twice.) */
 int ml_patch_calls_any(uintptr_t entry, size_t size, const uintptr_t *targets, int n);
