@@ -8,7 +8,7 @@
 //! stopped again a moment later), the bytes there must still be what the runtime saw, and the
 //! jumps are written through /proc/PID/mem — free-side entry points first, so a block the runtime
 //! hands out never meets an unhooked free. Then every thread goes on.
-use crate::inject::{ptrace, read_mem, tids, wait};
+use crate::inject::{ptrace, read_mem, tids, wait, Boost};
 use crate::tracee::{read_maps, Tracee};
 use anyhow::{anyhow, bail, Context, Result};
 use memlens_target::is_runtime_path;
@@ -143,23 +143,35 @@ fn seize(tid: i32) -> Result<Option<Held>> {
     }))
 }
 
-/// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped.
-struct World(Vec<Held>);
+/// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped. On a
+/// saturated machine a thread asked to stop waits for a CPU before it does, while those already
+/// stopped wait for it: memlens and each thread run SCHED_FIFO meanwhile where memlens may (root,
+/// CAP_SYS_NICE), as for the injection (inject.rs), and are put back after.
+struct World {
+    held: Vec<Held>,
+    boosts: Vec<Boost>,
+    _me: Boost,
+}
 
 impl World {
     fn stop(pid: i32) -> Result<World> {
-        let mut w = World(Vec::new());
+        let mut w = World {
+            held: Vec::new(),
+            boosts: Vec::new(),
+            _me: Boost::new(0),
+        };
         loop {
             let new: Vec<i32> = tids(pid)
                 .into_iter()
-                .filter(|t| !w.0.iter().any(|h| h.tid == *t))
+                .filter(|t| !w.held.iter().any(|h| h.tid == *t))
                 .collect();
             if new.is_empty() {
                 return Ok(w);
             }
             for t in new {
+                w.boosts.push(Boost::new(t));
                 if let Some(h) = seize(t)? {
-                    w.0.push(h);
+                    w.held.push(h);
                 }
             }
         }
@@ -167,7 +179,7 @@ impl World {
 
     /// A thread whose pc lies in the bytes one of `ps` replaces.
     fn inside(&self, ps: &[Patch]) -> Option<(i32, u64)> {
-        self.0
+        self.held
             .iter()
             .find(|h| {
                 ps.iter()
@@ -179,9 +191,10 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        for h in &self.0 {
+        for h in &self.held {
             let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
         }
+        self.boosts.clear(); // after the threads go: each is put back as it was
     }
 }
 

@@ -579,7 +579,7 @@ impl Drop for HoldSignals {
 /// SCHED_RESET_ON_FORK so that the thread our pthread_create makes starts as an ordinary one; both
 /// are put back as they were. Without the privilege (CAP_SYS_NICE, or RLIMIT_RTPRIO) the nice value
 /// is raised instead where allowed, else nothing changes.
-struct Boost {
+pub(crate) struct Boost {
     tid: i32,
     old_policy: Option<(i32, libc::sched_param)>,
     old_nice: Option<i32>,
@@ -602,7 +602,7 @@ fn set_nice(tid: i32, v: i32) -> bool {
 
 impl Boost {
     /// Raise thread `tid` (0: the caller).
-    fn new(tid: i32) -> Boost {
+    pub(crate) fn new(tid: i32) -> Boost {
         let mut b = Boost {
             tid,
             old_policy: None,
