@@ -11,6 +11,8 @@ PKGS=(
   libunwind8 libunwind-dev
   # exact-tracing baseline, perf tooling, real programs the tests run under the runtime
   heaptrack linux-perf sqlite3 git g++ python3
+  # /usr/bin/time: whole-process times in scripts/vs-heaptrack.sh and scripts/check-cost.sh
+  time
   # zstd unpacks the Parca server the e2e tests run (../shared/tools/parca/parca.sh)
   zstd
   # real servers the reliability, attach and serve tests drive (redis-benchmark/redis-cli come with redis-tools)
@@ -24,6 +26,9 @@ PKGS=(
   libpmemobj1 libpmemobj-dev
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
+  # objdump: the fast-path shape test disassembles libmemlens.so; ar: the C unit tests' archive
+  # (gcc brings binutils and its sanitizers, libasan/libubsan, which the C unit tests run under)
+  binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
   # allocators linked statically into the programs tests/e2e/allocators.rs builds (libjemalloc.a,
@@ -33,7 +38,14 @@ PKGS=(
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev cmake
   # pip, to fetch the ruff wheel (a stripped binary with jemalloc inside) the allocators test runs
   python3-pip
+  # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
+  chromium
 )
+# `scripts/install-deps.sh --ui-compare`: also what scripts/report-ui-compare.sh runs to set
+# memlens's page beside heaptrack_gui (it needs a display: Xvfb) and pprof's web UI (docs/report-ui.md)
+if [ "${1:-}" = "--ui-compare" ]; then
+  PKGS+=(heaptrack-gui xvfb xdotool imagemagick)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -46,4 +58,13 @@ SUDO=""
 echo "memlens: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
+# A system whose package manager has no Chromium (some architectures, some releases) goes on
+# without it: the browser tests then say SKIPPED, and only there.
+if [[ " ${missing[*]} " == *" chromium "* ]] && ! apt-cache policy chromium 2>/dev/null | grep -q "Candidate: [0-9]"; then
+  echo "memlens: no chromium package here: the report page's browser tests will be skipped" >&2
+  keep=()
+  for m in "${missing[@]}"; do [ "$m" = chromium ] || keep+=("$m"); done
+  missing=("${keep[@]}")
+  [ ${#missing[@]} -eq 0 ] && exit 0
+fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -256,8 +256,11 @@ fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.join("../..").canonicalize().unwrap();
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    // runtime/src and include only: runtime/tests (programs the tests build themselves, the C unit
+    // tests) and runtime/bench are not part of the artifacts, and editing them rebuilt everything
     for d in [
-        "runtime",
+        "runtime/src",
+        "runtime/include",
         "allocators",
         "workloads/c",
         "crates/memlens-bench-alloc/c",

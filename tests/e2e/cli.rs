@@ -9,6 +9,7 @@ fn help_lists_commands_with_examples() {
         "ctl",
         "report",
         "diff",
+        "check",
         "study",
         "bench",
         "sysinfo",
@@ -25,6 +26,7 @@ fn every_subcommand_help_has_an_example() {
         &["ctl"],
         &["report"],
         &["diff"],
+        &["check"],
         &["study"],
         &["bench", "alloc"],
         &["bench", "latency"],
@@ -228,19 +230,7 @@ fn with_columns(cols: &str, args: &[&str]) -> String {
 #[test]
 fn output_fits_a_terminal_of_100_columns() {
     let d = test_dir();
-    let prog = compile(
-        &root().join("runtime/tests/long_names.cc"),
-        d.path(),
-        "long_names",
-        &[],
-    );
-    let prof = d.path().join("p.pb.gz");
-    memlens()
-        .args(["run", "--interval", "64K", "-o"])
-        .arg(&prof)
-        .arg("--")
-        .arg(&prog)
-        .ok();
+    let prof = profile_of("long_names.cc", d.path(), &[], &["--interval", "64K"]);
     let p = prof.to_str().unwrap();
 
     // The report: pprof-style short names, stacks wrapped into the width.
@@ -268,7 +258,7 @@ fn output_fits_a_terminal_of_100_columns() {
         .args(["run", "--interval", "16K", "-o"])
         .arg(&prof2)
         .arg("--")
-        .arg(&prog)
+        .arg(d.path().join("long_names"))
         .ok();
     let diff = with_columns("100", &["diff", p, prof2.to_str().unwrap()]);
     assert!(widest(&diff) <= 100, "diff wider than 100:\n{diff}");
@@ -309,4 +299,162 @@ fn output_fits_a_terminal_of_100_columns() {
     );
     assert!(widest(&lat) <= 100, "wider than 100:\n{lat}");
     assert!(lat.contains("(continued: random"), "{lat}");
+}
+
+/// Tokens of a report's text as a name may be broken (at spaces and after `::`), borders dropped:
+/// the same at any width when names are wrapped between their parts, never inside one.
+fn name_tokens(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s
+        .split(|c: char| c.is_whitespace() || c == '│')
+        .flat_map(|w| w.split_inclusive("::"))
+        .filter(|t| !t.is_empty() && !t.chars().all(|c| "─═┌┐└┘╞╡├┤┬┴┼".contains(c)))
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A C++ service's report at 80 columns, piped (not a terminal): every table whole and within 80
+/// columns, names wrapped only between their parts, the program's own frame in every stack
+/// (library frames folded, never the program's function hidden behind them), one row per
+/// function as displayed, and where to go next.
+#[test]
+fn report_at_80_columns_keeps_the_programs_own_frames() {
+    let d = test_dir();
+    let prof = profile_of(
+        "cxx_service.cc",
+        d.path(),
+        &["-pthread"],
+        &["--interval", "64K"],
+    );
+    let p = prof.to_str().unwrap();
+    for view in ["alloc", "peak", "leaks", "temporaries", "timeline"] {
+        let out = with_columns("80", &["report", p, "--view", view, "--top", "20"]);
+        assert!(widest(&out) <= 80, "--view {view} wider than 80:\n{out}");
+        assert!(
+            !out.contains("(continued"),
+            "--view {view} split in parts:\n{out}"
+        );
+        if view == "timeline" {
+            continue;
+        }
+        assert!(out.contains("go tool pprof -http"), "{out}");
+        // each stack: from its row's first line to the next row's, the program's own frame
+        // (service:: or main) shown, and no "… N more" before it
+        let stacks = out.split("top stacks by").nth(1).unwrap();
+        // a row starts where its first column (as wide as its header) holds a number
+        let lines: Vec<&str> = stacks.lines().filter(|l| l.starts_with('│')).collect();
+        let w = lines[0]
+            .trim_start_matches('│')
+            .trim_start()
+            .split(' ')
+            .next()
+            .unwrap()
+            .len()
+            + 2;
+        let mut rows: Vec<String> = Vec::new();
+        for l in &lines[1..] {
+            let new_row = l.chars().skip(1).take(w).any(|c| c.is_ascii_digit());
+            match rows.last_mut() {
+                Some(r) if !new_row => r.push_str(&format!("\n{l}")),
+                _ => rows.push(l.to_string()),
+            }
+        }
+        assert!(!rows.is_empty(), "--view {view}: no stacks\n{out}");
+        for r in rows {
+            let own = r.find("service::").or_else(|| r.find(" main "));
+            assert!(
+                own.is_some(),
+                "--view {view}: a stack without the program's frame:\n{r}"
+            );
+            if let Some(more) = r.find(" more") {
+                assert!(
+                    more > own.unwrap(),
+                    "--view {view}: '… more' before the program's frame:\n{r}"
+                );
+            }
+        }
+    }
+    // names are wrapped, never cut: the words at 80 columns are those at 400
+    for args in [&["report", p][..], &["report", p, "--view", "peak"]] {
+        let narrow = with_columns("80", args);
+        let wide = with_columns("400", args);
+        assert_eq!(name_tokens(&narrow), name_tokens(&wide), "{narrow}");
+    }
+    // one row per function as displayed: a template's instantiations are one
+    let out = with_columns("80", &["report", p, "--top", "40"]);
+    let funcs = out.split("top stacks by").next().unwrap();
+    assert_eq!(
+        funcs.matches("std::__new_allocator::allocate").count(),
+        1,
+        "{funcs}"
+    );
+}
+
+/// Every measuring command says at once when other programs keep the machine busy.
+#[test]
+fn measuring_commands_warn_when_the_machine_is_busy() {
+    let cpus = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
+    let mut loops: Vec<std::process::Child> = (0..cpus)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let cases: [&[&str]; 3] = [
+        &[
+            "bench",
+            "latency",
+            "--min-ws",
+            "4K",
+            "--max-ws",
+            "8K",
+            "--repeats",
+            "2",
+            "--min-time",
+            "1ms",
+            "--counters",
+            "software",
+        ],
+        &[
+            "bench",
+            "bandwidth",
+            "--size",
+            "64K",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--no-pmem",
+        ],
+        &[
+            "bench",
+            "alloc",
+            "--quick",
+            "--allocators",
+            "system",
+            "--threads",
+            "1",
+            "--sizes",
+            "128",
+        ],
+    ];
+    let outs: Vec<String> = cases
+        .iter()
+        .map(|c| stderr(&memlens().args(*c).ok()))
+        .collect();
+    for l in &mut loops {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
+    for (c, e) in cases.iter().zip(outs) {
+        assert!(
+            e.contains("warning: the machine is busy: other programs keep"),
+            "{c:?} said nothing of the busy loops: {e}"
+        );
+    }
 }

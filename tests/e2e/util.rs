@@ -141,6 +141,23 @@ pub fn compile(src: &Path, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// `runtime/tests/SRC` compiled into `dir` (with `flags`) and run under `memlens run RUN_OPTS -o
+/// dir/p.pb.gz`: the profile it wrote.
+pub fn profile_of(src: &str, dir: &Path, flags: &[&str], run_opts: &[&str]) -> PathBuf {
+    let name = src.split('.').next().unwrap_or(src);
+    let exe = compile(&root().join("runtime/tests").join(src), dir, name, flags);
+    let prof = dir.join("p.pb.gz");
+    memlens()
+        .arg("run")
+        .args(run_opts)
+        .arg("-o")
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)
+        .ok();
+    prof
+}
+
 /// Assert an error is a single `memlens: error: …` line and no panic trace.
 #[track_caller]
 pub fn assert_one_line_error(o: &Output) {

@@ -193,8 +193,8 @@ fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
         t.comm,
         out.display(),
         s.samples,
-        format_size(s.alloc_bytes as u64),
-        format_size(s.inuse_bytes as u64)
+        memlens_measure::units::format_bytes(s.alloc_bytes),
+        memlens_measure::units::format_bytes(s.inuse_bytes)
     );
     Ok(())
 }

@@ -343,6 +343,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         return Ok(0);
     }
     let mut plan = plan(&args)?;
+    let busy = memlens_measure::busy::Watch::start("memlens bench alloc");
     let timeout =
         memlens_measure::units::parse_duration(&args.timeout)?.max(Duration::from_secs(1));
     let (mut allocs, missing) = allocators::select(found, missing, args.allocators.as_deref())?;
@@ -362,7 +363,6 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if plan.ops.is_none() {
         calibrate(&mut plan, &exe, &allocs[0], timeout)?;
     }
-    let load_before = report::loadavg();
     let total = plan.repeats
         * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
     let progress = Progress::new(total, "bench alloc");
@@ -422,7 +422,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if allocs.is_empty() {
         anyhow::bail!("every allocator failed (see the warnings above)");
     }
-    let load = report::Load::new(load_before, report::loadavg(), plan.ncpu);
+    let load = busy.load();
     let summary = report::summarize(&plan, &allocs, &runs, load);
     let svgs = report::svgs(&plan, &summary)?;
     if let Some(dir) = &args.svg {

@@ -8,7 +8,7 @@ use memlens_measure::stats::{is_tie, Summary};
 use memlens_measure::tsc::Clock;
 use memlens_measure::units::format_size;
 use memlens_render::doc::{not_measured, Document, Section, Table, NOT_MEASURED};
-use memlens_render::plot::{line_chart, LineChart, Series};
+use memlens_render::plot::{line_chart_with_ranges, LineChart, Range, Series};
 use serde::Serialize;
 use std::path::Path;
 
@@ -75,46 +75,9 @@ pub struct Row {
     pub tie_with_best: bool,
 }
 
-/// The 1-, 5- and 15-minute load averages (/proc/loadavg).
-pub fn loadavg() -> Option<[f64; 3]> {
-    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().ok());
-    Some([it.next()??, it.next()??, it.next()??])
-}
+pub use memlens_measure::busy::Load;
 
-/// How busy the machine was around the runs.
-#[derive(Debug, Clone, Serialize)]
-pub struct Load {
-    /// Load averages before the first and after the last run.
-    pub before: Option<[f64; 3]>,
-    pub after: Option<[f64; 3]>,
-    pub cpus: u64,
-}
-
-impl Load {
-    pub fn new(before: Option<[f64; 3]>, after: Option<[f64; 3]>, cpus: u64) -> Load {
-        Load {
-            before,
-            after,
-            cpus,
-        }
-    }
-
-    /// `load average 0.4 → 2.1 on 2 CPUs` (1-minute figures).
-    pub fn describe(&self) -> String {
-        let f = |l: Option<[f64; 3]>| l.map(|l| format!("{:.2}", l[0])).unwrap_or("?".into());
-        format!(
-            "load average {} → {} on {} CPUs",
-            f(self.before),
-            f(self.after),
-            self.cpus
-        )
-    }
-}
-
-/// Median share of their time the workers waited for a CPU above which the machine counts as busy:
-/// on an idle machine it stays near 0 (our threads never outnumber the CPUs unless asked to).
-pub const BUSY_WAITED_PCT: f64 = 5.0;
+use memlens_measure::busy::BUSY_WAITED_PCT;
 
 /// Runs shorter than this (median) are too short to judge: scheduling and start-up dominate.
 pub const SHORT_RUN_MS: f64 = 20.0;
@@ -227,20 +190,9 @@ fn pct(part: u64, whole: u64) -> f64 {
 
 /// Warnings that qualify every verdict: the machine was busy, or runs were too short.
 fn warnings(plan: &Plan, rows: &[Row], waited: Option<f64>, load: &Load) -> Vec<String> {
-    let mut w = Vec::new();
-    match waited {
-        Some(x) if x > BUSY_WAITED_PCT => w.push(format!(
-            "warning: the machine was busy: the workers waited for a CPU {x:.0}% of their time (median over runs; {}), so times include other programs' work and small differences are not resolved; rerun on a quiet machine",
-            load.describe()
-        )),
-        None if load.before.or(load.after).is_some_and(|l| l[0] > load.cpus as f64) => {
-            w.push(format!(
-                "warning: the machine was busy ({}; this kernel does not say how long the workers waited for a CPU), so times include other programs' work; rerun on a quiet machine",
-                load.describe()
-            ))
-        }
-        _ => {}
-    }
+    let mut w: Vec<String> = memlens_measure::busy::warning(load, Some(("the workers", waited)))
+        .into_iter()
+        .collect();
     let short: Vec<f64> = rows
         .iter()
         .map(|r| r.time_ms.median)
@@ -878,16 +830,27 @@ pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (title, pattern, size, rows) in groups(plan, s) {
         let mut series: Vec<Series> = Vec::new();
+        let mut spreads: Vec<Range> = Vec::new();
         for r in &rows {
             let Some(rel) = r.rel_pct else { continue };
-            match series.iter_mut().find(|x| x.name == r.allocator) {
-                Some(x) => x.points.push((r.threads as f64, rel.median)),
-                None => series.push(Series {
-                    name: r.allocator.clone(),
-                    points: vec![(r.threads as f64, rel.median)],
-                    dashed: false,
-                }),
-            }
+            let k = match series.iter().position(|x| x.name == r.allocator) {
+                Some(k) => k,
+                None => {
+                    series.push(Series {
+                        name: r.allocator.clone(),
+                        points: Vec::new(),
+                        dashed: false,
+                    });
+                    series.len() - 1
+                }
+            };
+            series[k].points.push((r.threads as f64, rel.median));
+            spreads.push(Range {
+                series: k,
+                x: r.threads as f64,
+                low: rel.min,
+                high: rel.max,
+            });
         }
         let ideal: Vec<(f64, f64)> = plan
             .threads
@@ -905,7 +868,10 @@ pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
             dashed: true,
         });
         let chart = LineChart {
-            title: format!("{title}: time relative to {}", s.baseline),
+            title: format!(
+                "{title}: time relative to {} (median, bars min–max)",
+                s.baseline
+            ),
             x_label: "threads".into(),
             y_label: "time, % of baseline".into(),
             series,
@@ -913,7 +879,7 @@ pub fn svgs(plan: &Plan, s: &Outcome) -> Result<Vec<(String, String)>> {
         };
         out.push((
             format!("alloc-{pattern}-{}.svg", format_size(size)),
-            line_chart(&chart)?,
+            line_chart_with_ranges(&chart, &spreads)?,
         ));
     }
     Ok(out)

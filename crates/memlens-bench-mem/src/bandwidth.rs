@@ -295,6 +295,7 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
             Kernel::PmemHoisted,
         ]);
     }
+    let busy = memlens_measure::busy::Watch::start("memlens bench bandwidth");
     // One step per kernel run (the warm-up pass included), so the bar and its eta move every
     // second or so instead of once per thread count.
     let progress = Progress::new(
@@ -357,6 +358,9 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
         indirection: ind,
     };
     emit(&out, &a, llc, &threads, &kernels, nproc)?;
+    if let Some(w) = busy.end_warning(None) {
+        eprintln!("memlens: {w}");
+    }
     Ok(0)
 }
 

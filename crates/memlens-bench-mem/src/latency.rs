@@ -251,8 +251,12 @@ fn anon_huge_bytes() -> Option<u64> {
 pub fn run_latency(a: LatencyArgs) -> Result<i32> {
     let cfg = config(&a)?;
     let mode = counter_mode(&a.counters)?;
+    let busy = memlens_measure::busy::Watch::start("memlens bench latency");
     let results = sweep(&cfg, mode, &a.test_break_event)?;
     crate::latency_report::emit(&results, &a)?;
+    if let Some(w) = busy.end_warning(None) {
+        eprintln!("memlens: {w}");
+    }
     Ok(0)
 }
 

@@ -7,8 +7,11 @@
 //! * [`counters`]: perf counters (hardware where the CPU counts, software everywhere), `n/a (reason)`
 //!   otherwise; read around a region or, allocation-free, around each tick.
 //! * [`sysinfo`]: the machine facts every result file carries.
+//! * [`busy`]: whether other programs kept the machine busy, and the warning every measuring
+//!   command prints when they did.
 //! * [`rng`]: the seeded pseudo-random generator benchmarks and workloads share.
 #![warn(missing_docs)]
+pub mod busy;
 pub mod counters;
 pub mod error;
 pub mod rng;

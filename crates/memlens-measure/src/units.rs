@@ -108,7 +108,31 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Format bytes compactly with binary units: `512`, `64K`, `1.5M`, `2G`.
+/// A measured amount of bytes as every report prints it: `812 B`, `1.50 KiB`, `23.40 MiB`,
+/// `802 MiB` (three significant digits; binary units). `format_size` is for option values.
+pub fn format_bytes(v: f64) -> String {
+    let a = v.abs();
+    let sign = if v < 0.0 { "-" } else { "" };
+    const U: [(&str, f64); 4] = [
+        ("TiB", (1u64 << 40) as f64),
+        ("GiB", (1u64 << 30) as f64),
+        ("MiB", 1048576.0),
+        ("KiB", 1024.0),
+    ];
+    for (name, unit) in U {
+        if a >= unit {
+            let x = a / unit;
+            return if x >= 100.0 {
+                format!("{sign}{x:.0} {name}")
+            } else {
+                format!("{sign}{x:.2} {name}")
+            };
+        }
+    }
+    format!("{sign}{a:.0} B")
+}
+
+/// Format bytes compactly with binary units, as options take them: `512`, `64K`, `1.5M`, `2G`.
 pub fn format_size(b: u64) -> String {
     const U: [(&str, u64); 4] = [
         ("T", 1 << 40),
@@ -131,6 +155,14 @@ pub fn format_size(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_bytes_read_alike_everywhere() {
+        assert_eq!(format_bytes(812.0), "812 B");
+        assert_eq!(format_bytes(1536.0), "1.50 KiB");
+        assert_eq!(format_bytes(841089508.0), "802 MiB");
+        assert_eq!(format_bytes(-3.0 * 1048576.0), "-3.00 MiB");
+    }
 
     #[test]
     fn sizes() {

@@ -21,6 +21,8 @@ struct FrameRec {
     file: NameId,
     line: i64,
     inlined: bool,
+    /// The path of the module the code is in (empty when unknown).
+    module: NameId,
 }
 
 /// Interned names and frames. One table may serve several profiles: their stacks then compare by
@@ -76,7 +78,18 @@ impl Frames {
             file: self.str(r.file).to_string(),
             line: r.line,
             inlined: r.inlined,
+            module: self.str(r.module).to_string(),
         }
+    }
+
+    /// How many distinct frames the table holds (ids `0..count`).
+    pub fn count(&self) -> u32 {
+        self.frames.len() as u32
+    }
+
+    /// The module (its path) the code of a frame is in; empty when unknown.
+    pub fn module(&self, f: FrameId) -> &str {
+        self.str(self.frames[f as usize].module)
     }
 
     /// Frames as reports show them.
@@ -102,8 +115,13 @@ impl Index {
             .collect();
         let mut start = Vec::with_capacity(p.locations.len() + 1);
         let mut ids = Vec::new();
+        let modules: Vec<NameId> = p.mappings.iter().map(|m| fr.intern(&m.filename)).collect();
         for loc in &p.locations {
             start.push(ids.len() as u32);
+            let module = modules
+                .get((loc.mapping as usize).wrapping_sub(1))
+                .copied()
+                .unwrap_or(empty);
             if loc.lines.is_empty() {
                 let name = fr.intern(&p.address_name(loc));
                 ids.push(fr.frame_id(FrameRec {
@@ -111,6 +129,7 @@ impl Index {
                     file: empty,
                     line: 0,
                     inlined: false,
+                    module,
                 }));
                 continue;
             }
@@ -125,6 +144,7 @@ impl Index {
                     file,
                     line: l.line,
                     inlined: k != last,
+                    module,
                 }));
             }
         }
@@ -417,6 +437,8 @@ pub struct Func {
     pub name: NameId,
     /// Source file id (of the first frame met), when known.
     pub file: NameId,
+    /// Module file name id (of the first frame met), when known.
+    pub module: NameId,
     /// Flat values per sample index.
     pub flat: [f64; 4],
     /// Cumulative values per sample index.
@@ -428,21 +450,36 @@ pub fn functions<I>(fr: &Frames, stacks: impl Iterator<Item = (I, [f64; 4])>) ->
 where
     I: Iterator<Item = FrameId>,
 {
+    functions_by(fr, stacks, |f| fr.name_id(f))
+}
+
+/// [`functions`] with frames grouped by `group` (a small dense id per group: a function name id,
+/// or a name as displayed), each group named by the first function met in it.
+pub fn functions_by<I>(
+    fr: &Frames,
+    stacks: impl Iterator<Item = (I, [f64; 4])>,
+    group: impl Fn(FrameId) -> u32,
+) -> Vec<Func>
+where
+    I: Iterator<Item = FrameId>,
+{
     let mut out: Vec<Func> = Vec::new();
-    // Per name id: its function's index + 1 and the last stack that counted it in `cum`.
+    // Per group: its function's index + 1 and the last stack that counted it in `cum`.
     let mut slot: Vec<(u32, u32)> = Vec::new();
     for (k, (frames, values)) in stacks.enumerate() {
         let stamp = k as u32 + 1;
         for (j, f) in frames.enumerate() {
             let r = fr.frames[f as usize];
-            if slot.len() <= r.name as usize {
-                slot.resize(r.name as usize + 1, (0, 0));
+            let g = group(f) as usize;
+            if slot.len() <= g {
+                slot.resize(g + 1, (0, 0));
             }
-            let s = &mut slot[r.name as usize];
+            let s = &mut slot[g];
             if s.0 == 0 {
                 out.push(Func {
                     name: r.name,
                     file: r.file,
+                    module: r.module,
                     ..Func::default()
                 });
                 s.0 = out.len() as u32;
@@ -458,6 +495,27 @@ where
         }
     }
     out
+}
+
+/// A group per function as reports display it: its short name ([`crate::names::short_name`]), its
+/// file and its module, so that the instantiations of one template (`std::vector<int>::push_back`,
+/// `std::vector<char>::push_back`) are one row, and two functions of one short name in different
+/// files or modules stay two. Indexed by frame id.
+pub fn display_groups(fr: &Frames) -> Vec<u32> {
+    let mut ids: HashMap<(String, NameId, NameId), u32> = HashMap::new();
+    let mut by_name: HashMap<(NameId, NameId, NameId), u32> = HashMap::new();
+    fr.frames
+        .iter()
+        .map(|r| {
+            *by_name
+                .entry((r.name, r.file, r.module))
+                .or_insert_with(|| {
+                    let key = (crate::names::short_name(fr.str(r.name)), r.file, r.module);
+                    let n = ids.len() as u32;
+                    *ids.entry(key).or_insert(n)
+                })
+        })
+        .collect()
 }
 
 fn add(a: &mut [f64; 4], b: &[f64; 4]) {
@@ -484,27 +542,14 @@ pub fn fmt_value(v: f64, i: SampleIndex, signed: bool) -> String {
     } else {
         ""
     };
-    let a = v.abs();
     if !i.is_bytes() {
-        return format!("{sign}{a:.0}");
+        return format!("{sign}{:.0}", v.abs());
     }
-    const U: [(&str, f64); 4] = [
-        ("TiB", (1u64 << 40) as f64),
-        ("GiB", (1u64 << 30) as f64),
-        ("MiB", 1048576.0),
-        ("KiB", 1024.0),
-    ];
-    for (name, unit) in U {
-        if a >= unit {
-            let x = a / unit;
-            return if x >= 100.0 {
-                format!("{sign}{x:.0} {name}")
-            } else {
-                format!("{sign}{x:.2} {name}")
-            };
-        }
+    if sign == "+" {
+        format!("+{}", memlens_measure::units::format_bytes(v))
+    } else {
+        memlens_measure::units::format_bytes(v)
     }
-    format!("{sign}{a:.0} B")
 }
 
 /// A percentage with one decimal.

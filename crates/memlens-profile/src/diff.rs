@@ -36,6 +36,7 @@ pub enum DiffFormat {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Example:\n  memlens diff before.pb.gz after.pb.gz -o growth.pb.gz\n  \
+    memlens diff before.pb.gz after.pb.gz --flamegraph diff.svg --html diff.html\n  \
     go tool pprof -top growth.pb.gz\n  go tool pprof -top -diff_base before.pb.gz after.pb.gz"
 )]
 pub struct DiffArgs {
@@ -57,6 +58,14 @@ pub struct DiffArgs {
     /// Output format on stdout
     #[arg(long, value_enum, default_value = "table")]
     pub format: DiffFormat,
+    /// Also draw the differential flame graph as SVG: sized by NEW, red where it grew, blue where
+    /// it shrank
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+    /// Also write an HTML page: the differential flame graph sized by NEW and by BASE (where what
+    /// vanished is seen), and the tables
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
 }
 
 /// One stack's values in both profiles.
@@ -97,7 +106,7 @@ pub struct FuncDelta {
 pub struct Compared<'p> {
     /// The frames of both profiles.
     pub frames: Frames,
-    sides: [Stacks<'p>; 2],
+    pub(crate) sides: [Stacks<'p>; 2],
     /// Stacks, by growth (largest first).
     pub stacks: Vec<StackDelta>,
     /// Functions, by flat growth.
@@ -110,7 +119,7 @@ impl Compared<'_> {
         self.frames.resolve(self.ids_of(d))
     }
 
-    fn ids_of(&self, d: &StackDelta) -> impl Iterator<Item = FrameId> + '_ {
+    pub(crate) fn ids_of(&self, d: &StackDelta) -> impl Iterator<Item = FrameId> + '_ {
         self.sides[d.side].frames(&d.stack)
     }
 }
@@ -274,6 +283,14 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
         );
     }
     let c = compare(&base, &new, idx);
+    if let Some(out) = &a.flamegraph {
+        crate::diff_flame::write_svg(&c, idx, out)?;
+    }
+    if let Some(out) = &a.html {
+        let page = crate::diff_flame::html(&c, idx, a.top, &a.base, &a.new)?;
+        memlens_render::output::write_text(out, &page)?;
+        eprintln!("memlens: HTML written to {}", out.display());
+    }
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     match a.format {

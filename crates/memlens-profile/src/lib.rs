@@ -17,15 +17,18 @@
 //! reader, gzip) with `pprof_read` (the streamed, bounded read), `input` (opening a profile, bounded
 //! in size, time and kind), `convert`, `life` and `views` (peak set, lifetimes, leaks, timeline,
 //! `report --view`), `agg` (stacks as interned frame ids, flat/cum per function), `names`, `report`
-//! and `diff`.
+//! and `diff` (`diff_flame`: its differential flame graph).
 #![warn(missing_docs)]
 mod agg;
 mod convert;
 mod diff;
+mod diff_flame;
+mod flame;
 mod input;
 mod life;
 mod model;
 mod names;
+mod page;
 mod pprof;
 mod pprof_read;
 mod raw;
@@ -43,7 +46,7 @@ pub use symbolize::{file_build_id, Symbolizer};
 
 pub use pprof::{profile_stem, proto, to_proto, write as write_pprof};
 
-pub use agg::{Frames, Stacks};
+pub use agg::{fmt_value, Frames, Stacks};
 pub use names::short_name;
 
 pub use diff::{compare, difference_profile, run_diff, DiffArgs};

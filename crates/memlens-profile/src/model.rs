@@ -62,6 +62,10 @@ pub struct Meta {
     pub ppid: u32,
     /// Executable path.
     pub exe: String,
+    /// The program's name as it was started (argv[0]'s file name: `redis-server`, where `exe` is
+    /// the file its symlink points to, `redis-check-rdb`); empty when the runtime did not say.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub command: String,
     /// Mean sampling interval in bytes; 0 = exact mode.
     pub interval: u64,
     /// Unwinder that captured the stacks.
@@ -424,6 +428,10 @@ pub struct Frame {
     pub line: i64,
     /// Inlined into the next frame.
     pub inlined: bool,
+    /// The file the code is in (the mapping's path; empty when unknown): where a report tells a
+    /// library's frame from the program's own. Not in JSON.
+    #[serde(skip)]
+    pub module: String,
 }
 
 fn is_zero_u64(v: &u64) -> bool {
@@ -470,12 +478,17 @@ impl Profile {
             let Some(loc) = self.locations.get((id as usize).wrapping_sub(1)) else {
                 continue;
             };
+            let module = self
+                .mappings
+                .get((loc.mapping as usize).wrapping_sub(1))
+                .map_or_else(String::new, |m| m.filename.clone());
             if loc.lines.is_empty() {
                 out.push(Frame {
                     function: self.address_name(loc),
                     file: String::new(),
                     line: 0,
                     inlined: false,
+                    module,
                 });
                 continue;
             }
@@ -487,6 +500,7 @@ impl Profile {
                     file: f.map(|f| f.filename.clone()).unwrap_or_default(),
                     line: l.line,
                     inlined: k != last,
+                    module: module.clone(),
                 });
             }
         }

@@ -134,6 +134,70 @@ fn tidy(mut s: String) -> String {
     s
 }
 
+/// Whether a frame belongs to a library rather than to the program's own code: code in a file the
+/// system installed its shared libraries in (`module`: `/usr/lib/…/lib*.so*`, `/lib/…`), the C++ and Rust standard
+/// libraries (`std::`, `__gnu_cxx::`, `core::`, `alloc::`, also inlined into the program), the
+/// allocator entry points, the C library and the dynamic loader, and names reserved for the
+/// implementation (`__x`, `_X`). A shared library of the program's own, outside those directories,
+/// is the program's. Reports fold runs of such frames so that the program's own function stays in
+/// view; only a display rule, nothing is merged or dropped by it.
+pub fn is_library(function: &str, file: &str, module: &str) -> bool {
+    const SYSTEM: [&str; 4] = ["/usr/lib/", "/lib/", "/usr/lib64/", "/lib64/"];
+    let shared = module.rsplit('/').next().is_some_and(|n| n.contains(".so"));
+    if shared && SYSTEM.iter().any(|d| module.starts_with(d)) {
+        return true; // not a program installed there (/usr/lib/postgresql/15/bin/postgres)
+    }
+    const PREFIXES: [&str; 10] = [
+        "std::",
+        "__gnu_cxx::",
+        "__cxxabiv1::",
+        "core::",
+        "alloc::",
+        "<std::",
+        "<core::",
+        "<alloc::",
+        "operator new",
+        "operator delete",
+    ];
+    const EXACT: [&str; 16] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "free",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "strdup",
+        "strndup",
+        "start_thread",
+        "clone",
+        "clone3",
+        "_start",
+    ];
+    const FILES: [&str; 5] = [
+        "/usr/include/",
+        "/usr/lib/gcc/",
+        "/rustc/",
+        "./nptl/",
+        "../sysdeps/",
+    ];
+    if let Some((name, off)) = function.rsplit_once("+0x") {
+        // unsymbolized, its module's path unknown: a shared library's code is a library's
+        if module.is_empty() && off.chars().all(|c| c.is_ascii_hexdigit()) {
+            return name.starts_with("lib") && name.contains(".so") || name.starts_with("ld-");
+        }
+    }
+    let reserved = function.starts_with("__")
+        || function.starts_with('_') && function[1..].starts_with(|c: char| c.is_ascii_uppercase());
+    reserved
+        || PREFIXES.iter().any(|p| function.starts_with(p))
+        || EXACT.contains(&function)
+        || FILES.iter().any(|p| file.starts_with(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::short_name;
@@ -158,6 +222,60 @@ mod tests {
             ("libfoo.so+0x1234", "libfoo.so+0x1234"),
         ] {
             assert_eq!(short_name(full), short, "{full}");
+        }
+    }
+
+    #[test]
+    fn library_frames_are_told_from_the_programs_own() {
+        use super::is_library;
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        for (f, file, module) in [
+            (
+                "std::__new_allocator::allocate",
+                "/usr/include/c++/12/bits/new_allocator.h",
+                "",
+            ),
+            ("std::vector::_M_realloc_insert", "", ""),
+            ("operator new(unsigned long)", "", ""),
+            ("__libc_start_main_impl", "../csu/libc-start.c", ""),
+            ("_start", "", ""),
+            ("start_thread", "./nptl/pthread_create.c", ""),
+            ("clone3", "../sysdeps/unix/sysv/linux/x86_64/clone3.S", ""),
+            ("libstdc++.so.6+0xd44a2", "", ""),
+            ("malloc", "", ""),
+            ("alloc::raw_vec::RawVec::grow_one", "", ""),
+            ("<alloc::vec::Vec as core::ops::drop::Drop>::drop", "", ""),
+            ("_PyObject_Malloc", "Objects/obmalloc.c", ""),
+            (
+                "inlined_helper",
+                "/usr/include/c++/12/bits/basic_string.h",
+                "",
+            ),
+            ("outstring_func", "./stdio-common/vfprintf-internal.c", libc),
+        ] {
+            assert!(is_library(f, file, module), "{f} {file}");
+        }
+        for (f, file, module) in [
+            (
+                "service::load_index",
+                "/src/cxx_service.cc",
+                "/src/cxx_service",
+            ),
+            ("main", "cxx_service.cc", ""),
+            ("zmalloc_usable", "zmalloc.c", "/usr/bin/redis-check-rdb"),
+            ("redis-server+0x1234", "", ""),
+            ("_private_helper", "x.c", ""),
+            ("mallocator", "", ""),
+            ("clone_request", "", ""),
+            ("plugin_entry", "plugin.c", "/opt/app/lib/libplugin.so"),
+            ("libplugin.so+0x40", "", "/opt/app/lib/libplugin.so"),
+            (
+                "PostgresMain",
+                "postgres.c",
+                "/usr/lib/postgresql/15/bin/postgres",
+            ),
+        ] {
+            assert!(!is_library(f, file, module), "{f} {file}");
         }
     }
 

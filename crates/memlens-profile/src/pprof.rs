@@ -534,6 +534,10 @@ fn meta_comments(m: &Meta) -> Vec<String> {
     if m.untracked > 0 {
         view += &format!(" untracked={}", m.untracked);
     }
+    // The command has no spaces (the runtime cuts argv[0] at the first); exe, which may, is last.
+    if !m.command.is_empty() && !m.command.contains(' ') {
+        view += &format!(" cmd={}", m.command);
+    }
     vec![format!(
         "memlens: pid={} ppid={} interval={} unwinder={} active={} reason={} start_ns={} samples={} \
          truncated={} dropped={} unwind_fallbacks={} max_depth={} dropped_bytes={}{view} exe={}",
@@ -616,6 +620,7 @@ fn parse_comment(m: &mut Meta, c: &str) {
             "table_full" => m.table_full = n(),
             "max_stacks" => m.max_stacks = n(),
             "untracked" => m.untracked = n(),
+            "cmd" => m.command = v.to_string(),
             _ => {}
         }
     }
@@ -928,6 +933,7 @@ mod tests {
                 pid: 7,
                 ppid: 1,
                 exe: "/opt/my app/server".into(),
+                command: "server-link".into(),
                 interval: 524288,
                 unwinder: "fp".into(),
                 active: true,

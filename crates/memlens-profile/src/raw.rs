@@ -309,6 +309,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "pid" => (m.pid, seen.pid) = (num(v, key)?, true),
         "ppid" => m.ppid = num(v, key)?,
         "exe" => (m.exe, seen.exe) = (unescape(v), true),
+        "cmd" => m.command = unescape(v),
         "interval" => (m.interval, seen.interval) = (num(v, key)?, true),
         "unwinder" => m.unwinder = v.to_string(),
         "active" => m.active = num::<u8>(v, key)? != 0,

@@ -18,7 +18,7 @@
 //! Shares are fractions (0..1) of the total of the chosen sample index.
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Func, SerSeq, Stacks};
 use crate::model::{Frame, Meta, Profile, SampleIndex};
-use crate::names::short_name;
+use crate::names::{is_library, short_name};
 use anyhow::{Context, Result};
 use memlens_render::doc::{terminal_width, wrap};
 use memlens_render::output::fit_table;
@@ -128,7 +128,7 @@ struct JsonReport<'a, F, S> {
 pub fn run_report(a: ReportArgs) -> Result<i32> {
     let p = crate::convert::load(&a.file)?;
     if let Some(out) = &a.html {
-        let page = crate::views::html(&p, &a.file, a.top)?;
+        let page = crate::page::html(&p, &a.file)?;
         std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))?;
         eprintln!("memlens: HTML report written to {}", out.display());
     }
@@ -164,30 +164,65 @@ pub fn render_to(p: &Profile, a: &ReportArgs, w: &mut dyn Write) -> Result<()> {
     let mut fr = Frames::default();
     let mut stacks = Stacks::by_line(p, &mut fr); // two call sites of a function: two rows
     stacks.sort_by(idx);
-    let mut funcs = agg::functions(
-        &fr,
-        stacks.list.iter().map(|s| (stacks.frames(s), s.values)),
-    );
-    let i = idx as usize;
+    if let Some(out) = &a.flamegraph {
+        flamegraph(p, &fr, &stacks, idx, out)?;
+    }
+    let values = stacks.list.iter().map(|s| (stacks.frames(s), s.values));
+    match a.format {
+        Format::Table => {
+            // one row per function as displayed: a template's instantiations together
+            let groups = agg::display_groups(&fr);
+            let funcs = sorted(
+                agg::functions_by(&fr, values, |f| groups[f as usize]),
+                idx as usize,
+            );
+            w.write_all(table(p, &a.file, &fr, &stacks, &funcs, idx, a.top).as_bytes())?
+        }
+        Format::Folded => folded_by(&fr, &stacks, idx, w)?,
+        Format::Json => {
+            let funcs = sorted(agg::functions(&fr, values), idx as usize);
+            json(p, &a.file, &fr, &stacks, &funcs, idx, usize::MAX, w)?;
+            w.write_all(b"\n")?;
+        }
+    }
+    Ok(())
+}
+
+/// Functions by their flat value of sample index `i`, then by their cumulative one, largest first.
+pub(crate) fn sorted(mut funcs: Vec<Func>, i: usize) -> Vec<Func> {
     funcs.sort_by(|x, y| {
         y.flat[i]
             .total_cmp(&x.flat[i])
             .then(y.cum[i].total_cmp(&x.cum[i]))
     });
-    if let Some(out) = &a.flamegraph {
-        flamegraph(p, &fr, &stacks, idx, out)?;
-    }
-    match a.format {
-        Format::Table => {
-            w.write_all(table(p, &a.file, &fr, &stacks, &funcs, idx, a.top).as_bytes())?
-        }
-        Format::Folded => folded_by(&fr, &stacks, idx, w)?,
-        Format::Json => {
-            json(p, &a.file, &fr, &stacks, &funcs, idx, w)?;
-            w.write_all(b"\n")?;
-        }
-    }
-    Ok(())
+    funcs
+}
+
+/// The name column of a table of functions: each function's short name and, where two rows would
+/// read alike, where it is (its file, else its module) to tell them apart.
+pub(crate) fn function_names<'a>(
+    fr: &Frames,
+    funcs: impl Iterator<Item = &'a Func>,
+) -> Vec<String> {
+    let funcs: Vec<&Func> = funcs.collect();
+    let short: Vec<String> = funcs.iter().map(|f| short_name(fr.str(f.name))).collect();
+    short
+        .iter()
+        .zip(&funcs)
+        .map(|(s, f)| {
+            if short.iter().filter(|t| *t == s).count() < 2 {
+                return s.clone();
+            }
+            let file = fr.str(f.file).rsplit('/').next().unwrap_or("");
+            let module = fr.str(f.module).rsplit('/').next().unwrap_or("");
+            let at = if file.is_empty() { module } else { file };
+            if at.is_empty() {
+                s.clone()
+            } else {
+                format!("{s} ({at})")
+            }
+        })
+        .collect()
 }
 
 fn totals(p: &Profile) -> [f64; 4] {
@@ -214,13 +249,16 @@ pub(crate) fn json_frames<'a>(
     SerSeq::new(it.map(|f| fr.frame(f)))
 }
 
-fn json(
+/// The JSON report (the first `limit` functions and stacks) written to `w`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn json(
     p: &Profile,
     file: &Path,
     fr: &Frames,
     stacks: &Stacks,
     funcs: &[Func],
     idx: SampleIndex,
+    limit: usize,
     w: &mut dyn Write,
 ) -> Result<()> {
     let total = p.total(idx);
@@ -231,8 +269,8 @@ fn json(
         unit: idx.unit(),
         meta: &p.meta,
         totals: totals(p).into(),
-        functions: SerSeq::new(funcs.iter().map(|f| json_func(fr, f, i, total))),
-        stacks: SerSeq::new(stacks.list.iter().map(|s| JsonStack {
+        functions: SerSeq::new(funcs.iter().take(limit).map(|f| json_func(fr, f, i, total))),
+        stacks: SerSeq::new(stacks.list.iter().take(limit).map(|s| JsonStack {
             value: s.get(idx),
             share: share(s.get(idx), total),
             samples: s.samples,
@@ -296,7 +334,7 @@ fn flamegraph(
 ) -> Result<()> {
     let mut text = Vec::new();
     folded_by(fr, stacks, idx, &mut text)?;
-    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
+    let exe = crate::page::program_name(p);
     let title = format!("memlens: {} {}", idx.name(), exe);
     write_flamegraph(&text, title.trim_end(), idx.unit(), out).map_err(|e| {
         if text.is_empty() {
@@ -312,27 +350,18 @@ fn flamegraph(
 
 /// Draw folded stacks `text` as a flamegraph SVG to `out`.
 pub(crate) fn write_flamegraph(text: &[u8], title: &str, count: &str, out: &Path) -> Result<()> {
-    if text.is_empty() {
-        anyhow::bail!("nothing to draw");
-    }
-    let mut opt = inferno::flamegraph::Options::default();
-    opt.title = title.to_string();
-    opt.count_name = count.to_string();
-    let mut svg = Vec::new();
-    let text = String::from_utf8_lossy(text);
-    inferno::flamegraph::from_lines(&mut opt, text.lines(), &mut svg)
-        .with_context(|| format!("cannot draw flamegraph {}", out.display()))?;
-    std::fs::write(out, svg).with_context(|| format!("cannot write {}", out.display()))?;
-    eprintln!("memlens: flamegraph written to {}", out.display());
-    Ok(())
+    let style = crate::flame::Style {
+        title: title.to_string(),
+        count: count.to_string(),
+        ..Default::default()
+    };
+    crate::flame::write(text, &style, out)
 }
 
-fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
+pub(crate) fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
     let m = &p.meta;
     let mut s = format!("profile: {}\n", file.display());
-    if !m.exe.is_empty() {
-        s += &format!("program: {} (pid {})\n", m.exe, m.pid);
-    }
+    s += &program_line(m);
     let interval = if m.interval == 0 {
         "exact (every allocation)".to_string()
     } else {
@@ -395,27 +424,81 @@ fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
     s
 }
 
-/// Stack frames one per line, innermost first, at most `max` of them.
+/// One frame as a stack cell shows it: `(inline) name file:line`.
+fn frame_line(f: &Frame) -> String {
+    let file = f.file.rsplit('/').next().unwrap_or("");
+    let at = if file.is_empty() {
+        String::new()
+    } else {
+        format!(" {file}:{}", f.line)
+    };
+    let inline = if f.inlined { "(inline) " } else { "" };
+    format!("{inline}{}{at}", short_name(&f.function))
+}
+
+/// `program: redis-server (/usr/bin/redis-check-rdb, pid 12)`: the name it was started as, and the
+/// file that ran when that was a link to another name; empty when nothing is known.
+pub(crate) fn program_line(m: &Meta) -> String {
+    let name = m.command.rsplit('/').next().unwrap_or("");
+    let linked = !name.is_empty() && !m.exe.is_empty() && !m.exe.ends_with(&format!("/{name}"));
+    if linked {
+        format!("program: {name} ({}, pid {})\n", m.exe, m.pid)
+    } else if !m.exe.is_empty() || !name.is_empty() {
+        let shown = if m.exe.is_empty() { name } else { &m.exe };
+        format!("program: {shown} (pid {})\n", m.pid)
+    } else {
+        String::new()
+    }
+}
+
+/// Stack frames one per line, innermost first: the frame that called the allocator, then the
+/// program's own frames, each run of library frames ([`is_library`]) before one of them folded to
+/// its outermost frame (the call the program made) and a count; at most `max` of the program's
+/// frames, the rest counted on the last line. The program's first frame is always shown, however
+/// many library frames lie before it. A stack with no frame of the program's shows its first
+/// `max` frames.
 pub fn stack_cell(frames: &[Frame], max: usize) -> String {
-    let mut lines: Vec<String> = frames
+    let lib: Vec<bool> = frames
         .iter()
-        .take(max)
-        .map(|f| {
-            let file = f.file.rsplit('/').next().unwrap_or("");
-            let at = if file.is_empty() {
-                String::new()
-            } else {
-                format!(" {file}:{}", f.line)
-            };
-            format!(
-                "{}{}{at}",
-                if f.inlined { "(inline) " } else { "" },
-                short_name(&f.function)
-            )
-        })
+        .map(|f| is_library(&f.function, &f.file, &f.module))
         .collect();
-    if frames.len() > max {
-        lines.push(format!("… {} more", frames.len() - max));
+    let mut lines: Vec<String> = Vec::new();
+    if !lib.iter().any(|l| !l) {
+        lines.extend(frames.iter().take(max).map(frame_line));
+        if frames.len() > max {
+            lines.push(format!("… {} more", frames.len() - max));
+        }
+        return lines.join("\n");
+    }
+    let fold = |n: usize| format!("  ⋮ {n} library frame{}", if n == 1 { "" } else { "s" });
+    let mut shown = 0;
+    let mut i = 0;
+    while i < frames.len() {
+        if i > 0 && lib[i] {
+            // a run of library frames: up to the next frame of the program's, or the end
+            let end = (i..frames.len()).find(|&k| !lib[k]).unwrap_or(frames.len());
+            if end == frames.len() {
+                lines.push(fold(end - i));
+                break;
+            }
+            if end - i > 2 {
+                lines.push(fold(end - 1 - i));
+                i = end - 1;
+            }
+            lines.push(frame_line(&frames[i]));
+            i += 1;
+            continue;
+        }
+        if !lib[i] {
+            if shown == max.max(1) {
+                let rest = frames.len() - i;
+                lines.push(format!("… {rest} more"));
+                break;
+            }
+            shown += 1;
+        }
+        lines.push(frame_line(&frames[i]));
+        i += 1;
     }
     lines.join("\n")
 }
@@ -440,17 +523,22 @@ fn table(
         "\ntop functions by {} (flat: allocated here; cum: here or in callees)\n",
         idx.name()
     );
-    let rows: Vec<Vec<String>> = funcs
+    let shown: Vec<&Func> = funcs
         .iter()
         .filter(|f| f.flat[i] != 0.0)
         .take(top)
-        .map(|f| {
+        .collect();
+    let names = function_names(fr, shown.iter().copied());
+    let rows: Vec<Vec<String>> = shown
+        .iter()
+        .zip(names)
+        .map(|(f, name)| {
             vec![
                 fmt_value(f.flat[i], idx, false),
                 pct(share(f.flat[i], total)),
                 fmt_value(f.cum[i], idx, false),
                 pct(share(f.cum[i], total)),
-                short_name(fr.str(f.name)),
+                name,
             ]
         })
         .collect();
@@ -472,5 +560,23 @@ fn table(
         .collect();
     s += &fit_table(&[idx.name(), "share", "samples", "stack"], &rows);
     s += "\n";
+    s += &drill_down(file);
     s
+}
+
+/// Where to go from a table: the interactive page, and pprof's own UI for a file pprof reads.
+pub(crate) fn drill_down(file: &Path) -> String {
+    let f = file.display();
+    let html = Path::new(&file.file_name().unwrap_or_default())
+        .with_extension("")
+        .with_extension("html");
+    let mut s = format!(
+        "\nto explore: memlens report {f} --html {} (flame graphs, search, callers and callees)",
+        html.display()
+    );
+    let name = file.to_string_lossy();
+    if name.ends_with(".pb.gz") || name.ends_with(".pb") {
+        s += &format!("; go tool pprof -http=: {f} (pprof's own web UI)");
+    }
+    wrap(&(s + "\n"), terminal_width(), "  ")
 }

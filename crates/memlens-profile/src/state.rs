@@ -157,11 +157,22 @@ impl State {
     }
 }
 
+/// `n × size` bytes, or an error when a header claims more than can be.
+fn times(n: u64, size: u64) -> Result<u64> {
+    n.checked_mul(size)
+        .ok_or_else(|| anyhow!("the state file claims {n} records of {size} bytes"))
+}
+
+/// `size` bytes at `off` of a record.
+fn bytes(b: &[u8], off: usize, size: usize) -> Result<&[u8]> {
+    off.checked_add(size)
+        .and_then(|end| b.get(off..end))
+        .ok_or_else(|| anyhow!("a field lies outside its record"))
+}
+
 /// Little-endian unsigned integer of `size` bytes at `off`.
 fn num(b: &[u8], off: usize, size: usize) -> Result<u64> {
-    let s = b
-        .get(off..off + size)
-        .ok_or_else(|| anyhow!("a field lies outside its record"))?;
+    let s = bytes(b, off, size)?;
     let mut v = [0u8; 8];
     v[..size.min(8)].copy_from_slice(&s[..size.min(8)]);
     Ok(u64::from_le_bytes(v))
@@ -235,7 +246,10 @@ pub fn render(path: &Path, reason: &str, end_ns: Option<u64>) -> Result<String> 
 fn modules(s: &State, o: &mut String) -> Result<()> {
     let n = s.h("nmodules")?.min(s.h("modules_cap")?);
     let size = s.h("module_bytes")?;
-    let data = s.read(s.h("modules_at")?, n * size)?;
+    if size == 0 {
+        bail!("the state file's modules have no size");
+    }
+    let data = s.read(s.h("modules_at")?, times(n, size)?)?;
     let f = |name: &str| s.field(&format!("m.{name}"));
     let seg_bytes = s.field("m.seg_bytes")?.1;
     let ms = |name: &str| s.field(&format!("ms.{name}"));
@@ -246,9 +260,9 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
         }
         let base = num(m, f("base")?.0, 8)?;
         let idlen = (num(m, f("idlen")?.0, 4)? as usize).min(f("id")?.1);
-        let id = &m[f("id")?.0..f("id")?.0 + idlen];
+        let id = bytes(m, f("id")?.0, idlen)?;
         let (po, ps) = f("path")?;
-        let pb = &m[po..po + ps];
+        let pb = bytes(m, po, ps)?;
         let path = String::from_utf8_lossy(&pb[..pb.iter().position(|&c| c == 0).unwrap_or(ps)])
             .into_owned();
         let _ = write!(o, "module {base:#x} ");
@@ -289,7 +303,7 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
 /// The `stack` and `life` lines; returns the samples written.
 fn stacks(s: &State, o: &mut String) -> Result<u64> {
     let n = s.h("nstacks")?.min(s.h("listed_cap")?);
-    let listed = s.read(s.h("listed_at")?, n * 4)?;
+    let listed = s.read(s.h("listed_at")?, times(n, 4)?)?;
     let used = s.h("arena_used")?.min(s.h("arena_cap")?);
     let arena = s.read(s.h("arena_at")?, used)?;
     let f = |name: &str| s.field(&format!("s.{name}"));
@@ -381,7 +395,10 @@ fn views(s: &State, o: &mut String) -> Result<()> {
     let _ = writeln!(o, "view allocator {kind}");
     let n = s.h("npoints")?.min(s.h("points_cap")?);
     let size = s.h("point_bytes")?;
-    let data = s.read(s.h("points_at")?, n * size)?;
+    if size == 0 {
+        bail!("the state file's timeline points have no size");
+    }
+    let data = s.read(s.h("points_at")?, times(n, size)?)?;
     let p = |name: &str| s.field(&format!("p.{name}"));
     for pt in data.chunks_exact(size as usize) {
         let v = |name: &str| -> Result<i64> {

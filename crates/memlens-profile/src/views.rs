@@ -19,7 +19,6 @@
 //! process did not expose is null).
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
-use crate::names::short_name;
 use crate::report::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Result};
 use memlens_render::doc::{terminal_width, wrap, Table};
@@ -220,7 +219,7 @@ pub fn render(
             crate::report::folded(&fr, folded, &mut text)?;
             String::from_utf8_lossy(&text).into_owned()
         }
-        Format::Json => json(&c, file, view, &vs)? + "\n",
+        Format::Json => json(&c, file, view, &vs, usize::MAX)? + "\n",
         Format::Table => table(&c, file, view, &vs, top),
     })
 }
@@ -245,7 +244,7 @@ fn write_flamegraph(c: &Ctx, vs: &[VStack], view: View, out: &Path) -> Result<()
     if text.is_empty() {
         bail!("cannot draw a flamegraph: the {view:?} view is empty for this profile");
     }
-    let exe = c.p.meta.exe.rsplit('/').next().unwrap_or("");
+    let exe = crate::page::program_name(c.p);
     let title = format!("memlens: {} {exe}", value_name(view));
     crate::report::write_flamegraph(&text, title.trim_end(), "bytes", out)
 }
@@ -255,7 +254,7 @@ fn run_ns(m: &Meta) -> f64 {
 }
 
 /// The one-paragraph summary above a view's tables.
-fn summary(p: &Profile, view: View) -> String {
+pub(crate) fn summary(p: &Profile, view: View) -> String {
     let v = p.views.clone().unwrap_or_default();
     let at = |ns: u64| {
         if ns > p.meta.start_ns {
@@ -369,23 +368,23 @@ fn extra_header(view: View) -> &'static [&'static str] {
 /// The lines above a view's tables: the file, the program and `summary`, wrapped to the terminal.
 fn heading(p: &Profile, file: &Path, summary: &str) -> String {
     let mut s = format!("profile: {}\n", file.display());
-    if !p.meta.exe.is_empty() {
-        s += &format!("program: {} (pid {})\n", p.meta.exe, p.meta.pid);
-    }
+    s += &crate::report::program_line(&p.meta);
     s += summary;
     s += "\n";
     wrap(&s, terminal_width(), "  ")
 }
 
-/// The functions of the view's stacks, most of the view's value (in column 1) first.
-fn functions(c: &Ctx, vs: &[VStack]) -> Vec<agg::Func> {
-    let mut funcs = agg::functions(c.fr, view_values(c.stacks, vs));
-    funcs.sort_by(|x, y| {
-        y.flat[1]
-            .total_cmp(&x.flat[1])
-            .then(y.cum[1].total_cmp(&x.cum[1]))
-    });
-    funcs
+/// The functions of the view's stacks, most of the view's value (in column 1) first: by full
+/// name, or (`display`) one per function as tables show it ([`agg::display_groups`]).
+fn functions(c: &Ctx, vs: &[VStack], display: bool) -> Vec<agg::Func> {
+    let values = view_values(c.stacks, vs);
+    let funcs = if display {
+        let groups = agg::display_groups(c.fr);
+        agg::functions_by(c.fr, values, |f| groups[f as usize])
+    } else {
+        agg::functions(c.fr, values)
+    };
+    crate::report::sorted(funcs, 1)
 }
 
 fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
@@ -397,43 +396,82 @@ fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String 
         s += &format!("no stacks with {name} in this profile\n");
         return s;
     }
-    let funcs = functions(c, vs);
+    let funcs = functions(c, vs, true);
     s += &format!("\ntop functions by {name} (flat: allocated here; cum: here or in callees)\n");
-    let rows: Vec<Vec<String>> = funcs
+    let shown: Vec<&agg::Func> = funcs
         .iter()
         .filter(|f| f.flat[1] != 0.0)
         .take(top)
-        .map(|f| {
+        .collect();
+    let names = crate::report::function_names(c.fr, shown.iter().copied());
+    let rows: Vec<Vec<String>> = shown
+        .iter()
+        .zip(names)
+        .map(|(f, n)| {
             vec![
                 bytes(f.flat[1]),
                 pct(share(f.flat[1], total)),
                 bytes(f.cum[1]),
                 pct(share(f.cum[1], total)),
-                short_name(c.fr.str(f.name)),
+                n,
             ]
         })
         .collect();
     s += &fit_table(&["flat", "flat%", "cum", "cum%", "function"], &rows);
     s += &format!("\n\ntop stacks by {name} (innermost frame first)\n");
-    // Too wide for the terminal, the view's columns and the stacks are shown as two parts, each
-    // with the rank, value and share, rather than squeezing the stacks into a column too narrow
-    // for a frame's name.
-    let mut t = Table::new(&["#", name, "share"])
-        .topic(name, extra_header(view))
-        .topic("stack", &["stack"]);
-    for (i, v) in vs.iter().take(top).enumerate() {
-        let mut r = vec![
-            (i + 1).to_string(),
-            bytes(v.value),
-            pct(share(v.value, total)),
-        ];
-        r.extend(extra_cells(p, view, v));
-        r.push(stack_cell(&c.frames(v), 8));
-        t.push(r);
-    }
-    s += &t.to_text(terminal_width());
+    s += &stacks_table(c, view, vs, top, total, terminal_width());
     s += "\n";
+    s += &crate::report::drill_down(file);
     s
+}
+
+/// The view's top stacks: rank, value, share, the view's columns and the stack, as columns when
+/// they fit `width` with room for the stack; else the figures of each stack in one cell beside it
+/// (`objects 64`, `mean age 1.20 s`…), so the table stays whole and the stack readable.
+fn stacks_table(
+    c: &Ctx,
+    view: View,
+    vs: &[VStack],
+    top: usize,
+    total: f64,
+    width: usize,
+) -> String {
+    let name = value_name(view);
+    let extra = extra_header(view);
+    let cells: Vec<(Vec<String>, String)> = vs
+        .iter()
+        .take(top)
+        .map(|v| {
+            let mut r = vec![bytes(v.value), pct(share(v.value, total))];
+            r.extend(extra_cells(c.p, view, v));
+            (r, stack_cell(&c.frames(v), 8))
+        })
+        .collect();
+    let mut wide = Table::new(&["#"]).topic(name, &[&[name, "share"][..], extra].concat());
+    wide = wide.topic("stack", &["stack"]);
+    for (i, (r, st)) in cells.iter().enumerate() {
+        let mut row = vec![(i + 1).to_string()];
+        row.extend(r.iter().cloned());
+        row.push(st.clone());
+        wide.push(row);
+    }
+    let text = wide.to_text(width);
+    if !text.contains("(continued") {
+        return text;
+    }
+    let mut narrow = Table::new(&["#"]).topic(name, &[name, "stack"]);
+    for (i, (r, st)) in cells.into_iter().enumerate() {
+        let mut figures = vec![format!("{} {}", r[0], r[1])];
+        for (h, v) in extra.iter().zip(&r[2..]) {
+            match v.as_str() {
+                "" | "-" => {}
+                "yes" => figures.push((*h).to_string()),
+                _ => figures.push(format!("{h} {v}")),
+            }
+        }
+        narrow.push(vec![(i + 1).to_string(), figures.join("\n"), st]);
+    }
+    narrow.to_text(width)
 }
 
 #[derive(Serialize, Default)]
@@ -482,10 +520,11 @@ fn values(v: [f64; 4]) -> Values {
     Values::from(v)
 }
 
-fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
+/// The view's JSON (its first `limit` functions and stacks).
+fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack], limit: usize) -> Result<String> {
     let p = c.p;
     let total: f64 = vs.iter().map(|v| v.value).sum();
-    let funcs = functions(c, vs);
+    let funcs = functions(c, vs, false);
     let run = run_ns(&p.meta);
     let r = JsonView {
         file: file.display().to_string(),
@@ -496,10 +535,12 @@ fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack]) -> Result<String> {
         totals: values(SampleIndex::ALL.map(|i| p.total(i))),
         functions: funcs
             .iter()
+            .take(limit)
             .map(|f| crate::report::json_func(c.fr, f, 1, total))
             .collect(),
         stacks: vs
             .iter()
+            .take(limit)
             .map(|v| {
                 let l = &v.life;
                 let mut j = JsonStack {
@@ -575,7 +616,7 @@ fn point(p: &Profile, t: &TimePoint) -> JsonPoint {
     }
 }
 
-fn timeline_json(p: &Profile, file: &Path) -> Result<String> {
+pub(crate) fn timeline_json(p: &Profile, file: &Path) -> Result<String> {
     let v = p.views.clone().unwrap_or_default();
     let r = JsonTimeline {
         file: file.display().to_string(),
@@ -674,112 +715,41 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
     s
 }
 
-/// The timeline chart: estimated heap and RSS (and the allocator's figures) against time, the peak
-/// marked.
-pub fn timeline_svg(p: &Profile) -> Result<Option<String>> {
-    use memlens_render::plot::{line_chart, LineChart, Series};
-    let Some(v) = &p.views else { return Ok(None) };
-    if v.timeline.is_empty() {
+/// One view as the HTML page shows it (not the timeline; not alloc and inuse, which are the
+/// report's own JSON): the JSON `report --view VIEW --format json` prints, cut to its first
+/// `limit` functions and stacks; the view's value summed over every stack, and the number of
+/// stacks; every stack's frames and value (for its flame graph). None when the profile has no
+/// such view.
+pub(crate) fn page_view(
+    p: &Profile,
+    fr: &Frames,
+    stacks: &Stacks,
+    file: &Path,
+    view: View,
+    limit: usize,
+) -> Result<Option<PageView>> {
+    if need_views(p, view).is_err() {
         return Ok(None);
     }
-    let mb = |x: f64| x / 1048576.0;
-    let series = |name: &str, f: &dyn Fn(&TimePoint) -> Option<f64>, dashed| Series {
-        name: name.into(),
-        points: v
-            .timeline
+    let c = Ctx { p, fr, stacks };
+    let vs = vstacks(stacks, view);
+    Ok(Some(PageView {
+        json: json(&c, file, view, &vs, limit)?,
+        total: vs.iter().map(|v| v.value).sum(),
+        count: vs.len(),
+        stacks: vs
             .iter()
-            .filter_map(|t| f(t).map(|y| (secs(p, t.time_ns), mb(y))))
+            .map(|v| (stacks.frames(&v.st).collect(), v.value))
             .collect(),
-        dashed,
-    };
-    let mut all = vec![
-        series("estimated heap", &|t| Some(t.heap_bytes), false),
-        series("RSS", &|t| t.rss_bytes, false),
-        series("allocator in use", &|t| t.allocator_in_use, true),
-    ];
-    all.retain(|s| !s.points.is_empty());
-    let chart = LineChart {
-        title: "heap vs RSS over time".into(),
-        x_label: "time since start (s)".into(),
-        y_label: "MiB".into(),
-        series: all,
-        markers: vec![(
-            secs(p, v.heap_max_ns),
-            format!("peak {}", bytes(v.heap_max_bytes)),
-        )],
-        ..LineChart::default()
-    };
-    Ok(Some(line_chart(&chart)?))
+    }))
 }
 
-/// The HTML report of one profile: the timeline chart above the views' tables.
-pub fn html(p: &Profile, file: &Path, top: usize) -> Result<String> {
-    use memlens_render::html::{render, Report, Section};
-    let mut sections = Vec::new();
-    let exe = p.meta.exe.rsplit('/').next().unwrap_or("");
-    let mut head = Section {
-        heading: "Timeline".into(),
-        paragraphs: vec![format!(
-            "{} (pid {}), sampling interval {} B, unwinder {}",
-            p.meta.exe, p.meta.pid, p.meta.interval, p.meta.unwinder
-        )],
-        ..Section::default()
-    };
-    match timeline_svg(p)? {
-        Some(svg) => head.svgs.push(svg),
-        None => head
-            .paragraphs
-            .push("no timeline in this profile (written without the views)".into()),
-    }
-    sections.push(head);
-    let has_life = p.samples.iter().any(|s| s.life.is_some());
-    let mut fr = Frames::default();
-    let stacks = Stacks::by_line(p, &mut fr);
-    let c = Ctx {
-        p,
-        fr: &fr,
-        stacks: &stacks,
-    };
-    for view in [
-        View::Peak,
-        View::Leaks,
-        View::Temporaries,
-        View::Inuse,
-        View::Alloc,
-    ] {
-        if !has_life && matches!(view, View::Peak | View::Leaks | View::Temporaries) {
-            continue;
-        }
-        let vs = vstacks(&stacks, view);
-        let total: f64 = vs.iter().map(|v| v.value).sum();
-        let mut header: Vec<String> = vec![value_name(view).into(), "share".into()];
-        header.extend(extra_header(view).iter().map(|s| s.to_string()));
-        header.push("stack".into());
-        let rows = vs
-            .iter()
-            .take(top)
-            .map(|v| {
-                let mut r = vec![bytes(v.value), pct(share(v.value, total))];
-                r.extend(extra_cells(p, view, v));
-                r.push(stack_cell(&c.frames(v), 6).replace('\n', " ← "));
-                r
-            })
-            .collect();
-        let mut sec = Section {
-            heading: format!("{view:?}"),
-            tables: vec![(header, rows)],
-            ..Section::default()
-        };
-        let line = summary(p, view);
-        if !line.is_empty() {
-            sec.paragraphs.push(line);
-        }
-        sections.push(sec);
-    }
-    Ok(render(&Report {
-        title: format!("memlens heap profile: {exe} ({})", file.display()),
-        sections,
-    }))
+/// What [`page_view`] gives.
+pub(crate) struct PageView {
+    pub json: String,
+    pub total: f64,
+    pub count: usize,
+    pub stacks: Vec<(Vec<FrameId>, f64)>,
 }
 
 #[cfg(test)]

@@ -105,8 +105,7 @@ impl Table {
     /// not fit has its cells wrapped.
     pub fn to_text(&self, width: usize) -> String {
         let all: Vec<usize> = (0..self.columns.len()).collect();
-        let whole = self.render(&all, None);
-        if text_width(&whole) <= width {
+        if let Some(whole) = self.fitted(&all, width) {
             return whole;
         }
         let keys: Vec<usize> = all
@@ -147,13 +146,43 @@ impl Table {
                     .collect();
                 let _ = writeln!(out, "\n(continued: {})", names.join(", "));
             }
-            let mut part = self.render(&v, None);
-            if text_width(&part) > width {
-                part = self.render(&v, Some(width));
-            }
-            out.push_str(&part);
+            let part = self.fitted(&v, width);
+            out.push_str(&part.unwrap_or_else(|| self.render(&v, Some(width))));
         }
         out
+    }
+
+    /// Columns `cols` rendered no wider than `width`, the widest text columns (names, stacks)
+    /// wrapped at word and `::` boundaries, never inside a name; None when that cannot be done
+    /// without a text column narrower than 16.
+    fn fitted(&self, cols: &[usize], width: usize) -> Option<String> {
+        let mut t = self.clone();
+        for _ in 0..cols.len() {
+            let text = t.render(cols, None);
+            let over = text_width(&text).saturating_sub(width);
+            if over == 0 {
+                return Some(text);
+            }
+            let widest = |i: usize| t.rows.iter().map(|r| text_width(&r[i])).max().unwrap_or(0);
+            let Some(&c) = cols
+                .iter()
+                .filter(|&&i| t.rows.iter().any(|r| !is_numeric(&r[i])))
+                .max_by_key(|&&i| widest(i))
+            else {
+                break;
+            };
+            let to = widest(c)
+                .saturating_sub(over)
+                .max(t.columns[c].name.chars().count());
+            if to < 16 || to >= widest(c) {
+                break;
+            }
+            for r in &mut t.rows {
+                r[c] = wrap_words(&r[c], to);
+            }
+        }
+        let text = t.render(cols, None);
+        (text_width(&text) <= width).then_some(text)
     }
 
     fn render(&self, cols: &[usize], wrap_at: Option<usize>) -> String {
@@ -197,6 +226,66 @@ fn is_numeric(c: &str) -> bool {
 /// The widest line of `s`, in characters (every character memlens prints is one column wide).
 pub fn text_width(s: &str) -> usize {
     s.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+/// Each line of `text` wrapped to `width` columns at spaces and after `::` (a C++ or Rust name
+/// breaks between its parts, never inside one), continuation lines indented by two; a part
+/// longer than a line keeps its end, the most specific part of a name, after `…`.
+pub fn wrap_words(text: &str, width: usize) -> String {
+    let width = width.max(8);
+    let mut out: Vec<String> = Vec::new();
+    for line in text.split('\n') {
+        let mut cur = String::new();
+        for piece in pieces(line) {
+            let (cl, pl) = (cur.chars().count(), piece.chars().count());
+            if cl > 0 && cl + pl > width {
+                out.push(cur.trim_end().to_string());
+                cur = "  ".into();
+            }
+            let room = width - cur.chars().count();
+            let piece = if piece.chars().count() > room {
+                let tail: String = piece.chars().skip(pl - (room - 1)).collect();
+                format!("…{tail}")
+            } else {
+                piece.to_string()
+            };
+            if cur.trim().is_empty() {
+                cur.push_str(piece.trim_start());
+            } else {
+                cur.push_str(&piece);
+            }
+        }
+        out.push(cur.trim_end().to_string());
+    }
+    out.join("\n")
+}
+
+/// `line` cut after each space and each `::`: the places a name may be broken.
+fn pieces(line: &str) -> Vec<&str> {
+    let mut v = Vec::new();
+    let mut start = 0;
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let end = if b[i] == b' ' {
+            Some(i + 1)
+        } else if b[i] == b':' && b.get(i + 1) == Some(&b':') {
+            Some(i + 2)
+        } else {
+            None
+        };
+        if let Some(e) = end {
+            v.push(&line[start..e]);
+            start = e;
+            i = e;
+        } else {
+            i += 1;
+        }
+    }
+    if start < line.len() {
+        v.push(&line[start..]);
+    }
+    v
 }
 
 /// Greedy word wrap of `text` to `width` columns, continuation lines starting with `indent`;
@@ -486,6 +575,47 @@ mod tests {
         assert!(h.find("jemalloc fastest").unwrap() < h.find("<table").unwrap());
         assert!(h.contains("t&lt;") && h.contains("<div><svg></svg>"));
         assert!(!h.contains("<script") && !h.contains("http://") && !h.contains("https://"));
+    }
+
+    #[test]
+    fn names_wrap_between_their_parts_never_inside_one() {
+        let w = wrap_words(
+            "std::__cxx11::basic_string::_M_mutate basic_string.h:1422\n\
+             (inline) std::allocator_traits::allocate alloc_traits.h:464",
+            30,
+        );
+        for l in w.lines() {
+            assert!(l.chars().count() <= 30, "{w}");
+        }
+        assert!(
+            w.contains("_M_mutate") && w.contains("allocator_traits::"),
+            "{w}"
+        );
+        assert!(
+            w.lines().all(|l| !l.ends_with(':') || l.ends_with("::")),
+            "{w}"
+        );
+        // a part longer than the line keeps its end
+        assert_eq!(
+            wrap_words("a_very_long_identifier_without_breaks", 12),
+            "…hout_breaks"
+        );
+    }
+
+    #[test]
+    fn a_table_of_names_fits_80_columns_without_splitting_a_name() {
+        let mut t = Table::new(&[]).topic("", &["flat", "function"]);
+        t.push(vec![
+            "3.17 GiB".into(),
+            "std::__cxx11::basic_string<char, std::char_traits<char> >::_M_mutate".into(),
+        ]);
+        t.push(vec![
+            "1.00 KiB".into(),
+            "outer_namespace_of_the_service::detail::Registry::add_entry".into(),
+        ]);
+        let s = t.to_text(40);
+        assert!(text_width(&s) <= 40, "{s}");
+        assert!(s.contains("_M_mutate") && s.contains("add_entry"), "{s}");
     }
 
     #[test]

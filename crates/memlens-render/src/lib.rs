@@ -3,7 +3,7 @@
 //! * [`doc`]: the document every measuring command reports (verdict, notes, tables, plots), rendered
 //!   for the terminal (fitted to its width) and as HTML; the missing-value marks.
 //! * [`output`]: tables, JSON and CSV writers (`--json`, `--csv`, the machine facts beside them).
-//! * [`plot`] and [`html`]: SVG charts and self-contained HTML reports.
+//! * [`plot`]: SVG charts; [`html`]: what every self-contained page needs (escaping, embedded data).
 //! * [`progress`]: progress bars on stderr (hidden when stderr is not a terminal).
 #![warn(missing_docs)]
 pub mod doc;

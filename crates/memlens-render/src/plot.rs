@@ -187,6 +187,26 @@ fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f
 
 /// Render a line chart to an SVG string.
 pub fn line_chart(c: &LineChart) -> Result<String> {
+    line_chart_with_ranges(c, &[])
+}
+
+/// A spread drawn on a [`LineChart`]: a vertical bar with caps from `low` to `high` at `x`, in the
+/// colour of series `series` (e.g. min–max over repeats around a median), so that two lines whose
+/// bars overlap read as what they are: not told apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    /// Index of the series it belongs to.
+    pub series: usize,
+    /// Where along x.
+    pub x: f64,
+    /// Bottom of the bar.
+    pub low: f64,
+    /// Top of the bar.
+    pub high: f64,
+}
+
+/// [`line_chart`] with spread bars.
+pub fn line_chart_with_ranges(c: &LineChart, ranges: &[Range]) -> Result<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
@@ -212,13 +232,20 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.0))
             .chain(c.markers.iter().map(|m| m.0));
-        let ys = c.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = c
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain(ranges.iter().flat_map(|r| [r.low, r.high]));
         let integral_x = c
             .series
             .iter()
             .flat_map(|s| s.points.iter())
             .all(|p| p.0.fract() == 0.0);
-        let (x0, x1) = range(xs, c.log_x, false);
+        let (mut x0, x1) = range(xs, c.log_x, false);
+        if !ranges.is_empty() && !c.log_x {
+            x0 -= (x1 - x0) * 0.04; // room for the first point's bar beside the axis
+        }
         let (y0, y1) = range(ys, c.log_y, true);
         let mut b = ChartBuilder::on(&plot);
         b.caption(&c.title, ("sans-serif", 20))
@@ -251,46 +278,7 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
                     mesh.y_labels(log_key_points(y0, y1));
                 }
                 mesh.draw().map_err(err)?;
-                for (x, label) in &c.markers {
-                    let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
-                    chart
-                        .draw_series(std::iter::once(PathElement::new(
-                            vec![(*x, y0), (*x, y1)],
-                            style,
-                        )))
-                        .map_err(err)?;
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            label.clone(),
-                            (*x, y1),
-                            ("sans-serif", 12).into_font(),
-                        )))
-                        .map_err(err)?;
-                }
-                for (i, s) in c.series.iter().enumerate() {
-                    let col = color(i);
-                    let pts: Vec<(f64, f64)> = s
-                        .points
-                        .iter()
-                        .copied()
-                        .filter(|p| p.0.is_finite() && p.1.is_finite())
-                        .collect();
-                    let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
-                    if s.dashed {
-                        chart
-                            .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))
-                            .map_err(err)?
-                    } else {
-                        chart
-                            .draw_series(LineSeries::new(pts.clone(), style))
-                            .map_err(err)?
-                    };
-                    if !s.dashed {
-                        chart
-                            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
-                            .map_err(err)?;
-                    }
-                }
+                draw_content(&mut chart, c, ranges, (x0, x1), (y0, y1))?;
             }};
         }
         match (c.log_x, c.log_y) {
@@ -308,6 +296,82 @@ pub fn line_chart(c: &LineChart) -> Result<String> {
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// The markers, spread bars and lines of a line chart, on any of its four axis kinds.
+fn draw_content<DB: DrawingBackend, X, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    c: &LineChart,
+    ranges: &[Range],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (x, label) in &c.markers {
+        let style = ShapeStyle::from(&RGBColor(160, 160, 160)).stroke_width(1);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(*x, y0), (*x, y1)],
+                style,
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*x, y1),
+                ("sans-serif", 12).into_font(),
+            )))
+            .map_err(err)?;
+    }
+    // spreads under the lines, the bars of series at one x side by side, not over each other
+    let (cap, n) = ((x1 - x0) * 0.008, c.series.len().max(1) as f64);
+    for r in ranges
+        .iter()
+        .filter(|r| r.low.is_finite() && r.high.is_finite())
+    {
+        let style = ShapeStyle::from(&color(r.series)).stroke_width(1);
+        let (lo, hi) = (r.low.max(y0), r.high.min(y1));
+        let dodge = if c.log_x {
+            0.0
+        } else {
+            (r.series as f64 - (n - 1.0) / 2.0) * cap * 1.5
+        };
+        let x = r.x + dodge;
+        let caps = [
+            vec![(x, lo), (x, hi)],
+            vec![(x - cap, lo), (x + cap, lo)],
+            vec![(x - cap, hi), (x + cap, hi)],
+        ];
+        chart
+            .draw_series(caps.into_iter().map(|p| PathElement::new(p, style)))
+            .map_err(err)?;
+    }
+    for (i, s) in c.series.iter().enumerate() {
+        let col = color(i);
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .collect();
+        let style = ShapeStyle::from(&col).stroke_width(if s.dashed { 1 } else { 2 });
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                .map_err(err)?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(err)?;
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Render grouped bars to an SVG string.

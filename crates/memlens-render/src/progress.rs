@@ -1,5 +1,7 @@
 //! Progress on stderr for long runs: a bar with the time left, hidden when stderr is not a terminal
-//! (indicatif hides itself then), with the current step's name.
+//! (indicatif hides itself then), with the current step's name last, cut to the terminal's width
+//! (a long step name never wraps the bar onto a second line). Step names are for a person: what
+//! runs, in words (`pipeline-llc · memlens fp · process 1 of 3`), never a value's debug form.
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).
@@ -10,7 +12,7 @@ impl Progress {
     pub fn new(total: u64, what: &str) -> Progress {
         let pb = ProgressBar::new(total);
         pb.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
+            ProgressStyle::with_template("{prefix} [{bar:20}] {pos}/{len} eta {eta} {wide_msg}")
                 .unwrap()
                 .progress_chars("=> "),
         );

@@ -23,7 +23,6 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
 
 /// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
 fn convert(raw: &Path, out: &Path) -> Result<String> {
-    use memlens_measure::units::format_size;
     let t0 = std::time::Instant::now();
     let s = memlens_profile::convert_raw(raw, out)?;
     let took = t0.elapsed().as_secs_f64();
@@ -49,8 +48,8 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
         s.samples,
         s.stacks,
         s.truncated_share * 100.0,
-        format_size(s.alloc_bytes.max(0.0) as u64),
-        format_size(s.inuse_bytes.max(0.0) as u64),
+        memlens_measure::units::format_bytes(s.alloc_bytes.max(0.0)),
+        memlens_measure::units::format_bytes(s.inuse_bytes.max(0.0)),
     ))
 }
 
@@ -138,10 +137,45 @@ pub fn alive(pid: u32) -> bool {
     })
 }
 
+/// Where a collection's lines go: to stderr as they come (`memlens run`, `memlens report
+/// RUNDIR`), or kept for the caller to show as it sees fit (`memlens check`, whose success is one
+/// line).
+#[derive(Debug, Default)]
+pub struct Notes {
+    keep: bool,
+    /// The lines kept (when keeping).
+    pub lines: Vec<String>,
+}
+
+impl Notes {
+    /// Lines go to stderr.
+    pub fn stderr() -> Notes {
+        Notes::default()
+    }
+
+    /// Lines are kept in [`Notes::lines`].
+    pub fn kept() -> Notes {
+        Notes {
+            keep: true,
+            lines: Vec::new(),
+        }
+    }
+
+    fn say(&mut self, line: String) {
+        if self.keep {
+            self.lines.push(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// What a collection found.
 pub struct Collected {
     /// Profiles written.
     pub written: usize,
+    /// Each profile written: the process and the file (an image replaced by exec has its own).
+    pub profiles: Vec<(u32, PathBuf)>,
     /// Processes of the run still running (their profiles are collected later).
     pub running: Vec<u32>,
 }
@@ -194,7 +228,7 @@ const RECOVERED_SEQ: u64 = 1_000_000;
 /// was replaced by exec with nothing of its own is dropped; the running one is named; any other
 /// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
 /// dump from its state file.
-fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
+fn read_states(dir: &RunDir, plan: &Plan, notes: &mut Notes) -> FromStates {
     let mut r = FromStates::default();
     let files = state_files(&dir.path);
     for (i, (pid, n, path)) in files.iter().enumerate() {
@@ -202,7 +236,7 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
         let info = match memlens_profile::read_state_info(path) {
             Ok(info) => info,
             Err(e) => {
-                eprintln!("memlens: warning: {e:#}");
+                notes.say(format!("memlens: warning: {e:#}"));
                 continue;
             }
         };
@@ -243,10 +277,10 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
                 r.done.insert(out.clone(), path.clone());
                 r.recovered.insert(out, how);
             }
-            Err(e) => eprintln!(
+            Err(e) => notes.say(format!(
                 "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
                 path.display()
-            ),
+            )),
         }
     }
     r
@@ -257,8 +291,14 @@ fn read_states(dir: &RunDir, plan: &Plan) -> FromStates {
 /// A dump that cannot be converted is a warning. Converted files are removed from the directory.
 /// `first`: memlens run's own collection (the program itself is said to have no profile if it
 /// has none); a later one (`memlens report RUNDIR`) speaks only of what is left.
-pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<Collected> {
-    let states = read_states(dir, plan);
+pub fn collect(
+    dir: &RunDir,
+    plan: &Plan,
+    live: &[u32],
+    first: bool,
+    notes: &mut Notes,
+) -> Result<Collected> {
+    let states = read_states(dir, plan, notes);
     let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
     if let Some(k) = &plan.keep_raw {
         std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
@@ -284,6 +324,7 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
 
     let mut c = Collected {
         written: 0,
+        profiles: Vec::new(),
         running: Vec::new(),
     };
     let mut nothing: Vec<u32> = Vec::new();
@@ -324,16 +365,17 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
                         }
                         _ => String::new(),
                     };
-                    eprintln!(
+                    notes.say(format!(
                         "memlens: profile of pid {pid} written to {} ({summary}){how}",
                         out.display()
-                    );
+                    ));
                     c.written += 1;
+                    c.profiles.push((pid, out.clone()));
                     forget(d);
                 }
-                Err(e) => {
-                    eprintln!("memlens: warning: cannot convert the dump of pid {pid}: {e:#}")
-                }
+                Err(e) => notes.say(format!(
+                    "memlens: warning: cannot convert the dump of pid {pid}: {e:#}"
+                )),
             }
         }
         if empty_image && c.written == written_before && !p.alive {
@@ -344,12 +386,12 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         }
         if p.alive {
             c.running.push(pid);
-            eprintln!(
+            notes.say(format!(
                 "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
                 comm(pid),
                 dir.path.display(),
                 profile_path(&plan.output, plan.main_pid, pid, None).display()
-            );
+            ));
         } else if p.dumps.is_empty() {
             let why = match p.ended {
                 Some(st) if libc::WIFSIGNALED(st) => {
@@ -364,7 +406,9 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
                     .to_string(),
             };
             if main || p.ended.is_some() {
-                eprintln!("memlens: warning: pid {pid} left no profile: {why}");
+                notes.say(format!(
+                    "memlens: warning: pid {pid} left no profile: {why}"
+                ));
             }
         }
     }
@@ -375,13 +419,13 @@ pub fn collect(dir: &RunDir, plan: &Plan, live: &[u32], first: bool) -> Result<C
         } else {
             String::new()
         };
-        eprintln!(
+        notes.say(format!(
             "memlens: no profile for {} process{} that sampled nothing of {} own (pid {}{more})",
             nothing.len(),
             if nothing.len() == 1 { "" } else { "es" },
             if nothing.len() == 1 { "its" } else { "their" },
             shown.join(", ")
-        );
+        ));
     }
     Ok(c)
 }

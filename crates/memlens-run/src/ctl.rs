@@ -109,8 +109,8 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
                     out.display(),
                     s.samples,
                     s.stacks,
-                    format_size(s.alloc_bytes as u64),
-                    format_size(s.inuse_bytes as u64)
+                    memlens_measure::units::format_bytes(s.alloc_bytes),
+                    memlens_measure::units::format_bytes(s.inuse_bytes)
                 );
             }
         }

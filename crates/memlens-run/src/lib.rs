@@ -16,5 +16,6 @@ mod run;
 mod rundir;
 mod watcher;
 
+pub use collect::{ending, signal_name};
 pub use ctl::{run_ctl, CtlArgs};
-pub use run::{run_collect, run_run, RunArgs};
+pub use run::{exit_code_of, run_collect, run_quietly, run_run, RunArgs, RunOutcome, SpawnError};

@@ -3,7 +3,7 @@
 //!
 //! Built for extension: [`spawn`] returns a [`Launch`], [`wait`] polls it and calls a hook on every
 //! tick (for periodic dumps, timed profiling windows…), then [`collect`] converts the dumps.
-use crate::collect::collect;
+use crate::collect::{collect, Notes};
 use crate::rundir::{Plan, RunDir};
 use anyhow::Result;
 use memlens_measure::error::usage;
@@ -341,6 +341,44 @@ fn descendants_with_runtime(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// What a run left behind: how the program ended, the profiles written, what still runs.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The program's raw wait status ([`exit_code_of`] turns it into a shell's exit code).
+    pub status: i32,
+    /// Each profile written: the process and the file, in pid order.
+    pub profiles: Vec<(u32, PathBuf)>,
+    /// Processes of the run still running (their profiles come later: `memlens report RUNDIR`).
+    pub running: Vec<u32>,
+    /// What collecting said, when it was asked to keep its lines ([`Notes::kept`]).
+    pub notes: Vec<String>,
+}
+
+impl RunArgs {
+    /// The options another command runs a program with (`memlens check`): `command` sampled at
+    /// `interval` bytes (0: exact) with `unwinder` (None: the runtime's default), the main
+    /// process's profile written to `output`; nothing of profiling on demand.
+    pub fn for_command(
+        command: Vec<OsString>,
+        interval: u64,
+        unwinder: Option<String>,
+        output: PathBuf,
+    ) -> RunArgs {
+        RunArgs {
+            interval: interval.to_string(),
+            exact: false,
+            unwinder,
+            max_stacks: "256K".into(),
+            output: Some(output),
+            keep_raw: None,
+            live: crate::live::LiveArgs::default(),
+            serve: None,
+            wait_all: false,
+            command,
+        }
+    }
+}
+
 /// The whole `memlens run`.
 pub fn run_run(args: RunArgs) -> Result<i32> {
     let live = args.live.plan()?;
@@ -350,21 +388,38 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
         .as_deref()
         .map(|addr| memlens_serve::Endpoint::bind(addr, None, &[]))
         .transpose()?;
+    match execute(&args, &live, serve, Notes::stderr()) {
+        Ok(o) => Ok(exit_code_of(o.status)),
+        Err(e) => match e.downcast_ref::<SpawnError>() {
+            Some(s) => {
+                eprintln!("memlens: error: {}", s.message);
+                Ok(s.code)
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Run `args.command` under the runtime to its end and collect its profiles, printing nothing:
+/// what collecting says is in [`RunOutcome::notes`]. A program that cannot be started is a
+/// [`SpawnError`].
+pub fn run_quietly(args: &RunArgs) -> Result<RunOutcome> {
+    execute(args, &args.live.plan()?, None, Notes::kept())
+}
+
+/// Start the program, wait for it (and what the plan asks for meanwhile), collect the profiles.
+fn execute(
+    args: &RunArgs,
+    live: &crate::live::LivePlan,
+    serve: Option<memlens_serve::Endpoint>,
+    mut notes: Notes,
+) -> Result<RunOutcome> {
     let env: Vec<(&str, String)> = live
         .active_env()
         .map(|v| ("MEMLENS_ACTIVE", v.to_string()))
         .into_iter()
         .collect();
-    let mut launch = match spawn(&args, &env) {
-        Ok(l) => l,
-        Err(e) => {
-            if let Some(s) = e.downcast_ref::<SpawnError>() {
-                eprintln!("memlens: error: {}", s.message);
-                return Ok(s.code);
-            }
-            return Err(e);
-        }
-    };
+    let mut launch = spawn(args, &env)?;
     let main_out = args
         .output
         .clone()
@@ -383,7 +438,7 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
     if let Some(ep) = serve {
         ep.spawn_for(launch.pid as i32);
     }
-    let watcher = crate::watcher::Watcher::spawn(&live, launch.pid as i32, &main_out);
+    let watcher = crate::watcher::Watcher::spawn(live, launch.pid as i32, &main_out);
     let ended = wait(&mut launch, args.wait_all);
     watcher.finish();
     let ended = ended?;
@@ -395,17 +450,22 @@ pub fn run_run(args: RunArgs) -> Result<i32> {
     } else {
         Vec::new()
     };
-    let c = collect(&launch.dir, &plan, &running, true)?;
+    let c = collect(&launch.dir, &plan, &running, true, &mut notes)?;
     if c.running.is_empty() {
         launch.dir.remove();
     } else {
         // what is left to collect later: the processes still running (how the others ended is
         // said already)
-        plan.running = c.running;
+        plan.running = c.running.clone();
         plan.ended.clear();
         launch.dir.write_plan(&plan)?;
     }
-    Ok(exit_code_of(ended.main))
+    Ok(RunOutcome {
+        status: ended.main,
+        profiles: c.profiles,
+        running: c.running,
+        notes: notes.lines,
+    })
 }
 
 /// `memlens report RUNDIR`: collect what a run's processes left once they have ended.
@@ -418,7 +478,7 @@ pub fn run_collect(path: &Path) -> Result<i32> {
         .copied()
         .filter(|&p| crate::collect::alive(p) && memlens_target::runtime_loaded(p as i32))
         .collect();
-    let c = collect(&dir, &plan, &running, false)?;
+    let c = collect(&dir, &plan, &running, false, &mut Notes::stderr())?;
     if c.running.is_empty() {
         dir.remove();
     } else {

@@ -31,6 +31,9 @@ pub use args::{ScheduleArg, StudyArgs};
 
 /// Run `memlens study`.
 pub fn run_study(args: StudyArgs) -> Result<i32> {
+    // Says at once when other programs keep the machine busy (a warning at the end, as `bench
+    // alloc` prints, is the study's to add with `busy.end_warning`).
+    let _busy = memlens_measure::busy::Watch::start("memlens study");
     let s = settings::settings(&args)?;
     let r = run::run(s)?;
     report::emit(&r, &args.out)?;

@@ -11,6 +11,7 @@ const EXAMPLES: &str = "\
 Examples:
   memlens run -- ./server --port 8080        profile a program, write memlens.server.<pid>.pb.gz
   memlens report memlens.server.1234.pb.gz   top allocating stacks and functions
+  memlens check --max-peak 200M -- ./test    fail a CI job (exit 3) when the heap breaks a limit
   memlens ctl 1234 start                     switch profiling on in a running process
   memlens serve                              pprof endpoints for Pyroscope / Parca to scrape
   memlens attach 1234 --for 30s              profile a process started without memlens
@@ -42,6 +43,8 @@ enum Cmd {
     Report(memlens_profile::ReportArgs),
     /// What grew between two profiles, per stack and per function
     Diff(memlens_profile::DiffArgs),
+    /// Run a program under the heap profiler and judge its heap against limits (exit 3 if broken)
+    Check(memlens_check::CheckArgs),
     /// What heap profiling costs, by sampling interval and unwinder, and which interval to use
     Study(Box<memlens_study::StudyArgs>),
     /// Benchmarks: allocator scalability, memory latency, memory bandwidth
@@ -95,6 +98,7 @@ fn dispatch(cmd: Cmd) -> anyhow::Result<i32> {
         Cmd::Report(a) if a.file.is_dir() => memlens_run::run_collect(&a.file),
         Cmd::Report(a) => memlens_profile::run_report(a),
         Cmd::Diff(a) => memlens_profile::run_diff(a),
+        Cmd::Check(a) => memlens_check::run_check(a),
         Cmd::Study(a) => memlens_study::run_study(*a),
         Cmd::Bench(BenchCmd::Alloc(a)) => memlens_bench_alloc::run_alloc(a),
         Cmd::Bench(BenchCmd::Latency(a)) => memlens_bench_mem::run_latency(a),

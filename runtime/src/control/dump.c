@@ -9,6 +9,7 @@
 #include "../base/config.h"
 #include "../base/fmt.h"
 #include "../base/out.h"
+#include "../base/proc.h"
 #include "../record/block.h"
 #include "../record/lifetime.h"
 #include "../sample/cost.h"
@@ -142,6 +143,27 @@ static void write_stack(struct ml_stack *r, void *arg)
     ml_views_write_stack(o, r);
 }
 
+/* The name the program was started as, argv[0] (`redis-server`, where /proc/self/exe reads the file
+ * its symlink points to, `redis-check-rdb`). A program that rewrote its title in place
+ * (`redis-server *:6379`, `nginx: master process …`) keeps its name before the first space. */
+static void write_cmd(struct ml_out *o)
+{
+    char *s = scratch;
+    if (ml_proc_read("/proc/self/cmdline", s, sizeof scratch) <= 0)
+        return;
+    size_t n = 0;
+    while (s[n] && s[n] != ' ')
+        n++;
+    if (n > 0 && s[n - 1] == ':')
+        n--;
+    s[n] = 0;
+    if (n == 0)
+        return;
+    ml_out_str(o, "cmd ");
+    ml_out_path(o, s);
+    ml_out_str(o, "\n");
+}
+
 static void write_dump(struct ml_out *o, const char *reason)
 {
     char *exe = scratch;
@@ -153,6 +175,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     ml_out_str(o, "exe ");
     ml_out_path(o, exe);
     ml_out_str(o, "\n");
+    write_cmd(o); /* scratch is free again: the exe path is in the output */
     line_u(o, "interval", atomic_load(&ml_cfg.interval));
     line_s(o, "unwinder", ml_unwinder_name(ml_cfg.unwinder));
     line_u(o, "active", (uint64_t)atomic_load(&ml_cfg.active));

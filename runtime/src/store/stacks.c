@@ -90,7 +90,8 @@ int ml_stacks_init(void)
         munmap(s, NSLOTS * sizeof(uint32_t));
         return -1;
     }
-    ML_ASSERT(ARENA_SIZE >= (1u << 20) && ARENA_SIZE <= ARENA_LIMIT && ARENA_SIZE % 4096 == 0);
+    /* at least a page: MEMLENS_MAX_STACKS 1024 at the default depth is ~700 KiB */
+    ML_ASSERT(ARENA_SIZE >= 4096 && ARENA_SIZE <= ARENA_LIMIT && ARENA_SIZE % 4096 == 0);
     atomic_store(&arena_used, 8);
     ml_st->max_stacks = max_stacks;
     listed = l;

@@ -6,7 +6,11 @@
  * program up to the call and keeps only those facts; anything else (CFA expressions, a CFA in
  * another register, signal frames, no FDE) marks the rule unsupported and the whole stack goes to
  * libunwind instead. FDEs are found lock-free with glibc's _dl_find_object and the binary-search
- * table of .eh_frame_hdr. Rules live in a global insert-only table; dlclose clears it. */
+ * table of .eh_frame_hdr. Rules live in a global insert-only table; dlclose clears it.
+ *
+ * Every read of the tables stays inside the object's mapping (ml_cfi_rule_from's [lo, hi)), and
+ * every length and offset in them is checked against it first: a corrupt or hostile .eh_frame gives
+ * an unsupported rule, never a read elsewhere or a loop (runtime/tests/unit/cfi_fuzz.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <string.h>
@@ -68,25 +72,32 @@ static uint64_t uleb(const uint8_t **p, const uint8_t *end)
 
 static int64_t sleb(const uint8_t **p, const uint8_t *end)
 {
-    int64_t v = 0;
+    uint64_t v = 0; /* unsigned: the top group may shift into (and past) the sign bit */
     unsigned shift = 0;
     uint8_t b = 0x80;
     while (*p < end && shift < 64 && (b & 0x80)) {
         b = *(*p)++;
-        v |= (int64_t)(b & 0x7f) << shift;
+        v |= (uint64_t)(b & 0x7f) << shift;
         shift += 7;
     }
     if (shift < 64 && (b & 0x40))
-        v |= -((int64_t)1 << shift);
-    return v;
+        v |= ~0ull << shift;
+    return (int64_t)v;
 }
 
-/* A pointer in one of the encodings gcc and clang emit (absolute or pc-relative, 4 or 8 bytes);
- * 0 with *ok = 0 for anything else. */
-static uintptr_t enc_ptr(const uint8_t **p, uint8_t enc, int *ok)
+/* a * b, wrapping: factors come from the tables (a CFA offset times the data alignment) */
+static int64_t mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
+/* A pointer in one of the encodings gcc and clang emit (absolute or pc-relative, 4 or 8 bytes)
+ * read from [*p, end); 0 with *ok = 0 for anything else, or when it does not fit. */
+static uintptr_t enc_ptr(const uint8_t **p, const uint8_t *end, uint8_t enc, int *ok)
 {
     const uint8_t *at = *p;
     uintptr_t v;
+    if (end - at < ((enc & 0x0f) == 0x03 || (enc & 0x0f) == 0x0b ? 4 : 8)) {
+        *ok = 0;
+        return 0;
+    }
     switch (enc & 0x0f) {
     case 0x00: /* absptr */
     case 0x04: /* udata8 */
@@ -125,33 +136,34 @@ static uintptr_t enc_ptr(const uint8_t **p, uint8_t enc, int *ok)
     return v;
 }
 
-/* The FDE covering pc, via .eh_frame_hdr's sorted table; NULL if none. */
-static const uint8_t *find_fde(uintptr_t pc)
+/* The FDE covering pc, via .eh_frame_hdr's sorted table (at hdr, inside [lo, hi)); NULL if none. */
+static const uint8_t *find_fde(const uint8_t *hdr, const uint8_t *lo, const uint8_t *hi, uintptr_t pc)
 {
-    struct dl_find_object fo;
-    if (_dl_find_object((void *)pc, &fo) != 0 || !fo.dlfo_eh_frame)
-        return NULL;
-    const uint8_t *hdr = fo.dlfo_eh_frame, *p = hdr + 4;
+    const uint8_t *p = hdr + 4;
     int ok = 1;
-    if (hdr[0] != 1 || hdr[3] != 0x3b) /* version 1, table of datarel sdata4 pairs */
+    if (hdr < lo || hi - hdr < 4 || hdr[0] != 1 || hdr[3] != 0x3b) /* version 1, datarel sdata4 pairs */
         return NULL;
-    enc_ptr(&p, hdr[1], &ok); /* eh_frame_ptr: not needed */
-    uintptr_t count = enc_ptr(&p, hdr[2], &ok);
-    if (!ok || count == 0)
+    enc_ptr(&p, hi, hdr[1], &ok); /* eh_frame_ptr: not needed */
+    uintptr_t count = enc_ptr(&p, hi, hdr[2], &ok);
+    if (!ok || count == 0 || count > (uintptr_t)(hi - p) / 8)
         return NULL;
-    const int32_t *table = (const int32_t *)p;
+    const uint8_t *table = p; /* pairs of int32: start, FDE; both relative to hdr */
     intptr_t want = (intptr_t)(pc - (uintptr_t)hdr);
-    size_t lo = 0, hi = count;
-    while (hi - lo > 1) { /* largest entry whose start <= pc */
-        size_t mid = lo + (hi - lo) / 2;
-        if (table[2 * mid] <= want)
-            lo = mid;
+    int32_t e[2];
+    size_t lo_i = 0, hi_i = count;
+    while (hi_i - lo_i > 1) { /* largest entry whose start <= pc */
+        size_t mid = lo_i + (hi_i - lo_i) / 2;
+        memcpy(e, table + 8 * mid, 8);
+        if (e[0] <= want)
+            lo_i = mid;
         else
-            hi = mid;
+            hi_i = mid;
     }
-    if (table[2 * lo] > want)
+    memcpy(e, table + 8 * lo_i, 8);
+    uintptr_t fde = (uintptr_t)hdr + (uintptr_t)(intptr_t)e[1];
+    if (e[0] > want || fde < (uintptr_t)lo || fde >= (uintptr_t)hi)
         return NULL;
-    return hdr + table[2 * lo + 1];
+    return (const uint8_t *)fde;
 }
 
 /* ---- running the CFA program ---- */
@@ -173,19 +185,26 @@ struct cie_info {
     const uint8_t *insns, *end;
 };
 
-static int parse_cie(const uint8_t *cie, struct cie_info *ci)
+/* The CIE at `cie`, inside [lo, hi): 0, or -1 when it is not one this unwinder follows (or does not
+ * fit). */
+static int parse_cie(const uint8_t *cie, const uint8_t *lo, const uint8_t *hi, struct cie_info *ci)
 {
     uint32_t len;
+    if (cie < lo || hi - cie < 8)
+        return -1;
     memcpy(&len, cie, 4);
-    if (len == 0 || len == 0xffffffffu)
+    if (len < 5 || len == 0xffffffffu || len > (uint64_t)(hi - cie - 4))
         return -1;
     const uint8_t *p = cie + 8, *end = cie + 4 + len;
     uint8_t version = *p++;
     const char *aug = (const char *)p;
-    p += strnlen(aug, (size_t)(end - p)) + 1;
+    size_t auglen = strnlen(aug, (size_t)(end - p));
+    if (auglen == (size_t)(end - p))
+        return -1; /* no NUL before the end */
+    p += auglen + 1;
     ci->code_align = uleb(&p, end);
     ci->data_align = sleb(&p, end);
-    if (version == 1)
+    if (version == 1 && p < end)
         p++;
     else
         uleb(&p, end);
@@ -193,14 +212,18 @@ static int parse_cie(const uint8_t *cie, struct cie_info *ci)
     ci->has_z = aug[0] == 'z';
     if (ci->has_z) {
         uint64_t alen = uleb(&p, end);
+        if (alen > (uint64_t)(end - p))
+            return -1;
         const uint8_t *aend = p + alen;
         for (const char *a = aug + 1; *a; a++) {
             int ok = 1;
+            if ((*a == 'R' || *a == 'P' || *a == 'L') && p >= aend)
+                return -1;
             if (*a == 'R')
                 ci->fde_enc = *p++;
             else if (*a == 'P') {
                 uint8_t penc = *p++;
-                enc_ptr(&p, penc & 0x7f, &ok); /* personality (indirect bit cleared: not read) */
+                enc_ptr(&p, aend, penc & 0x7f, &ok); /* personality (indirect bit cleared: not read) */
             } else if (*a == 'L')
                 p++;
             else
@@ -253,7 +276,7 @@ static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const stru
             adv = low * ci->code_align;
             break;
         case 0x80:
-            set_reg_offset(s, low, (int64_t)uleb(&p, end) * ci->data_align);
+            set_reg_offset(s, low, mul((int64_t)uleb(&p, end), ci->data_align));
             continue;
         case 0xc0:
             restore_reg(s, init, low);
@@ -262,31 +285,29 @@ static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const stru
             switch (op) {
             case 0x00: /* nop */
                 break;
-            case 0x02:
-                adv = *p++ * ci->code_align;
-                break;
-            case 0x03: {
-                uint16_t d;
-                memcpy(&d, p, 2);
-                p += 2;
-                adv = d * ci->code_align;
-                break;
-            }
+            case 0x02: /* advance_loc1, 2, 4: the operand must fit */
+            case 0x03:
             case 0x04: {
-                uint32_t d;
-                memcpy(&d, p, 4);
-                p += 4;
+                size_t w = op == 0x02 ? 1 : op == 0x03 ? 2 : 4;
+                uint32_t d = 0;
+                if ((size_t)(end - p) < w) {
+                    s->bad = 1;
+                    break;
+                }
+                for (size_t i = 0; i < w; i++) /* little-endian */
+                    d |= (uint32_t)p[i] << (8 * i);
+                p += w;
                 adv = d * ci->code_align;
                 break;
             }
             case 0x05: { /* offset_extended */
                 uint64_t reg = uleb(&p, end);
-                set_reg_offset(s, reg, (int64_t)uleb(&p, end) * ci->data_align);
+                set_reg_offset(s, reg, mul((int64_t)uleb(&p, end), ci->data_align));
                 break;
             }
             case 0x11: { /* offset_extended_sf */
                 uint64_t reg = uleb(&p, end);
-                set_reg_offset(s, reg, sleb(&p, end) * ci->data_align);
+                set_reg_offset(s, reg, mul(sleb(&p, end), ci->data_align));
                 break;
             }
             case 0x06: /* restore_extended */
@@ -335,7 +356,7 @@ static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const stru
                 break;
             case 0x12: /* def_cfa_sf */
                 s->cfa_reg = (int)uleb(&p, end);
-                s->cfa_off = sleb(&p, end) * ci->data_align;
+                s->cfa_off = mul(sleb(&p, end), ci->data_align);
                 break;
             case 0x0d: /* def_cfa_register */
                 s->cfa_reg = (int)uleb(&p, end);
@@ -344,15 +365,16 @@ static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const stru
                 s->cfa_off = (int64_t)uleb(&p, end);
                 break;
             case 0x13: /* def_cfa_offset_sf */
-                s->cfa_off = sleb(&p, end) * ci->data_align;
+                s->cfa_off = mul(sleb(&p, end), ci->data_align);
                 break;
             case 0x10:   /* expression */
             case 0x16: { /* val_expression */
                 uint64_t reg = uleb(&p, end);
                 uint64_t len = uleb(&p, end);
-                p += len;
-                if (reg == DW_REG_RBP || reg == DW_REG_RA)
+                if (len > (uint64_t)(end - p) || reg == DW_REG_RBP || reg == DW_REG_RA)
                     s->bad = 1;
+                else
+                    p += len;
                 break;
             }
             case 0x14: /* val_offset */
@@ -380,29 +402,31 @@ static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const stru
     }
 }
 
-/* Compute the rule for return address `ra` (the call is at ra - 1). */
-static uint64_t compute(uintptr_t ra)
+uint64_t ml_cfi_rule_from(const uint8_t *hdr, const uint8_t *lo, const uint8_t *hi, uintptr_t ra)
 {
     uintptr_t target = ra - 1;
-    const uint8_t *fde = find_fde(target);
-    if (!fde)
+    const uint8_t *fde = find_fde(hdr, lo, hi, target);
+    if (!fde || hi - fde < 8)
         return ML_RULE_UNSUPPORTED;
     uint32_t len, cie_off;
     memcpy(&len, fde, 4);
     memcpy(&cie_off, fde + 4, 4);
-    if (len == 0 || len == 0xffffffffu || cie_off == 0)
+    if (len < 4 || len == 0xffffffffu || len > (uint64_t)(hi - fde - 4) || cie_off == 0 ||
+        cie_off > (uint64_t)(fde + 4 - lo))
         return ML_RULE_UNSUPPORTED;
     struct cie_info ci;
-    if (parse_cie(fde + 4 - cie_off, &ci) != 0)
+    if (parse_cie(fde + 4 - cie_off, lo, hi, &ci) != 0)
         return ML_RULE_UNSUPPORTED;
     const uint8_t *p = fde + 8, *end = fde + 4 + len;
     int ok = 1;
-    uintptr_t begin = enc_ptr(&p, ci.fde_enc, &ok);
-    uintptr_t range = enc_ptr(&p, ci.fde_enc & 0x0f, &ok);
-    if (!ok || target < begin || target >= begin + range)
+    uintptr_t begin = enc_ptr(&p, end, ci.fde_enc, &ok);
+    uintptr_t range = enc_ptr(&p, end, ci.fde_enc & 0x0f, &ok);
+    if (!ok || target < begin || target - begin >= range)
         return ML_RULE_UNSUPPORTED;
     if (ci.has_z) {
         uint64_t alen = uleb(&p, end);
+        if (alen > (uint64_t)(end - p))
+            return ML_RULE_UNSUPPORTED;
         p += alen;
     }
     struct cfa_state s = {.cfa_reg = DW_REG_RSP, .cfa_off = 8}, init;
@@ -416,6 +440,16 @@ static uint64_t compute(uintptr_t ra)
         return ML_RULE_VALID | ML_RULE_OUTERMOST;
     return ML_RULE_VALID | (uint64_t)(uint32_t)s.cfa_off | (s.cfa_reg == DW_REG_RBP ? ML_RULE_CFA_RBP : 0) |
            (s.rbp_saved ? ML_RULE_RBP_SAVED | ((uint64_t)(uint16_t)(int16_t)s.rbp_off << 48) : 0);
+}
+
+/* Compute the rule for return address `ra` (the call is at ra - 1) from the tables of the object
+ * holding it, read within its mapping. */
+static uint64_t compute(uintptr_t ra)
+{
+    struct dl_find_object fo;
+    if (_dl_find_object((void *)(ra - 1), &fo) != 0 || !fo.dlfo_eh_frame)
+        return ML_RULE_UNSUPPORTED;
+    return ml_cfi_rule_from(fo.dlfo_eh_frame, fo.dlfo_map_start, fo.dlfo_map_end, ra);
 }
 
 /* A rule is either valid or unsupported, never 0 (0 marks a slot being filled); a valid frame rule

@@ -25,6 +25,9 @@ int ml_cfi_ready(void);
 uint64_t ml_cfi_rule(uintptr_t ra);
 /* Forget every rule (code was unloaded: its addresses may be reused by other code). */
 void ml_cfi_forget(void);
+/* The rule for `ra` from one object's tables, uncached: `hdr` its .eh_frame_hdr, every read inside
+ * [lo, hi) (its mapping; the seam the unit test and the fuzzer feed their own bytes through). */
+uint64_t ml_cfi_rule_from(const uint8_t *hdr, const uint8_t *lo, const uint8_t *hi, uintptr_t ra);
 
 #pragma GCC visibility pop
 #endif
