@@ -114,7 +114,7 @@ pub struct Meta {
     pub cost: Cost,
     /// What the runtime said about what it could and could not see (`note` lines of the dump, the
     /// profile's `memlens-note:` comments): allocators linked into the program it hooked, those it
-    /// cannot hook, a heap growing where nothing is sampled (runtime/src/intercept/notes.c).
+    /// cannot hook, a heap growing where nothing is sampled (runtime/src/base/notes.c).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }

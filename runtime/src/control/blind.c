@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../base/fmt.h"
+#include "../base/notes.h"
 #include "../base/proc.h"
 #include "../intercept/finder.h"
 #include "../record/peak.h"

@@ -22,6 +22,7 @@
 
 #include "../base/fmt.h"
 #include "../base/log.h"
+#include "../base/notes.h"
 #include "../record/range.h"
 #include "elfsym.h"
 #include "finder.h"

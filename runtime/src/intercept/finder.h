@@ -8,8 +8,6 @@
 
 #pragma GCC visibility push(hidden)
 
-struct ml_out;
-
 enum ml_hook_mode {
     ML_HOOK_NOW,   /* `memlens run`, before main, or a library being loaded: write the jumps now */
     ML_HOOK_DEFER, /* `memlens attach`: plan them, and leave them in memlens_pending for memlens to
@@ -29,13 +27,6 @@ void ml_hooks_counting(int on);
 int ml_hooks_at_start(void);
 /* The entry points hooked so far (0: none). */
 int ml_hooks_count(void);
-/* The dump's `note` lines: what was hooked, and what memlens could not see. */
-void ml_hooks_write_notes(struct ml_out *o);
-/* The notes so far, and those from `from` on one a line into buf (notes.c). */
-int ml_notes_count(void);
-void ml_notes_join(int from, char *buf, size_t cap);
-/* Remember a note for the dump (a line without newline); also printed on stderr when `say`. */
-void ml_note(int say, const char *text);
 
 /* The loader's notification of new modules (r_debug.r_brk): hooked under `memlens run`, so that a
  * library loaded later is scanned before its code runs. */

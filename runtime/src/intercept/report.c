@@ -2,6 +2,7 @@
  * wrapper, crates/memlens-alloc) tells memlens what it hands out and takes back. The seam's model
  * (b), "observe" (source.h): sampled by the same countdown, recorded by address. */
 #include "../base/log.h"
+#include "../base/notes.h"
 #include "finder.h"
 #include "source.h"
 

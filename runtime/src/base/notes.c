@@ -1,11 +1,13 @@
 /* What memlens could and could not see, said once on stderr and kept for every dump (`note` lines,
  * which `memlens report` turns into the profile's comments): the allocators hooked in the program,
- * those it cannot hook, and a heap that grows where nothing is sampled (blind.c). */
+ * those it cannot hook (intercept/finder.c), and a heap that grows where nothing is sampled
+ * (control/blind.c). In base/ because the dump writer (control/dump.c) reads them and must link
+ * without the interposers (the C unit tests link it against the floors below intercept/). */
 #include <string.h>
 
-#include "../base/log.h"
-#include "../base/out.h"
-#include "finder.h"
+#include "notes.h"
+#include "log.h"
+#include "rt.h"
 
 #define NOTES 16
 #define NOTE_LEN 512
@@ -46,7 +48,7 @@ void ml_notes_join(int from, char *buf, size_t cap)
     }
 }
 
-void ml_hooks_write_notes(struct ml_out *o)
+void ml_notes_write(struct ml_out *o)
 {
     int n = ml_notes_count();
     for (int i = 0; i < n; i++) {
