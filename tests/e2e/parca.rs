@@ -43,7 +43,7 @@ pub(crate) fn target_program(dir: &Path) -> PathBuf {
 }
 
 /// A point of a Parca series: (time ns, value, duration ns; 0 for a snapshot).
-type Point = (u64, i64, u64);
+pub(crate) type Point = (u64, i64, u64);
 
 /// The program's log: (realtime ns, bytes allocated so far, bytes held).
 pub(crate) struct Log(pub(crate) Vec<(u64, u64, u64)>);
@@ -99,12 +99,12 @@ pub(crate) fn shared_tool(test: &str, path: &str) -> Option<PathBuf> {
 }
 
 /// The Parca server for tests (see [`shared_tool`]).
-fn parca_sh(test: &str) -> Option<PathBuf> {
+pub(crate) fn parca_sh(test: &str) -> Option<PathBuf> {
     shared_tool(test, "parca/parca.sh")
 }
 
 /// A running Parca, its API on `port`; killed on drop.
-struct Parca {
+pub(crate) struct Parca {
     child: Child,
     port: u16,
 }
@@ -141,6 +141,13 @@ impl Parca {
             p.api("/profiles/types", &[]).is_some()
         });
         p
+    }
+
+    /// Parca with `scrape_configs`, its files in `tmp/parca`.
+    pub(crate) fn start_in(sh: &Path, tmp: &Path, scrape_configs: &str) -> Parca {
+        let dir = tmp.join("parca");
+        std::fs::create_dir(&dir).unwrap();
+        Parca::start(sh, &dir, scrape_configs)
     }
 
     /// GET `/api{path}` with `params`: the JSON answer, or None for an error (Parca's gateway
@@ -182,7 +189,11 @@ impl Parca {
     /// QueryRange over the last two minutes with a step of a millisecond (one point per profile),
     /// series split by the labels `sum_by` (a delta query sums all series into one without):
     /// (labels, [(time ns, value, duration ns)]) of each series.
-    fn range(&self, query: &str, sum_by: &[&str]) -> Vec<(serde_json::Value, Vec<Point>)> {
+    pub(crate) fn range(
+        &self,
+        query: &str,
+        sum_by: &[&str],
+    ) -> Vec<(serde_json::Value, Vec<Point>)> {
         let now = now_s();
         let (start, end) = (rfc3339(now - 120), rfc3339(now + 1));
         let mut params = vec![
@@ -220,7 +231,7 @@ impl Parca {
 
     /// What Parca stored for `query` over the last 3 s, as pprof (its REPORT_TYPE_PPROF), read
     /// by `go tool pprof -raw`.
-    fn pprof_raw(&self, query: &str, tmp: &Path) -> String {
+    pub(crate) fn pprof_raw(&self, query: &str, tmp: &Path) -> String {
         let now = now_s();
         let (start, end) = (rfc3339(now - 3), rfc3339(now + 1));
         let v = self
@@ -318,6 +329,22 @@ fn job(name: &str, targets: &str, profiles: &str, token_file: &Path) -> String {
     format!(
         "  - job_name: \"{name}\"\n    scrape_interval: \"{INTERVAL}\"\n{}{targets}    profiling_config:\n      pprof_config:\n{profiles}        process_cpu: {{enabled: false}}\n        block: {{enabled: false}}\n        goroutine: {{enabled: false}}\n        mutex: {{enabled: false}}\n",
         authorization(token_file, "    ")
+    )
+}
+
+/// A job of `allocs?seconds=` windows of every process that `memlens serve` on `port` lists at
+/// `/sd` (the discovery request carries the token too), `more` (e.g. `relabel_configs`, indented
+/// as a key of the job) after the discovery.
+pub(crate) fn sd_allocs_job(name: &str, port: u16, token_file: &Path, more: &str) -> String {
+    let sd = format!(
+        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{port}/sd\"\n        refresh_interval: \"1s\"\n{}{more}",
+        authorization(token_file, "        ")
+    );
+    job(
+        name,
+        &sd,
+        "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
+        token_file,
     )
 }
 
@@ -498,21 +525,8 @@ fn parca_discovers_inactive_programs_through_sd() {
     );
     wait_for("the leak", 30, || t.dir.join("leaked").exists());
     let server = Server::start(&ctl, &[]);
-    // The discovery request carries the token too.
-    let sd = format!(
-        "    http_sd_configs:\n      - url: \"http://127.0.0.1:{}/sd\"\n        refresh_interval: \"1s\"\n{}",
-        server.port,
-        authorization(&server.token_file, "        ")
-    );
-    let configs = job(
-        "fleet",
-        &sd,
-        "        memory: {enabled: true, path: /debug/pprof/allocs, delta: true}\n",
-        &server.token_file,
-    );
-    let pdir = tmp.join("parca");
-    std::fs::create_dir(&pdir).unwrap();
-    let parca = Parca::start(&sh, &pdir, &configs);
+    let configs = sd_allocs_job("fleet", server.port, &server.token_file, "");
+    let parca = Parca::start_in(&sh, &tmp, &configs);
     let q = "memory:alloc_space:bytes:space:bytes:delta{job=\"fleet\"}";
     let mut series = Vec::new();
     wait_for("Parca to store the windows", 60, || {

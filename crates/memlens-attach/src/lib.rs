@@ -10,7 +10,7 @@ mod inject;
 mod tracee;
 mod unwind;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use memlens_measure::error::usage;
 use memlens_measure::units::{format_size, parse_duration};
 use memlens_target::{default_dump_name, parse_pid, Target};
@@ -65,10 +65,11 @@ pub struct DetachArgs {
     pub(crate) pid: String,
 }
 
-/// The arguments the runtime's attach entry (and the socket's `attach`) understand.
-fn runtime_args(interval: Option<u64>, unwinder: Option<&str>) -> Result<String> {
+/// The arguments the runtime's attach entry (and the socket's `attach`) understand: the
+/// interval, whether to sample at once, the unwinder.
+fn runtime_args(interval: Option<u64>, active: bool, unwinder: Option<&str>) -> Result<String> {
     let mut a = match interval {
-        Some(iv) => format!("interval={iv} active=1"),
+        Some(iv) => format!("interval={iv} active={}", u8::from(active)),
         None => "active=0".to_string(),
     };
     if let Some(u) = unwinder {
@@ -99,8 +100,8 @@ pub fn run_attach(a: AttachArgs) -> Result<i32> {
     if duration.is_some() && interval.is_none() {
         interval = Some(512 * 1024);
     }
-    let args = runtime_args(interval, a.unwinder.as_deref())?;
-    let label = attach(pid, &args)?;
+    runtime_args(interval, true, a.unwinder.as_deref())?;
+    let label = attach(pid, interval, a.unwinder.as_deref())?;
     match interval {
         Some(iv) => println!("{label}: attached, sampling every {}", format_size(iv)),
         None => println!(
@@ -113,8 +114,18 @@ pub fn run_attach(a: AttachArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Attach (or re-attach through the socket) and return the process's label.
-pub fn attach(pid: i32, args: &str) -> Result<String> {
+/// How long a freshly loaded runtime may take to open its control socket.
+const SOCKET_WAIT: Duration = Duration::from_secs(10);
+
+/// Attach (or re-attach through the socket), sampling at `interval` when given, and return the
+/// process's label.
+///
+/// A first attach loads the runtime inactive and switches sampling on only through the control
+/// socket, once that answers: a runtime whose socket memlens cannot reach (a container's
+/// directory it cannot see, a runtime that could not open one) would otherwise sample with nobody
+/// able to stop it. Then the attach fails saying the runtime stays loaded but inactive, hooks
+/// forwarding at the cost of a compare, as after `memlens detach`.
+pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result<String> {
     let p = tracee::check(pid)?;
     let t = Target::find(pid)?;
     if p.has_runtime() {
@@ -125,26 +136,42 @@ pub fn attach(pid: i32, args: &str) -> Result<String> {
                 t.sock.display()
             );
         }
-        t.request(&format!("attach {args}"))?;
+        t.request(&format!(
+            "attach {}",
+            runtime_args(interval, true, unwinder)?
+        ))?;
         return Ok(format!(
             "{} [re-attached through its control socket]",
             p.label()
         ));
     }
     let lib = std::fs::read(memlens_native::runtime()?)?;
-    let done = inject::inject(&p, &lib, args)?;
+    let done = inject::inject(&p, &lib, &runtime_args(interval, false, unwinder)?)?;
     // The control thread is started by the runtime's constructor; wait until it answers.
-    if !t.wait_ready(Duration::from_secs(10), || {
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
-    }) {
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    if !t.wait_ready(SOCKET_WAIT, alive) {
+        let why = match t.status() {
+            Err(e) => format!("{e:#}"),
+            Ok(_) => "it answered only after the wait".to_string(),
+        };
         bail!(
-            "{}: the runtime is loaded but its control socket {} did not appear",
+            "{}: the runtime is loaded but its control socket did not answer within {} s, so it \
+             stays inactive (nothing is sampled; its hooks forward every call): {why}",
             p.label(),
-            t.sock.display()
+            SOCKET_WAIT.as_secs()
         );
     }
-    // Allocators linked into the program: their entry points hooked with every thread stopped.
+    // Allocators linked into the program: their entry points hooked with every thread stopped,
+    // before sampling starts, so that it starts over every allocator at once.
     let hooked = hooks::apply_pending(&p, &lib)?;
+    if interval.is_some() {
+        t.start(interval).with_context(|| {
+            format!(
+                "{}: the runtime is loaded, inactive, but sampling could not be switched on",
+                p.label()
+            )
+        })?;
+    }
     let retries = if done.retries > 0 {
         format!(
             ", {} retries: thread in the allocator or loader",
@@ -153,8 +180,12 @@ pub fn attach(pid: i32, args: &str) -> Result<String> {
     } else {
         String::new()
     };
+    let place = match &t.root {
+        Some(_) if t.ns_pid != t.pid => format!(", pid {} in its namespace", t.ns_pid),
+        _ => String::new(),
+    };
     let mut label = format!(
-        "{} [thread {} stopped {:.3} ms{retries}]",
+        "{} [thread {} stopped {:.3} ms{retries}{place}]",
         p.label(),
         done.tid,
         done.stopped.as_secs_f64() * 1e3
@@ -186,6 +217,9 @@ fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
     let dumped = t.dump_pprof(&out);
     let detached = t.request("detach");
     let s = dumped?;
+    for w in &s.warnings {
+        eprintln!("memlens: warning: {w}");
+    }
     detached?;
     println!(
         "process {} ({}): profile written to {} ({} samples, {} allocated, {} live); detached",

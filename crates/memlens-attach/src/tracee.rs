@@ -7,7 +7,7 @@ use object::read::elf::ProgramHeader;
 use object::{Object, ObjectSymbol};
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone)]
@@ -80,12 +80,28 @@ impl Tracee {
         v
     }
 
-    /// The bytes of a file the process has mapped, seen from its mount namespace.
+    /// The bytes of a file the process has mapped, seen from its mount namespace — or, when its
+    /// name leads nowhere (deleted since it was mapped, `PATH (deleted)` in the maps: a service
+    /// whose package was upgraded under it), through the mapping itself (`map_files`, root only).
+    /// The process chose that name (it may have mapped `/dev/zero` or a FIFO): only a regular
+    /// file is opened, without blocking, and read up to the input budget
+    /// (`memlens_profile::read_regular`).
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        use memlens_profile::{budget, read_regular, Links};
         let inside = PathBuf::from(format!("{}/root{}", self.proc_dir, path));
-        std::fs::read(&inside)
-            .or_else(|_| std::fs::read(path))
+        read_regular(&inside, Links::Follow, budget())
+            .or_else(|_| read_regular(Path::new(path), Links::Resolve, budget()))
+            .or_else(|e| self.read_mapped(path).ok_or(e))
             .with_context(|| format!("cannot read {path} of {}", self.label()))
+    }
+
+    /// The file behind a mapping of `path`, through `map_files/LO-HI`.
+    fn read_mapped(&self, path: &str) -> Option<Vec<u8>> {
+        use memlens_profile::{budget, read_regular, Links};
+        let m = self.maps.iter().find(|m| m.path == path && m.offset == 0)?;
+        let file = format!("{}/map_files/{:x}-{:x}", self.proc_dir, m.lo, m.hi);
+        // a link to the name the process sees: followed by open(2), never resolved here
+        read_regular(Path::new(&file), Links::Follow, budget()).ok()
     }
 
     /// Run-time addresses of the defined dynamic symbols `names` of module `path`:

@@ -62,31 +62,41 @@ fn cache_dirs() -> (PathBuf, bool, PathBuf) {
     (base, fallback, dir)
 }
 
+/// What keeps `dir` from being `me`'s own: not a real directory (a link is not), another user's,
+/// or writable by others (who could plant code or files in it); `None` when it is ours alone.
+pub fn not_own_dir(dir: &Path, me: u32) -> Result<Option<String>> {
+    let m = fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    Ok(if !m.file_type().is_dir() {
+        Some(format!("{} is not a directory", dir.display()))
+    } else if m.uid() != me {
+        Some(format!(
+            "{} belongs to uid {}, not to uid {me}",
+            dir.display(),
+            m.uid()
+        ))
+    } else if m.mode() & 0o022 != 0 {
+        Some(format!(
+            "{} is writable by other users (mode {:o})",
+            dir.display(),
+            m.mode() & 0o7777
+        ))
+    } else {
+        None
+    })
+}
+
 /// A directory we preload code from must be a real directory (not a symlink), ours, and writable by
 /// nobody else: otherwise another local user could plant a library in it.
 fn check_private_dir(dir: &Path) -> Result<()> {
-    let m = fs::symlink_metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let hint = "remove it, or set XDG_CACHE_HOME to a directory of your own";
-    if !m.file_type().is_dir() {
-        bail!("{} is not a directory ({hint})", dir.display());
+    match not_own_dir(dir, me)? {
+        None => Ok(()),
+        Some(why) => bail!(
+            "{why}: memlens will not load its runtime from there (remove it, or set \
+             XDG_CACHE_HOME to a directory of your own)"
+        ),
     }
-    if m.uid() != me {
-        bail!(
-            "{} belongs to uid {}, not to you (uid {me}): memlens will not load its runtime from there ({hint})",
-            dir.display(),
-            m.uid()
-        );
-    }
-    if m.mode() & 0o022 != 0 {
-        bail!(
-            "{} is writable by other users (mode {:o}): memlens will not load its runtime from there ({hint})",
-            dir.display(),
-            m.mode() & 0o7777
-        );
-    }
-    Ok(())
 }
 
 fn create_private_dir(dir: &Path) -> Result<()> {

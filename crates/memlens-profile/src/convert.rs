@@ -1,5 +1,6 @@
 //! Raw dump → symbolized profile model, and loading any supported input file.
 use crate::agg::U64Hash;
+use crate::lookup::{places, ProcessFiles};
 use crate::model::{Function, Line, Location, Mapping, Profile, Sample};
 use crate::raw::{RawDump, RawModule};
 use crate::symbolize::{Frames, SymFrame, Symbolizer};
@@ -48,7 +49,17 @@ pub fn convert_raw(raw: &Path, out: &Path) -> Result<ConvertSummary> {
 
 /// [`convert_raw`] with the symbolizer `sym`.
 pub fn convert_raw_with(raw: &Path, out: &Path, sym: &Symbolizer) -> Result<ConvertSummary> {
-    let dump = crate::raw::read(raw)?;
+    convert_dump(crate::raw::read(raw)?, out, sym)
+}
+
+/// [`convert_raw`] of a raw dump's text already in memory (a state file rendered by
+/// [`crate::render_state`], which need not be written anywhere first: its run directory may be
+/// full).
+pub fn convert_raw_text(text: &str, out: &Path) -> Result<ConvertSummary> {
+    convert_dump(crate::raw::parse(text)?, out, Symbolizer::global())
+}
+
+fn convert_dump(dump: RawDump, out: &Path, sym: &Symbolizer) -> Result<ConvertSummary> {
     let (profile, warnings) = symbolize_dump_with(&dump, sym);
     drop(dump);
     crate::pprof::write(&profile, out)?;
@@ -101,7 +112,8 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
         }
         return Ok(p);
     }
-    crate::pprof_read::read(input.reader(), crate::input::budget()).map_err(|e| {
+    let allowance = input.allowance.clone();
+    crate::pprof_read::read(input.reader(), &allowance).map_err(|e| {
         if e.downcast_ref::<crate::input::OverBudget>().is_some() {
             e.context(format!("cannot load {shown}"))
         } else {
@@ -112,10 +124,13 @@ pub fn load_with(path: &Path, sym: &Symbolizer) -> Result<Profile> {
     })
 }
 
-/// Modules whose frames are the profiler's own and never belong in a user's stack.
+/// Modules whose frames are the profiler's own and never belong in a user's stack (the runtime's
+/// file, or the memfd `memlens run` preloads as `/proc/self/fd/N` where no place allows exec).
 fn is_own_module(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    base.starts_with("libmemlens") && base.ends_with(".so")
+    (base.starts_with("libmemlens") && base.ends_with(".so"))
+        || path.starts_with("/proc/self/fd/")
+        || path.contains("memfd:memlens")
 }
 
 /// Pseudo-modules without a file on disk: not worth a warning.
@@ -126,9 +141,31 @@ fn is_virtual(path: &str) -> bool {
 /// The symbolized model of a raw dump and the warnings (not printed), one per module that cannot
 /// be symbolized.
 pub fn symbolize_dump_with(d: &RawDump, sym: &Symbolizer) -> (Profile, Vec<String>) {
+    symbolize_dump_in(d, sym, &ProcessFiles::default())
+}
+
+/// [`symbolize_dump_with`] of a dump of a live process whose files are reached as `files` says
+/// (its own root, its mapped files: a process in a container).
+pub fn symbolize_dump_in(
+    d: &RawDump,
+    sym: &Symbolizer,
+    files: &ProcessFiles,
+) -> (Profile, Vec<String>) {
     let mut warnings = Vec::new();
-    let p = build(d, sym, &mut warnings);
+    let p = build(d, sym, files, &mut warnings);
     (p, warnings)
+}
+
+/// [`convert_raw`] of the dump of a live process whose files are reached as `files` says.
+pub fn convert_raw_in(raw: &Path, out: &Path, files: &ProcessFiles) -> Result<ConvertSummary> {
+    let dump = crate::raw::read(raw)?;
+    let (profile, warnings) = symbolize_dump_in(&dump, Symbolizer::global(), files);
+    drop(dump);
+    crate::pprof::write(&profile, out)?;
+    if let Some(peak) = crate::life::peak_profile(&profile) {
+        crate::pprof::write(&peak, &crate::life::peak_path(out))?;
+    }
+    Ok(summary(&profile, warnings))
 }
 
 /// Build the symbolized models of many raw dumps (the runs of one program, compared with each
@@ -139,13 +176,73 @@ pub fn symbolize_dump_with(d: &RawDump, sym: &Symbolizer) -> (Profile, Vec<Strin
 pub fn symbolize_dumps(dumps: &[RawDump]) -> (Vec<Profile>, Vec<String>) {
     let sym = Symbolizer::global();
     let mut warnings = Vec::new();
-    let profiles = dumps.iter().map(|d| build(d, sym, &mut warnings)).collect();
+    let files = ProcessFiles::default();
+    let profiles = dumps
+        .iter()
+        .map(|d| build(d, sym, &files, &mut warnings))
+        .collect();
     (profiles, warnings)
 }
 
-/// The model of `d`, symbolized by `sym`; a warning per module not symbolized (and not already
-/// in `warnings`) is appended.
-fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
+/// Symbolize `addrs` of module `m` of dump `d` from the first place that holds its file with the
+/// build ID the runtime recorded ([`crate::lookup`]); Err says where it was looked for and why
+/// each place failed.
+fn symbolize_module(
+    sym: &Symbolizer,
+    files: &ProcessFiles,
+    d: &RawDump,
+    m: &RawModule,
+    addrs: &[u64],
+) -> Result<Vec<Frames>, String> {
+    let mut why = Vec::new();
+    for place in places(files, &d.maps, &m.path, &m.build_id) {
+        match sym.module(&place.path, &m.build_id, addrs) {
+            Ok(f) => return Ok(f),
+            Err(e) => why.push(format!("{}: {e}", place.what)),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// Say once per module how many of its addresses no symbol covers (a stripped file: its debug
+/// symbols would name them), and once per dump how many frames are in no module at all.
+fn unnamed_warnings(d: &RawDump, unnamed: &BTreeMap<usize, usize>, loose: usize) -> Vec<String> {
+    let mut w: Vec<String> = unnamed
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(&mi, &n)| {
+            let m = &d.modules[mi];
+            let id = if m.build_id.is_empty() {
+                String::new()
+            } else {
+                format!(", build id {}", m.build_id)
+            };
+            format!(
+                "{n} address(es) in {} have no symbol (the file has no symbol covering them: \
+                 stripped, or code without a name; its debug symbols{id} would name them); they \
+                 show as addresses",
+                m.path
+            )
+        })
+        .collect();
+    if loose > 0 {
+        w.push(format!(
+            "{loose} frame address(es) of process {} are in no module it had loaded (generated \
+             code, or a module unloaded before the dump): they show as addresses",
+            d.meta.pid
+        ));
+    }
+    w
+}
+
+/// The model of `d`, symbolized by `sym` from the files `files` reaches; a warning per module
+/// not symbolized (and not already in `warnings`) is appended.
+fn build(
+    d: &RawDump,
+    sym: &Symbolizer,
+    files: &ProcessFiles,
+    warnings: &mut Vec<String>,
+) -> Profile {
     let mut b = Builder {
         p: Profile {
             meta: d.meta.clone(),
@@ -168,14 +265,20 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
         }
     }
     let mut loc_of: HashMap<u64, u64, U64Hash> = HashMap::default();
+    let mut unnamed: BTreeMap<usize, usize> = BTreeMap::new();
     for (&mi, pcs) in &by_module {
         let m = &d.modules[mi];
         let addrs: Vec<u64> = pcs
             .iter()
             .map(|pc| pc.wrapping_sub(1).wrapping_sub(m.base))
             .collect();
-        let frames = match sym.module(&m.path, &m.build_id, &addrs) {
-            Ok(f) => f,
+        let frames = match symbolize_module(sym, files, d, m, &addrs) {
+            Ok(f) => {
+                if !is_virtual(&m.path) && !is_own_module(&m.path) {
+                    unnamed.insert(mi, f.iter().filter(|fr| fr.is_empty()).count());
+                }
+                f
+            }
             Err(why) => {
                 let w = format!(
                     "cannot symbolize {}: {why}; its frames show as addresses",
@@ -190,6 +293,12 @@ fn build(d: &RawDump, sym: &Symbolizer, warnings: &mut Vec<String>) -> Profile {
         for (pc, fr) in pcs.iter().zip(frames) {
             let id = b.location(m, *pc, &fr);
             loc_of.insert(*pc, id);
+        }
+    }
+    let loose = module_of.values().filter(|m| m.is_none()).count();
+    for w in unnamed_warnings(d, &unnamed, loose) {
+        if !warnings.contains(&w) {
+            warnings.push(w);
         }
     }
     for s in &d.stacks {

@@ -915,7 +915,10 @@ mod tests {
 
     /// Decode pprof bytes (gzipped or not) into the model.
     fn decode(bytes: &[u8]) -> Result<Profile> {
-        crate::pprof_read::read(bytes, crate::input::budget())
+        crate::pprof_read::read(
+            bytes,
+            &crate::input::Allowance::fixed(crate::input::budget()),
+        )
     }
 
     /// Translate profile.proto messages into the model, validating every reference.

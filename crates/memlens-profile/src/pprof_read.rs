@@ -6,9 +6,9 @@
 //! is built at the end ([`crate::pprof::build`]). Every field is checked as it comes: a field
 //! number 0, a wire type profile.proto never uses or a length beyond [`MAX_FIELD`] ends the read at
 //! once — `/dev/zero`, random bytes or a gzip bomb of zeros fail within their first bytes. What
-//! the decoder holds, and the decompressed bytes it walks, are both bounded by the input budget
-//! ([`crate::input::budget`]).
-use crate::input::{over_budget, OverBudget};
+//! the decoder holds, and the decompressed bytes it walks, are both bounded by the input's
+//! allowance ([`Allowance`]: a multiple of the bytes read, at most the budget).
+use crate::input::{Allowance, OverBudget};
 use crate::model::Profile;
 use crate::pprof::{proto, Pending};
 use anyhow::{anyhow, bail, Result};
@@ -25,28 +25,30 @@ pub const MAX_TIMELINE: u64 = 256 << 20;
 const SAMPLE: u64 = 2;
 const TIMELINE: u64 = 1001;
 
-/// Read a pprof profile, gzipped or not, from `r`; `budget` bounds the decompressed bytes and what
-/// is held.
-pub fn read(r: impl Read, budget: u64) -> Result<Profile> {
+/// Read a pprof profile, gzipped or not, from `r`; `allowance` bounds the decompressed bytes and
+/// what is held.
+pub fn read(r: impl Read, allowance: &Allowance) -> Result<Profile> {
     let mut r = BufReader::with_capacity(1 << 16, r);
     let gz = r.fill_buf()?.starts_with(&[0x1f, 0x8b]);
     if gz {
         let d = flate2::bufread::MultiGzDecoder::new(r);
-        walk(BufReader::with_capacity(1 << 16, d), budget, true)
+        walk(BufReader::with_capacity(1 << 16, d), allowance, true)
     } else {
-        walk(r, budget, false)
+        walk(r, allowance, false)
     }
 }
 
 /// The decompressed stream, read a byte or a field at a time.
-struct Src<R> {
+struct Src<'a, R> {
     r: R,
     pos: u64,
-    budget: u64,
+    allowance: &'a Allowance,
+    /// The allowance when last asked (it only grows: asked again once `pos` passes it).
+    limit: u64,
     gz: bool,
 }
 
-impl<R: BufRead> Src<R> {
+impl<R: BufRead> Src<'_, R> {
     fn io(&self, e: std::io::Error) -> anyhow::Error {
         // An over-budget error from the input itself is passed as it is.
         if let Some(o) = e.get_ref().and_then(|i| i.downcast_ref::<OverBudget>()) {
@@ -59,6 +61,17 @@ impl<R: BufRead> Src<R> {
         }
     }
 
+    /// Are `pos + n` decompressed bytes within the allowance?
+    fn within(&mut self, n: u64) -> Result<()> {
+        if self.pos + n > self.limit {
+            self.limit = self.allowance.now();
+            if self.pos + n > self.limit {
+                return Err(self.allowance.exceeded("the decompressed profile"));
+            }
+        }
+        Ok(())
+    }
+
     fn byte(&mut self) -> Result<Option<u8>> {
         let b = match self.r.fill_buf() {
             Ok(b) => b,
@@ -69,9 +82,7 @@ impl<R: BufRead> Src<R> {
         };
         self.r.consume(1);
         self.pos += 1;
-        if self.pos > self.budget {
-            return Err(over_budget("the decompressed profile", self.budget));
-        }
+        self.within(0)?;
         Ok(Some(x))
     }
 
@@ -91,9 +102,7 @@ impl<R: BufRead> Src<R> {
     }
 
     fn exact(&mut self, n: u64, out: &mut Vec<u8>) -> Result<()> {
-        if self.pos + n > self.budget {
-            return Err(over_budget("the decompressed profile", self.budget));
-        }
+        self.within(n)?;
         let start = out.len();
         out.resize(start + n as usize, 0);
         if let Err(e) = self.r.read_exact(&mut out[start..]) {
@@ -121,11 +130,12 @@ impl<R: BufRead> Src<R> {
     }
 }
 
-fn walk(r: impl BufRead, budget: u64, gz: bool) -> Result<Profile> {
+fn walk(r: impl BufRead, allowance: &Allowance, gz: bool) -> Result<Profile> {
     let mut src = Src {
         r,
         pos: 0,
-        budget,
+        allowance,
+        limit: 0,
         gz,
     };
     let mut head = proto::Profile::default();
@@ -167,7 +177,7 @@ fn walk(r: impl BufRead, budget: u64, gz: bool) -> Result<Profile> {
                         .merge(&field_bytes[..])
                         .map_err(|e| anyhow!("not a pprof profile (sample at byte {at}: {e})"))?;
                     held += pending.push(std::mem::take(&mut sample));
-                    check(held, budget)?;
+                    check(held, allowance)?;
                     continue;
                 }
                 prost::encoding::encode_varint(len, &mut field_bytes);
@@ -179,14 +189,14 @@ fn walk(r: impl BufRead, budget: u64, gz: bool) -> Result<Profile> {
         head.merge(&field_bytes[..])
             .map_err(|e| anyhow!("not a pprof profile (field {field} at byte {at}: {e})"))?;
         held += added(&head, field, before);
-        check(held, budget)?;
+        check(held, allowance)?;
     }
     crate::pprof::build(&head, pending)
 }
 
-fn check(held: u64, budget: u64) -> Result<()> {
-    if held > budget {
-        return Err(over_budget("what the profile holds", budget));
+fn check(held: u64, allowance: &Allowance) -> Result<()> {
+    if held > allowance.now() {
+        return Err(allowance.exceeded("what the profile holds"));
     }
     Ok(())
 }
@@ -228,7 +238,7 @@ mod tests {
     use super::*;
 
     fn err(bytes: &[u8], budget: u64) -> String {
-        format!("{:#}", read(bytes, budget).unwrap_err())
+        format!("{:#}", read(bytes, &Allowance::fixed(budget)).unwrap_err())
     }
 
     #[test]

@@ -130,9 +130,10 @@ pub struct RawDump {
     pub views: Option<RawViews>,
 }
 
-/// Read and parse a raw dump file (bounded like every input: [`crate::input`]).
+/// Read and parse a raw dump file that memlens asked for (a run directory's, a control
+/// directory's): a regular file only, not a link (bounded like every input: [`crate::input`]).
 pub fn read(path: &Path) -> Result<RawDump> {
-    let input = crate::input::open(path)?;
+    let input = crate::input::open_regular_input(path, crate::input::Links::Refuse)?;
     if !looks_raw(&input.head) {
         bail!(
             "{}: not a memlens raw dump (first line is not 'memlens-raw 1')",

@@ -8,14 +8,12 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 const MAGIC: &[u8] = b"memlens-state\n";
 const PAGE: usize = 4096;
 const DIR_AT: usize = 2048;
-/// The most a reader takes from one file (a larger arena is not ours to trust).
-const MAX_READ: u64 = 8 << 30;
 
 /// How an image ended, as its header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +51,17 @@ struct State {
     dir: HashMap<String, (usize, usize)>,
     file: std::fs::File,
     len: u64,
+    /// The most one region may take: the input budget, and no more than the file's allocated
+    /// blocks (a sparse file's holes read as zeros, and a header may claim any size).
+    max_read: u64,
 }
 
 impl State {
     fn open(path: &Path) -> Result<State> {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file.metadata()?.len();
+        // In a run directory others may write to: a regular file only, not a link, no FIFO.
+        let (file, meta) = crate::input::open_regular(path, crate::input::Links::Refuse)?;
+        let len = meta.len();
+        let max_read = crate::input::budget().min(meta.blocks().saturating_mul(512));
         let mut page = vec![0u8; PAGE];
         file.read_exact_at(&mut page, 0)
             .with_context(|| format!("{}: shorter than a state header", path.display()))?;
@@ -84,6 +86,7 @@ impl State {
             dir,
             file,
             len,
+            max_read,
         };
         if s.h("version")? != 1 {
             bail!(
@@ -119,18 +122,22 @@ impl State {
 
     fn h_str(&self, name: &str) -> Result<String> {
         let (o, s) = self.field(&format!("h.{name}"))?;
-        let b = self
-            .page
-            .get(o..o + s)
-            .ok_or_else(|| anyhow!("bad field {name}"))?;
+        let b = bytes(&self.page, o, s).with_context(|| format!("bad field {name}"))?;
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         Ok(String::from_utf8_lossy(&b[..end]).into_owned())
     }
 
-    /// `len` bytes of the file at `at` (bounded by the file).
+    /// `len` bytes of the file at `at` (bounded by the file and by what it holds).
     fn read(&self, at: u64, len: u64) -> Result<Vec<u8>> {
-        if len > MAX_READ || at.checked_add(len).is_none_or(|e| e > self.len) {
+        if at.checked_add(len).is_none_or(|e| e > self.len) {
             bail!("a region of the state file lies outside it");
+        }
+        if len > self.max_read {
+            bail!(
+                "the state file claims a region of {len} bytes, more than it holds ({} bytes \
+                 written)",
+                self.max_read
+            );
         }
         let mut b = vec![0u8; len as usize];
         self.file.read_exact_at(&mut b, at)?;

@@ -1,16 +1,19 @@
 //! Offline symbolization: (module path, ELF virtual address) → function, file, line, inlined frames.
 //!
 //! Runs in the CLI, never in the target. blazesym reads the symbol tables and DWARF (including
-//! separate debug files under /usr/lib/debug found by build ID or debuglink). Before trusting a
-//! module on disk we check that its build ID matches the one the runtime recorded: a rebuilt or
-//! foreign binary would give plausible but wrong names. Demangling is done here, once per unique
-//! name, because it is the expensive part of symbolization.
+//! separate debug files under /usr/lib/debug found by build ID or debuglink). A module path is
+//! what a dump says, so the file is opened and checked first ([`crate::modfile`]: a regular file
+//! only, what it links to too, compressed sections bounded) and blazesym reads that descriptor.
+//! Before trusting a module on disk we check that its build ID matches the one the runtime
+//! recorded: a rebuilt or foreign binary would give plausible but wrong names. Demangling is done
+//! here, once per unique name, because it is the expensive part of symbolization.
 //!
 //! A [`Symbolizer`] is a cache meant to live as long as the memlens process: every address of a
 //! module is symbolized once, keyed by the module's build ID (by path and file identity when it has
 //! none), so the hundreds of dumps of a forking program, a server's repeated scrapes and the two
 //! sides of a diff pay for each binary once. Clones share the cache; [`Symbolizer::global`] is the
 //! process's own, which [`crate::convert_raw`] and [`crate::load`] use.
+use crate::modfile::{ModFile, DEBUG_DIRS};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
@@ -50,7 +53,8 @@ struct Cache {
     /// Per module key (build ID, or path and file identity): address → frames.
     modules: HashMap<String, HashMap<u64, Frames>>,
     cached: usize,
-    /// Build ID on disk per path, with the file identity it was read from.
+    /// Build ID on disk per path (or why the file cannot be read), with the file identity it was
+    /// read from.
     build_ids: HashMap<String, (FileId, Result<Option<String>, String>)>,
     /// Demangled names and file names, one allocation per distinct string.
     strings: HashMap<String, Arc<str>>,
@@ -108,6 +112,7 @@ impl Symbolizer {
                     .enable_code_info(true)
                     .enable_inlined_fns(true)
                     .enable_demangling(false)
+                    .set_debug_dirs(Some(&DEBUG_DIRS))
                     .build();
                 for job in rx {
                     job.reply
@@ -135,14 +140,15 @@ impl Symbolizer {
     /// cache. `Err` holds why the whole module cannot be symbolized (file absent, build ID differs,
     /// not ELF): the caller keeps raw addresses.
     pub fn module(&self, path: &str, build_id: &str, addrs: &[u64]) -> Result<Vec<Frames>, String> {
-        let id = file_id(path)?;
+        let file = ModFile::open(path)?;
+        let id = FileId::of(&file.meta);
         // One lock for the whole call: the worker is one thread anyway, and a cache that another
         // caller starts over in between could otherwise lose addresses found missing here.
         let mut c = lock(&self.cache);
         let have = match c.build_ids.get(path) {
             Some((was, have)) if *was == id => have.clone(),
             _ => {
-                let have = file_build_id(path);
+                let have = file.checked_build_id();
                 c.build_ids.insert(path.to_string(), (id, have.clone()));
                 have
             }
@@ -160,7 +166,8 @@ impl Symbolizer {
             missing = missing_of(None, addrs);
         }
         if !missing.is_empty() {
-            let raw = self.blazesym(path, &missing)?;
+            // blazesym opens the descriptor checked above, not the name
+            let raw = self.blazesym(&file.fd_path(), &missing)?;
             let cooked: Vec<Frames> = raw.into_iter().map(|fr| c.cook(fr)).collect();
             c.cached += missing.len();
             let m = c.modules.entry(key.clone()).or_default();
@@ -270,15 +277,16 @@ fn code(ci: Option<&blazesym::symbolize::CodeInfo<'_>>) -> (String, u32) {
     }
 }
 
-fn file_id(path: &str) -> Result<FileId, String> {
-    let m = std::fs::metadata(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    Ok(FileId {
-        dev: m.dev(),
-        ino: m.ino(),
-        size: m.size(),
-        mtime: m.mtime(),
-        mtime_ns: m.mtime_nsec(),
-    })
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: m.mtime(),
+            mtime_ns: m.mtime_nsec(),
+        }
+    }
 }
 
 /// Rust (legacy and v0) and Itanium C++ demangling; other names unchanged.
@@ -295,15 +303,10 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
-/// Build ID of an ELF file on disk (lower-case hex), `None` when it has none.
+/// Build ID of an ELF file on disk (lower-case hex), `None` when it has none; an error when it is
+/// not a regular ELF file or links to what the symbolizer would not read ([`crate::modfile`]).
 pub fn file_build_id(path: &str) -> Result<Option<String>, String> {
-    use object::Object;
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let obj = object::File::parse(&*data).map_err(|e| format!("{path} is not an ELF file: {e}"))?;
-    let id = obj
-        .build_id()
-        .map_err(|e| format!("{path}: bad build id note: {e}"))?;
-    Ok(id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()))
+    ModFile::open(path)?.checked_build_id()
 }
 
 fn check_build_id(path: &str, have: Option<&str>, want: &str) -> Result<(), String> {

@@ -1,11 +1,13 @@
 //! Collecting a run: every process that ran under the runtime gets its profile, or a line saying
 //! where it will be (still running) or why there is none. Used by `memlens run` when its program
 //! has ended and by `memlens report RUNDIR` later (for daemons that outlived `memlens run`).
+use crate::members::{run_files, RunFiles, StateFile};
 use crate::rundir::{Plan, RunDir, DUMP_STEM};
 use anyhow::{Context, Result};
-use memlens_profile::StateStatus;
-use memlens_target::{raw_dumps, Dump};
+use memlens_profile::{Links, StateStatus};
+use memlens_target::Dump;
 use std::collections::BTreeMap;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 /// The profile of `pid` (of its image `seq`, when it is not the last): `main_out` for the main
@@ -21,10 +23,14 @@ fn profile_path(main_out: &Path, main_pid: u32, pid: u32, seq: Option<u64>) -> P
     }
 }
 
-/// Convert one raw dump to gzipped pprof (the profile crate does the work); a one-line summary.
-fn convert(raw: &Path, out: &Path) -> Result<String> {
+/// Convert one raw dump (a file, or `text` rendered from a state file) to gzipped pprof (the
+/// profile crate does the work); a one-line summary.
+fn convert(raw: &Path, text: Option<&String>, out: &Path) -> Result<String> {
     let t0 = std::time::Instant::now();
-    let s = memlens_profile::convert_raw(raw, out)?;
+    let s = match text {
+        Some(t) => memlens_profile::convert_raw_text(t, out)?,
+        None => memlens_profile::convert_raw(raw, out)?,
+    };
     let took = t0.elapsed().as_secs_f64();
     let full = if s.table_full > 0 {
         format!(
@@ -55,18 +61,28 @@ fn convert(raw: &Path, out: &Path) -> Result<String> {
 
 /// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
 /// it is the image a forked child replaced by exec without a sample of its own: what it held was
-/// inherited from its parent (already in the parent's profile) and the exec discards it.
+/// inherited from its parent (already in the parent's profile) and the exec discards it. Read up
+/// to its first `stack` line (a regular file only: [`memlens_profile::open_regular`]).
 pub(crate) fn worth_a_profile(raw: &Path) -> bool {
-    let Ok(t) = std::fs::read_to_string(raw) else {
+    let Ok((f, _)) = memlens_profile::open_regular(raw, Links::Refuse) else {
         return true; // let the conversion report the problem
     };
-    let header = |key: &str| {
-        t.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .map(str::trim)
-    };
-    let sampled = header("samples").and_then(|v| v.parse::<u64>().ok()) != Some(0);
-    t.contains("\nstack ") && (sampled || header("reason") != Some("exec"))
+    let (mut samples, mut reason) = (None, String::new());
+    for line in std::io::BufReader::new(f.take(1 << 30))
+        .split(b'\n')
+        .map_while(|l| l.ok())
+    {
+        let line = String::from_utf8_lossy(&line);
+        if line.starts_with("stack ") {
+            return samples != Some(0) || reason != "exec";
+        }
+        if let Some(v) = line.strip_prefix("samples ") {
+            samples = v.trim().parse::<u64>().ok();
+        } else if let Some(v) = line.strip_prefix("reason ") {
+            reason = v.trim().to_string();
+        }
+    }
+    false
 }
 
 /// How a process ended, from its raw wait status: `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
@@ -193,23 +209,6 @@ fn start_ticks(pid: u32) -> Option<u64> {
     f.nth(18)?.parse().ok()
 }
 
-/// The state files of the run (`<pid>.<n>.state`), by pid then image.
-fn state_files(dir: &Path) -> Vec<(u32, u64, PathBuf)> {
-    let mut v: Vec<(u32, u64, PathBuf)> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let (pid, n) = name.strip_suffix(".state")?.split_once('.')?;
-                    Some((pid.parse().ok()?, n.parse().ok()?, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// What the state files say, before the dumps are converted.
 #[derive(Default)]
 struct FromStates {
@@ -219,6 +218,8 @@ struct FromStates {
     done: BTreeMap<PathBuf, PathBuf>,
     /// Dumps rendered from a state file, and how the process ended.
     recovered: BTreeMap<PathBuf, String>,
+    /// Their text (rendered in memory: the run directory may be full).
+    texts: BTreeMap<PathBuf, String>,
 }
 
 /// Dumps rendered from state files get sequence numbers past any the runtime writes.
@@ -228,15 +229,15 @@ const RECOVERED_SEQ: u64 = 1_000_000;
 /// was replaced by exec with nothing of its own is dropped; the running one is named; any other
 /// ended without its dump (killed, exit_group, a dump it could not write) and is rendered into a
 /// dump from its state file.
-fn read_states(dir: &RunDir, plan: &Plan, notes: &mut Notes) -> FromStates {
+fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile], notes: &mut Notes) -> FromStates {
     let mut r = FromStates::default();
-    let files = state_files(&dir.path);
-    for (i, (pid, n, path)) in files.iter().enumerate() {
-        let last = files.get(i + 1).is_none_or(|next| next.0 != *pid);
-        let info = match memlens_profile::read_state_info(path) {
+    for (i, f) in files.iter().enumerate() {
+        let (pid, n, path) = (&f.pid, &f.n, &f.path);
+        let last = files.get(i + 1).is_none_or(|next| next.pid != *pid);
+        let info = match &f.info {
             Ok(info) => info,
             Err(e) => {
-                notes.say(format!("memlens: warning: {e:#}"));
+                notes.say(format!("memlens: warning: {e}"));
                 continue;
             }
         };
@@ -246,7 +247,7 @@ fn read_states(dir: &RunDir, plan: &Plan, notes: &mut Notes) -> FromStates {
         };
         let alive = last && start_ticks(*pid) == Some(info.start_ticks);
         match info.status {
-            StateStatus::Dumped(seq) if dump(seq).exists() => {
+            StateStatus::Dumped(seq) if complete(&dump(seq)) => {
                 r.done.insert(dump(seq), path.clone());
                 continue;
             }
@@ -270,12 +271,11 @@ fn read_states(dir: &RunDir, plan: &Plan, notes: &mut Notes) -> FromStates {
             _ => "ended",
         };
         let out = dump(RECOVERED_SEQ + n);
-        match memlens_profile::render_state(path, reason, None)
-            .and_then(|t| std::fs::write(&out, t).map_err(Into::into))
-        {
-            Ok(()) => {
+        match memlens_profile::render_state(path, reason, None) {
+            Ok(text) => {
                 r.done.insert(out.clone(), path.clone());
-                r.recovered.insert(out, how);
+                r.recovered.insert(out.clone(), how);
+                r.texts.insert(out, text);
             }
             Err(e) => notes.say(format!(
                 "memlens: warning: cannot read the state of pid {pid} ({}): {e:#}",
@@ -298,16 +298,9 @@ pub fn collect(
     first: bool,
     notes: &mut Notes,
 ) -> Result<Collected> {
-    let states = read_states(dir, plan, notes);
-    let dumps = raw_dumps(&dir.path.join(DUMP_STEM))?;
-    if let Some(k) = &plan.keep_raw {
-        std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
-        for d in &dumps {
-            let dest = k.join(d.path.file_name().unwrap_or_default());
-            std::fs::copy(&d.path, &dest)
-                .with_context(|| format!("cannot write {}", dest.display()))?;
-        }
-    }
+    let files = run_files(dir, plan, live)?;
+    let states = read_states(dir, plan, &files.states, notes);
+    let dumps = the_dumps(dir, plan, files, &states)?;
     let mut procs: BTreeMap<u32, Proc> = BTreeMap::new();
     for d in dumps {
         procs.entry(d.pid).or_default().dumps.push(d);
@@ -328,6 +321,7 @@ pub fn collect(
         running: Vec::new(),
     };
     let mut nothing: Vec<u32> = Vec::new();
+    let mut cut_short: Vec<u32> = Vec::new();
     for (&pid, p) in &procs {
         let main = pid == plan.main_pid;
         let mut empty_image = false;
@@ -351,12 +345,17 @@ pub fn collect(
             // at once) leaves an empty dump; only the main program's profile is written even when
             // empty.
             let keep_empty = main && last;
+            if !states.texts.contains_key(&d.path) && !complete(&d.path) {
+                cut_short.push(pid);
+                forget(d);
+                continue;
+            }
             if !keep_empty && !worth_a_profile(&d.path) {
                 empty_image = true;
                 forget(d);
                 continue;
             }
-            match convert(&d.path, &out) {
+            match convert(&d.path, states.texts.get(&d.path), &out) {
                 Ok(summary) => {
                     let how = match (states.recovered.get(&d.path), p.ended) {
                         (Some(how), _) => format!("; {how}: read from its state file"),
@@ -386,48 +385,137 @@ pub fn collect(
         }
         if p.alive {
             c.running.push(pid);
-            notes.say(format!(
-                "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
-                comm(pid),
-                dir.path.display(),
-                profile_path(&plan.output, plan.main_pid, pid, None).display()
-            ));
-        } else if p.dumps.is_empty() {
-            let why = match p.ended {
-                Some(st) if libc::WIFSIGNALED(st) => {
-                    format!(
-                        "it ended by {} and the runtime was not in it (statically linked, \
-                             a setuid program, or LD_PRELOAD cleared)",
-                        ending(st)
-                    )
-                }
-                _ => "the runtime was not in it (statically linked, a setuid program, or it \
-                      cleared LD_PRELOAD)"
-                    .to_string(),
-            };
-            if main || p.ended.is_some() {
-                notes.say(format!(
-                    "memlens: warning: pid {pid} left no profile: {why}"
-                ));
+        }
+        name_the_rest(dir, plan, pid, p, notes);
+    }
+    say_missing(dir, &nothing, &cut_short, notes);
+    Ok(c)
+}
+
+/// The run's dumps to convert, by pid then sequence: those the runtime wrote, and those rendered
+/// from state files (in memory); a copy of each in `--keep-raw`'s directory.
+fn the_dumps(dir: &RunDir, plan: &Plan, files: RunFiles, states: &FromStates) -> Result<Vec<Dump>> {
+    let mut dumps = files.dumps;
+    for out in states.recovered.keys() {
+        let name = out.file_name().unwrap_or_default().to_string_lossy();
+        let mut parts = name.splitn(4, '.').skip(1);
+        if let (Some(Ok(pid)), Some(Ok(seq))) =
+            (parts.next().map(str::parse), parts.next().map(str::parse))
+        {
+            dumps.push(Dump {
+                path: out.clone(),
+                pid,
+                seq,
+                uid: dir.owner,
+            });
+        }
+    }
+    dumps.sort_by_key(|d| (d.pid, d.seq));
+    // A dump the runtime could not finish (its filesystem full) is no profile; the process's state
+    // file, rendered above, is.
+    dumps.retain(|d| {
+        let keep = states.texts.contains_key(&d.path)
+            || complete(&d.path)
+            || !files.states.iter().any(|s| s.pid == d.pid);
+        if !keep {
+            std::fs::remove_file(&d.path).ok();
+        }
+        keep
+    });
+    if let Some(k) = &plan.keep_raw {
+        std::fs::create_dir_all(k).with_context(|| format!("cannot create {}", k.display()))?;
+        for d in &dumps {
+            let dest = k.join(d.path.file_name().unwrap_or_default());
+            match states.texts.get(&d.path) {
+                Some(t) => std::fs::write(&dest, t)
+                    .with_context(|| format!("cannot write {}", dest.display()))?,
+                None => memlens_profile::copy_regular(&d.path, Links::Refuse, &dest)?,
             }
         }
     }
-    if !nothing.is_empty() {
-        let shown: Vec<String> = nothing.iter().take(10).map(u32::to_string).collect();
-        let more = if nothing.len() > 10 {
-            format!(" and {} more", nothing.len() - 10)
-        } else {
-            String::new()
-        };
+    Ok(dumps)
+}
+
+/// A process still running is named with where its profile will go; one that ended without a
+/// dump is said to have no profile, and why.
+fn name_the_rest(dir: &RunDir, plan: &Plan, pid: u32, p: &Proc, notes: &mut Notes) {
+    let main = pid == plan.main_pid;
+    if p.alive {
         notes.say(format!(
-            "memlens: no profile for {} process{} that sampled nothing of {} own (pid {}{more})",
+            "memlens: pid {pid} ({}) is still running; once it has ended, memlens report {} writes its profile to {}",
+            comm(pid),
+            dir.path.display(),
+            profile_path(&plan.output, plan.main_pid, pid, None).display()
+        ));
+    } else if p.dumps.is_empty() {
+        let why = match p.ended {
+            Some(st) if libc::WIFSIGNALED(st) => {
+                format!(
+                    "it ended by {} and the runtime was not in it (statically linked, \
+                         a setuid program, or LD_PRELOAD cleared)",
+                    ending(st)
+                )
+            }
+            _ => "the runtime was not in it (statically linked, a setuid program, or it \
+                  cleared LD_PRELOAD)"
+                .to_string(),
+        };
+        if main || p.ended.is_some() {
+            notes.say(format!(
+                "memlens: warning: pid {pid} left no profile: {why}"
+            ));
+        }
+    }
+}
+
+/// One line for the processes that sampled nothing, one for those whose dump was cut short.
+fn say_missing(dir: &RunDir, nothing: &[u32], cut_short: &[u32], notes: &mut Notes) {
+    if !nothing.is_empty() {
+        notes.say(format!(
+            "memlens: no profile for {} process{} that sampled nothing of {} own (pid {})",
             nothing.len(),
             if nothing.len() == 1 { "" } else { "es" },
             if nothing.len() == 1 { "its" } else { "their" },
-            shown.join(", ")
+            pid_list(nothing)
         ));
     }
-    Ok(c)
+    if !cut_short.is_empty() {
+        let free = crate::places::free_bytes(&dir.path)
+            .map(|b| {
+                format!(
+                    " (its filesystem has {} free)",
+                    memlens_measure::units::format_bytes(b as f64)
+                )
+            })
+            .unwrap_or_default();
+        notes.say(format!(
+            "memlens: warning: no profile for pid {}: {} dump was cut short in {}{free}",
+            pid_list(cut_short),
+            if cut_short.len() == 1 { "its" } else { "their" },
+            dir.path.display()
+        ));
+    }
+}
+
+/// `1, 2, 3` (the first ten, and how many more).
+fn pid_list(pids: &[u32]) -> String {
+    let shown: Vec<String> = pids.iter().take(10).map(u32::to_string).collect();
+    let more = if pids.len() > 10 {
+        format!(" and {} more", pids.len() - 10)
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
+}
+
+/// Does the dump at `path` end with its `end` line (a regular file the runtime finished)?
+fn complete(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok((f, meta)) = memlens_profile::open_regular(path, Links::Refuse) else {
+        return false;
+    };
+    let mut tail = [0u8; 4];
+    meta.len() >= 4 && f.read_exact_at(&mut tail, meta.len() - 4).is_ok() && &tail == b"end\n"
 }
 
 #[cfg(test)]

@@ -102,6 +102,9 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
                 );
             } else {
                 let s = t.dump_pprof(&out)?;
+                for w in &s.warnings {
+                    eprintln!("memlens: warning: {w}");
+                }
                 println!(
                     "process {} ({}): profile written to {} ({} samples, {} stacks, {} allocated, {} live)",
                     t.pid,

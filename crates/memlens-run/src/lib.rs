@@ -1,9 +1,11 @@
 //! memlens run / memlens ctl: start programs under the runtime and control running ones.
 //!
 //! * `run.rs`: `memlens run`: launch under the runtime, wait (as the subreaper of all it starts).
-//! * `rundir.rs`: the run directory every process of a run leaves its dumps in.
+//! * `rundir.rs`: the run directory every process of a run leaves its dumps in; `places.rs`: where
+//!   the run's files go and where the runtime loads from (noexec, read-only, full or foreign
+//!   `/dev/shm`, an unwritable HOME).
 //! * `collect.rs`: a profile for every process of a run, or why there is none (also `memlens report
-//!   RUNDIR`).
+//!   RUNDIR`); `members.rs`: which files of a run directory are the run's.
 //! * `ctl.rs`: `memlens ctl` (its client is `memlens_target::Target`).
 //! * `live.rs`: the options of profiling on demand (`--inactive`, `--start-on-growth`,
 //!   `--profile-for`, `--dump-every`) and their plan.
@@ -12,6 +14,8 @@
 mod collect;
 mod ctl;
 mod live;
+mod members;
+mod places;
 mod run;
 mod rundir;
 mod watcher;

@@ -4,6 +4,7 @@
 //! Built for extension: [`spawn`] returns a [`Launch`], [`wait`] polls it and calls a hook on every
 //! tick (for periodic dumps, timed profiling windows…), then [`collect`] converts the dumps.
 use crate::collect::{collect, Notes};
+use crate::places::{Places, Runtime};
 use crate::rundir::{Plan, RunDir};
 use anyhow::Result;
 use memlens_measure::error::usage;
@@ -57,14 +58,17 @@ pub struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// A program started under the runtime.
+/// A program started under the runtime (or without it, when no place could take the run).
 pub struct Launch {
     /// The program's process id (memlens reaps it, and every orphan of the run, itself).
     pub pid: u32,
     /// Basename of the program, for default file names.
     pub name: String,
-    /// Where the run's processes leave their dumps (`MEMLENS_OUT=<dir>/d`).
-    pub dir: RunDir,
+    /// Where the run's processes leave their dumps (`MEMLENS_OUT=<dir>/d`); `None`: the program
+    /// runs without the runtime (memlens said why).
+    pub dir: Option<RunDir>,
+    /// The runtime it preloads (a memfd stays open while memlens runs).
+    _runtime: Option<Runtime>,
 }
 
 /// Sampling interval in bytes from the command line.
@@ -118,52 +122,105 @@ impl std::fmt::Display for SpawnError {
 }
 impl std::error::Error for SpawnError {}
 
+/// Where the run goes and what it preloads: a place for its files, the runtime, its directory.
+fn prepare(name: &str) -> Result<(Places, Runtime, RunDir)> {
+    let places = Places::find()?;
+    let runtime = Runtime::find(&places)?;
+    let dir = RunDir::create(&places.root, name)?;
+    Ok((places, runtime, dir))
+}
+
+/// One line when a usual place could not be used: why, and where the run went instead.
+fn fallback_note(places: &Places, runtime: &Runtime) -> Option<String> {
+    let mut why: Vec<&str> = Vec::new();
+    for s in places.skipped.iter().chain(&runtime.skipped) {
+        if !why.contains(&s.as_str()) {
+            why.push(s);
+        }
+    }
+    if why.is_empty() {
+        return None;
+    }
+    let from = if runtime.path.starts_with("/proc/self/fd") {
+        format!("a memfd ({})", runtime.path.display())
+    } else {
+        runtime.path.display().to_string()
+    };
+    Some(format!(
+        "memlens: {}: the run's files go to {}, the runtime is loaded from {from}",
+        why.join("; "),
+        places.root.display()
+    ))
+}
+
 /// Start `args.command` with the runtime preloaded. `env` adds MEMLENS_* settings (e.g. MEMLENS_ACTIVE=0).
 /// memlens becomes the subreaper of everything the program starts: a daemon that forks away from
-/// its parent is still ours to wait for and to name.
+/// its parent is still ours to wait for and to name. When no place can take the run's files or
+/// the runtime, the program runs without it, and memlens says why in one line: the program always
+/// starts.
 pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
     let interval = interval_bytes(args)?;
     let max_stacks = max_stacks(args)?;
-    let runtime = crate::rundir::runtime_for_run()?;
     let prog = &args.command[0];
     let name = Path::new(prog)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "prog".into());
-    let dir = RunDir::create(&name)?;
-    let mut preload = OsString::from(runtime.as_os_str());
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(" ");
-        preload.push(old);
-    }
     let mut cmd = Command::new(prog);
-    cmd.args(&args.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("MEMLENS_INTERVAL", interval.to_string())
-        .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
-        .env("MEMLENS_OUT", dir.dump_prefix())
-        .env("MEMLENS_RUN_DIR", &dir.path)
-        .env("MEMLENS_ACTIVE", "1");
-    match &args.unwinder {
-        Some(u) => cmd.env("MEMLENS_UNWINDER", u),
-        None => cmd.env_remove("MEMLENS_UNWINDER"),
+    cmd.args(&args.command[1..]);
+    let (dir, runtime) = match prepare(&name) {
+        Ok((places, runtime, dir)) => {
+            if let Some(note) = fallback_note(&places, &runtime) {
+                eprintln!("{note}");
+            }
+            let mut preload = OsString::from(runtime.path.as_os_str());
+            if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+                preload.push(" ");
+                preload.push(old);
+            }
+            cmd.env("LD_PRELOAD", preload)
+                .env("MEMLENS_INTERVAL", interval.to_string())
+                .env("MEMLENS_MAX_STACKS", max_stacks.to_string())
+                .env("MEMLENS_OUT", dir.dump_prefix())
+                .env("MEMLENS_RUN_DIR", &dir.path)
+                .env("MEMLENS_ACTIVE", "1");
+            match &args.unwinder {
+                Some(u) => cmd.env("MEMLENS_UNWINDER", u),
+                None => cmd.env_remove("MEMLENS_UNWINDER"),
+            };
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            (Some(dir), Some(runtime))
+        }
+        Err(e) => {
+            eprintln!(
+                "memlens: cannot profile {}: {e:#}; it runs without memlens",
+                prog.to_string_lossy()
+            );
+            (None, None)
+        }
     };
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
     install_forwarding();
     // SAFETY: prctl on ourselves; a failure only means orphans go to init as before.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            dir.remove();
+            if let Some(d) = &dir {
+                d.remove();
+            }
             let (message, code) = spawn_failure(prog, &e);
             return Err(anyhow::Error::new(SpawnError { message, code }));
         }
     };
     let pid = child.id();
-    Ok(Launch { pid, name, dir })
+    Ok(Launch {
+        pid,
+        name,
+        dir,
+        _runtime: runtime,
+    })
 }
 
 // ---- signal forwarding ----
@@ -433,8 +490,18 @@ fn execute(
             .map(|k| std::path::absolute(k).unwrap_or(k.clone())),
         ..Plan::default()
     };
+    let Some(dir) = launch.dir.clone() else {
+        // without the runtime: only the program's own end matters
+        let status = wait(&mut launch, args.wait_all)?.main;
+        return Ok(RunOutcome {
+            status,
+            profiles: Vec::new(),
+            running: Vec::new(),
+            notes: notes.lines,
+        });
+    };
     // Written at once: if memlens itself is killed, `memlens report RUNDIR` still collects the run.
-    launch.dir.write_plan(&plan)?;
+    dir.write_plan(&plan)?;
     if let Some(ep) = serve {
         ep.spawn_for(launch.pid as i32);
     }
@@ -450,15 +517,15 @@ fn execute(
     } else {
         Vec::new()
     };
-    let c = collect(&launch.dir, &plan, &running, true, &mut notes)?;
+    let c = collect(&dir, &plan, &running, true, &mut notes)?;
     if c.running.is_empty() {
-        launch.dir.remove();
+        dir.remove();
     } else {
         // what is left to collect later: the processes still running (how the others ended is
         // said already)
         plan.running = c.running.clone();
         plan.ended.clear();
-        launch.dir.write_plan(&plan)?;
+        dir.write_plan(&plan)?;
     }
     Ok(RunOutcome {
         status: ended.main,

@@ -3,10 +3,11 @@
 //! it) find it. Layout (docs/survival.md):
 //!
 //! ```text
-//! <root>/                      /dev/shm/memlens-<uid> (tmpfs), else $TMPDIR/memlens-runs-<uid>;
-//!                              0700, or 0711 for root (see below); MEMLENS_RUN_ROOT overrides
-//!   lib-<hash>/libmemlens.so   root only: the runtime where a child that dropped its privileges and
-//!                              exec'd can still load it
+//! <root>/                      /dev/shm/memlens-<uid> (tmpfs), else $TMPDIR/memlens-runs-<uid>
+//!                              (`places.rs` says which, and why); 0700, or 0711 for root (see
+//!                              below); MEMLENS_RUN_ROOT overrides
+//!   lib-<hash>/libmemlens.so   root's runtime (or anyone's whose cache cannot be used), where a
+//!                              child that dropped its privileges and exec'd can still load it
 //!   <name>.<pid>.<rand>/       one run: 0700, or 1733 for root (a child running as another user
 //!                              may create its files, but not list, read or remove anyone's)
 //!     run                      the plan, written by memlens run: main pid, output, ended pids
@@ -16,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Name of the plan file in a run directory.
@@ -29,39 +30,13 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The directory all runs of this user live in, created and checked.
-fn root() -> Result<PathBuf> {
-    let me = euid();
-    let dir = match std::env::var_os("MEMLENS_RUN_ROOT").filter(|v| !v.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        // tmpfs: the runtime's state pages are written back to no disk
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from(format!("/dev/shm/memlens-{me}")),
-        None => std::env::temp_dir().join(format!("memlens-runs-{me}")),
-    };
-    // Root's children may drop their privileges: they must be able to reach their run directory
-    // (and the runtime) by a name they know, never to list what is there.
-    let mode = if me == 0 { 0o711 } else { 0o700 };
-    match fs::DirBuilder::new().mode(mode).create(&dir) {
-        Ok(()) => fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
-            .with_context(|| format!("cannot set the mode of {}", dir.display()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
-    let m = fs::symlink_metadata(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
-        bail!(
-            "{} must be a directory of yours that nobody else can write to (set MEMLENS_RUN_ROOT to one)",
-            dir.display()
-        );
-    }
-    Ok(dir)
-}
-
 /// A run directory.
 #[derive(Debug, Clone)]
 pub struct RunDir {
     /// Where it is.
     pub path: PathBuf,
+    /// The run's own user: who ran `memlens run` (the owner of its plan).
+    pub owner: u32,
 }
 
 /// What `memlens run` recorded about a run, for whoever collects it.
@@ -80,9 +55,8 @@ pub struct Plan {
 }
 
 impl RunDir {
-    /// A new run directory for a program called `name`.
-    pub fn create(name: &str) -> Result<RunDir> {
-        let root = root()?;
+    /// A new run directory for a program called `name` in `root` (`Places::find`).
+    pub fn create(root: &Path, name: &str) -> Result<RunDir> {
         let name: String = name
             .chars()
             .take(32)
@@ -102,7 +76,7 @@ impl RunDir {
                 Ok(()) => {
                     fs::set_permissions(&path, fs::Permissions::from_mode(mode))
                         .with_context(|| format!("cannot set the mode of {}", path.display()))?;
-                    return Ok(RunDir { path });
+                    return Ok(RunDir { path, owner: me });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
@@ -113,16 +87,24 @@ impl RunDir {
         bail!("cannot create a run directory in {}", root.display())
     }
 
-    /// An existing run directory (`memlens report RUNDIR`).
+    /// An existing run directory (`memlens report RUNDIR`): its plan must be a regular file (not
+    /// a link), and its owner is the run's own user.
     pub fn open(path: &Path) -> Result<RunDir> {
-        if !path.join(PLAN).is_file() {
+        let Ok(m) = fs::symlink_metadata(path.join(PLAN)) else {
             bail!(
                 "{} is not a memlens run directory (no '{PLAN}' file in it)",
+                path.display()
+            );
+        };
+        if !m.is_file() {
+            bail!(
+                "{} is not a memlens run directory (its '{PLAN}' is not a regular file)",
                 path.display()
             );
         }
         Ok(RunDir {
             path: path.to_path_buf(),
+            owner: m.uid(),
         })
     }
 
@@ -147,19 +129,37 @@ impl RunDir {
         for pid in &p.running {
             t.push_str(&format!("running {pid}\n"));
         }
-        let tmp = self.path.join(format!(".{PLAN}.tmp"));
-        let mut f =
-            fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        // A new name, created with O_EXCL (no link followed: others may create files here).
+        let tmp = self
+            .path
+            .join(format!(".{PLAN}.{}.{:08x}", std::process::id(), random()));
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(t.as_bytes())?;
         drop(f);
         fs::rename(&tmp, self.path.join(PLAN))
             .with_context(|| format!("cannot write {}", self.path.join(PLAN).display()))
     }
 
-    /// Read the plan back.
+    /// Read the plan back (a regular file of the run's own user, at most 1 MiB).
     pub fn read_plan(&self) -> Result<Plan> {
         let f = self.path.join(PLAN);
-        let t = fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
+        let (file, m) = memlens_profile::open_regular(&f, memlens_profile::Links::Refuse)?;
+        if m.uid() != self.owner {
+            bail!(
+                "{} belongs to uid {}, not to the run's",
+                f.display(),
+                m.uid()
+            );
+        }
+        let mut t = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, 1 << 20), &mut t)
+            .with_context(|| format!("cannot read {}", f.display()))?;
+        let t = String::from_utf8_lossy(&t);
         let mut p = Plan::default();
         for l in t.lines() {
             let (k, v) = l.split_once(' ').unwrap_or((l, ""));
@@ -206,49 +206,6 @@ fn random() -> u32 {
     u32::from_le_bytes(b)
 }
 
-/// The runtime to preload. For root it is copied beside the runs (a root-owned directory others
-/// can traverse but not write), so that a child which dropped its privileges and exec'd a program
-/// can still load it; everyone else's is the cached one (`memlens_native::runtime`).
-pub fn runtime_for_run() -> Result<PathBuf> {
-    // the cache is made and checked for root too: the same rules, the same errors, for everyone
-    let cached = memlens_native::runtime().context("cannot extract the memlens runtime")?;
-    if euid() != 0 {
-        return Ok(cached);
-    }
-    let bytes = memlens_native::bytes(memlens_native::RUNTIME)
-        .ok_or_else(|| anyhow::anyhow!("memlens was built without its runtime"))?;
-    // named by a hash of its bytes, as the cache is: two builds never share a copy
-    let hash = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        h.finish()
-    };
-    let dir = root()?.join(format!("lib-{hash:016x}"));
-    match fs::DirBuilder::new().mode(0o755).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
-    let m = fs::symlink_metadata(&dir)?;
-    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
-        bail!("{} is not root's own directory", dir.display());
-    }
-    let dest = dir.join(memlens_native::RUNTIME);
-    if fs::read(&dest).is_ok_and(|b| b == bytes) {
-        return Ok(dest);
-    }
-    let tmp = dir.join(format!(
-        ".{}.{}",
-        memlens_native::RUNTIME,
-        std::process::id()
-    ));
-    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
-    fs::rename(&tmp, &dest).with_context(|| format!("cannot write {}", dest.display()))?;
-    Ok(dest)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +215,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let r = RunDir {
             path: d.path().to_path_buf(),
+            owner: euid(),
         };
         let mut p = Plan {
             main_pid: 12,

@@ -1,6 +1,6 @@
 //! What the server tells of a process (`/targets`, `/metrics`, the labels of its profiles) and of
 //! the machine it runs on.
-use memlens_target::{rss_bytes, Reply, Target};
+use memlens_target::{ns_inode, rss_bytes, Container, Reply, Target};
 use serde::Serialize;
 
 /// The program's command line, arguments joined by spaces (empty when unreadable).
@@ -76,10 +76,73 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Where a process runs, as the labels a Kubernetes user filters by: `exe`, its executable's
+/// name; `ns_pid`, its pid in its own pid namespace (only when that is not ours); `container_id`
+/// and `pod_uid`, from its cgroup path (only when it names them). None of them changes while the
+/// process lives, so a sample's identity stays the same between scrapes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Place {
+    pub exe: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+}
+
+impl Place {
+    /// Where `t` runs.
+    pub fn of(t: &Target) -> Place {
+        let other_ns = ns_inode(&t.pid.to_string(), "pid") != ns_inode("self", "pid");
+        let c = Container::of(t.pid);
+        Place {
+            exe: exe_name(t.pid, &t.comm),
+            ns_pid: (other_ns || t.ns_pid != t.pid).then_some(t.ns_pid),
+            container_id: c.id,
+            pod_uid: c.pod_uid,
+        }
+    }
+
+    /// As labels, in a fixed order.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let mut l = vec![("exe".to_string(), self.exe.clone())];
+        if let Some(n) = self.ns_pid {
+            l.push(("ns_pid".into(), n.to_string()));
+        }
+        if let Some(c) = &self.container_id {
+            l.push(("container_id".into(), c.clone()));
+        }
+        if let Some(u) = &self.pod_uid {
+            l.push(("pod_uid".into(), u.clone()));
+        }
+        l
+    }
+}
+
+/// The base name of the process's executable (`/proc/PID/exe`, a path in its own root), made a
+/// valid label value as service names are; its comm when the link cannot be read.
+fn exe_name(pid: i32, comm: &str) -> String {
+    let link = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let link = link.strip_suffix(" (deleted)").unwrap_or(&link);
+    let base = sanitize(link.rsplit('/').next().unwrap_or(""));
+    if base.is_empty() {
+        sanitize(comm)
+    } else {
+        base
+    }
+}
+
 /// What `/targets` and `/metrics` show of one process.
 #[derive(Debug, Clone, Serialize)]
 pub struct Facts {
+    /// Its pid here (the host pid of a process in a container).
     pub pid: i32,
+    /// Where it runs (executable, namespace pid, container, pod), flattened into the object.
+    #[serde(flatten)]
+    pub place: Place,
     /// The process's name (comm).
     pub command: String,
     /// The whole command line, only with `--show-cmdline` (its arguments may hold secrets).
@@ -117,6 +180,7 @@ pub fn facts(t: &Target, service: Option<&str>, show_cmdline: bool) -> Facts {
     let num = |k: &str| st.as_ref().and_then(|r| r.num(k));
     Facts {
         pid: t.pid,
+        place: Place::of(t),
         command: t.comm.clone(),
         cmdline: show_cmdline.then(|| cmdline(t.pid)),
         service: service

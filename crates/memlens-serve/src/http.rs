@@ -46,7 +46,8 @@ impl Config {
             .collect()
     }
 
-    /// Labels of `t`'s profiles: service, pid, host, then the extra `--label`s.
+    /// Labels of `t`'s profiles: service, pid, host, where it runs (exe, and ns_pid,
+    /// container_id, pod_uid when it has them), then the extra `--label`s.
     pub fn labels_for(&self, t: &Target) -> Vec<(String, String)> {
         let service = self
             .service()
@@ -57,6 +58,7 @@ impl Config {
             ("pid".to_string(), t.pid.to_string()),
             ("host".to_string(), self.host.clone()),
         ];
+        l.extend(facts::Place::of(t).labels());
         l.extend(self.extra_labels());
         l
     }

@@ -64,9 +64,11 @@ lifetime values too), /debug/pprof/symbol, /targets (JSON), /metrics (Prometheus
 processes as scrape targets for Alloy's discovery.http or Parca's http_sd_configs). Over TCP every
 request carries the token (Authorization: Bearer TOKEN, or basic auth with the token as the
 password: Parca's and Alloy's authorization/bearer_token_file/basic_auth). Only processes of the
-server's own user are shown, whatever its uid; command lines only with --show-cmdline. At most 128
-connections (the longest idle one is closed to make room), idle ones closed after 15 s. See
-docs/serve.md.";
+server's own user are shown, in any pid or mount namespace (containers: by their host pid); a
+server of root is the node agent and shows every user's and every container's, labelled exe,
+ns_pid, container_id, pod_uid (docs/containers.md); command lines only with --show-cmdline.
+At most 128 connections (the longest idle one is closed to make room), idle ones closed after
+15 s. See docs/serve.md.";
 
 /// Serve pprof endpoints of the processes running under memlens (for Pyroscope, Parca, go tool pprof)
 #[derive(Debug, clap::Args)]
@@ -246,9 +248,10 @@ fn announce(ep: &Endpoint, only: Option<i32>) {
             "; every request needs the token of {} (Authorization: Bearer TOKEN)",
             a.file.display()
         ),
-        None => {
-            "; only uid {me} and root can connect".replace("{me}", &discovery::my_uid().to_string())
-        }
+        None => match discovery::my_uid() {
+            0 => "; only root can connect".to_string(),
+            me => format!("; only uid {me} and root can connect"),
+        },
     };
     match only {
         Some(p) => eprintln!(
@@ -256,11 +259,23 @@ fn announce(ep: &Endpoint, only: Option<i32>) {
             at("/debug/pprof/heap")
         ),
         None => eprintln!(
-            "memlens: serving the processes of uid {} under memlens (control directory {}) on {}{access}",
-            discovery::my_uid(),
-            memlens_target::ctl_dir().display(),
+            "memlens: serving {} under memlens ({}) on {}{access}",
+            discovery::whose(),
+            where_found(),
             at("/targets")
         ),
+    }
+}
+
+/// Where the server looks for processes, for its first line.
+fn where_found() -> String {
+    if memlens_target::ctl_dir_given() {
+        format!(
+            "control directory {}, any pid namespace",
+            memlens_target::ctl_dir().display()
+        )
+    } else {
+        "/tmp/memlens-UID of every root: the host's and each container's".to_string()
     }
 }
 

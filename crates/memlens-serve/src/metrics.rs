@@ -17,15 +17,16 @@ pub fn service_discovery(facts: &[Facts], authority: &str, host: &str) -> serde_
     let list: Vec<serde_json::Value> = facts
         .iter()
         .map(|f| {
-            serde_json::json!({
-                "targets": [authority],
-                "labels": {
-                    "__param_pid": f.pid.to_string(),
-                    "service_name": f.service,
-                    "pid": f.pid.to_string(),
-                    "host": host,
-                },
-            })
+            let mut labels = serde_json::json!({
+                "__param_pid": f.pid.to_string(),
+                "service_name": f.service,
+                "pid": f.pid.to_string(),
+                "host": host,
+            });
+            for (k, v) in f.place.labels() {
+                labels[k] = serde_json::Value::String(v);
+            }
+            serde_json::json!({"targets": [authority], "labels": labels})
         })
         .collect();
     serde_json::Value::Array(list)
@@ -103,7 +104,8 @@ const METRICS: &[Metric] = &[
 ];
 
 /// The Prometheus text exposition of `facts`: one family per counter, one series per process
-/// (labels pid, service, host, then `extra`: the `--label`s other than service). A value the
+/// (labels pid, service, host, where it runs — exe, ns_pid, container_id, pod_uid — then `extra`:
+/// the `--label`s other than service). A value the
 /// process did not report is left out, never invented.
 pub fn prometheus(facts: &[Facts], host: &str, extra: &[(String, String)]) -> String {
     let more: String = extra
@@ -121,8 +123,14 @@ pub fn prometheus(facts: &[Facts], host: &str, extra: &[(String, String)]) -> St
         );
         for f in facts {
             if let Some(v) = (m.value)(f) {
+                let place: String = f
+                    .place
+                    .labels()
+                    .iter()
+                    .map(|(k, v)| format!(",{k}=\"{}\"", escape(v)))
+                    .collect();
                 s += &format!(
-                    "{}{{pid=\"{}\",service=\"{}\",host=\"{}\"{more}}} {v}\n",
+                    "{}{{pid=\"{}\",service=\"{}\",host=\"{}\"{place}{more}}} {v}\n",
                     m.name,
                     f.pid,
                     escape(&f.service),
@@ -142,6 +150,12 @@ mod tests {
     fn exposition() {
         let f = Facts {
             pid: 12,
+            place: crate::facts::Place {
+                exe: "srv".into(),
+                ns_pid: Some(1),
+                container_id: Some("ab12".into()),
+                pod_uid: None,
+            },
             command: "srv".into(),
             cmdline: None,
             service: "a\"b".into(),
@@ -157,12 +171,15 @@ mod tests {
             error: None,
         };
         let t = prometheus(&[f], "h", &[("env".into(), "prod".into())]);
-        assert!(t.contains(
-            "memlens_rss_bytes{pid=\"12\",service=\"a\\\"b\",host=\"h\",env=\"prod\"} 4096\n"
-        ));
-        assert!(t.contains(
-            "memlens_sampling_active{pid=\"12\",service=\"a\\\"b\",host=\"h\",env=\"prod\"} 0\n"
-        ));
+        let labels = "pid=\"12\",service=\"a\\\"b\",host=\"h\",exe=\"srv\",ns_pid=\"1\",container_id=\"ab12\",env=\"prod\"";
+        assert!(
+            t.contains(&format!("memlens_rss_bytes{{{labels}}} 4096\n")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("memlens_sampling_active{{{labels}}} 0\n")),
+            "{t}"
+        );
         assert!(!t.contains("memlens_heap_inuse_bytes{"), "{t}");
         assert!(
             t.contains("memlens_profiler_cpu_nanoseconds_total{pid=\"12\""),

@@ -97,16 +97,16 @@ impl Profiler {
         };
         landing.result = t
             .read_dump()
-            .map(|d| Arc::new(self.symbolize(&d)))
+            .map(|d| Arc::new(self.symbolize(&d, t)))
             .map_err(|e| format!("{e:#}"));
         share(Some(landing.result.clone()))
     }
 
-    /// Symbolize `d` with the process's shared symbolizer, whose cache (per build ID) lives across
+    /// Symbolize `d` (of `t`, whose files may be in its own root) with the process's shared symbolizer, whose cache (per build ID) lives across
     /// scrapes: a process scraped again costs only its new addresses. Modules that cannot be
     /// symbolized are said once per server, and their frames named `module+0xOFFSET` when served.
-    fn symbolize(&self, d: &RawDump) -> Profile {
-        let (p, warnings) = memlens_profile::symbolize_dump_with(d, Symbolizer::global());
+    fn symbolize(&self, d: &RawDump, t: &Target) -> Profile {
+        let (p, warnings) = memlens_profile::symbolize_dump_in(d, Symbolizer::global(), &t.files());
         let mut warned = lock(&self.warned);
         for w in warnings {
             if warned.insert(w.clone()) {

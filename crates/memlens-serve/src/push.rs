@@ -65,7 +65,7 @@ impl Pusher {
     pub fn announce(&self, only: Option<i32>) {
         let what = match only {
             Some(p) => format!("process {p}"),
-            None => format!("the processes of uid {} under memlens", discovery::my_uid()),
+            None => format!("{} under memlens", discovery::whose()),
         };
         eprintln!(
             "memlens: pushing the heap and allocations of {what} to {} every {} s",

@@ -1,6 +1,6 @@
 //! The client of a target's control socket: one request line, one reply line (`ok …` / `error …`).
 use crate::proc::{runtime_loaded, ProcStatus};
-use crate::socket::{ctl_dir_of, socket_path};
+use crate::socket::{connect, locate};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -31,16 +31,22 @@ impl Reply {
 /// A process running the memlens runtime that we may control, and where its control socket is.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// Process id.
+    /// Process id, as we see it (the host pid of a process in a container).
     pub pid: i32,
-    /// Its owner.
+    /// Its pid in its own pid namespace (what it calls itself; `pid` outside containers).
+    pub ns_pid: i32,
+    /// Its owner, as we see it.
     pub uid: u32,
     /// Its command name.
     pub comm: String,
-    /// Directory of its control socket.
+    /// Directory of its control socket, from here.
     pub dir: PathBuf,
-    /// The control socket.
+    /// The control socket, from here (under `/proc/PID/root` when the process has its own root).
     pub sock: PathBuf,
+    /// The process's root when it is not ours (a container's): its files are under it.
+    pub root: Option<PathBuf>,
+    /// The uid we connect as (root into a user namespace that does not map root).
+    connect_uid: Option<u32>,
 }
 
 impl Target {
@@ -56,14 +62,16 @@ impl Target {
         if me != 0 && me != uid {
             bail!("permission denied: process {pid} belongs to uid {uid} (only its owner or root can control it)");
         }
-        let dir = ctl_dir_of(pid, uid);
-        let sock = socket_path(&dir, pid, &status);
+        let at = locate(pid, uid, &status);
         Ok(Target {
             pid,
+            ns_pid: at.ns_pid,
             uid,
             comm,
-            dir,
-            sock,
+            dir: at.dir,
+            sock: at.sock,
+            root: at.root,
+            connect_uid: at.connect_uid,
         })
     }
 
@@ -107,16 +115,11 @@ impl Target {
     }
 
     fn connect(&self) -> Result<UnixStream> {
-        match UnixStream::connect(&self.sock) {
+        match connect(&self.sock, self.connect_uid) {
             Ok(s) => Ok(s),
-            Err(e) if e.kind() == ErrorKind::NotFound && runtime_loaded(self.pid) => bail!(
-                "process {} ({}) runs the memlens runtime but has no control socket {}: a forked child \
-                 opens its own once it has lived 200 ms and allocates (or the program closed the runtime's \
-                 descriptor); try again when it is busy",
-                self.pid,
-                self.comm,
-                self.sock.display()
-            ),
+            Err(e) if e.kind() == ErrorKind::NotFound && runtime_loaded(self.pid) => {
+                Err(anyhow!("{}", self.no_socket_reason()))
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => bail!(
                 "process {} ({}) is not running under memlens (no control socket {}); start it with `memlens run`",
                 self.pid,
@@ -139,9 +142,44 @@ impl Target {
         }
     }
 
+    /// Why a process that runs the runtime has no socket where we look: a child forked from a
+    /// process under memlens that has not opened its own yet, or a runtime that could not open
+    /// one (its directory missing or refused: the program's stderr says why).
+    fn no_socket_reason(&self) -> String {
+        let who = format!("process {} ({})", self.pid, self.comm);
+        let parent_has_runtime = ProcStatus::read(self.pid)
+            .ok()
+            .flatten()
+            .and_then(|s| s.field("PPid:")?.parse::<i32>().ok())
+            .is_some_and(|pp| pp > 1 && runtime_loaded(pp));
+        let place = match &self.root {
+            Some(r) => format!(" (in its own root, {})", r.display()),
+            None => String::new(),
+        };
+        if parent_has_runtime {
+            return format!(
+                "{who} runs the memlens runtime but has no control socket {}{place}: a child forked \
+                 from a process under memlens opens its own once it has lived 200 ms and allocates \
+                 (or the program closed the runtime's descriptor); try again when it is busy",
+                self.sock.display()
+            );
+        }
+        let dir = if self.dir.is_dir() {
+            "its control directory is there but holds no socket of this process"
+        } else {
+            "its control directory does not exist"
+        };
+        format!(
+            "{who} runs the memlens runtime but has no control socket {}{place}: {dir}; the runtime \
+             could not open one (the program's stderr says why: 'memlens: control socket disabled: \
+             …'), or it was started with another MEMLENS_CTL_DIR",
+            self.sock.display()
+        )
+    }
+
     /// Is the control socket there and answering?
     pub fn ready(&self) -> bool {
-        UnixStream::connect(&self.sock).is_ok()
+        connect(&self.sock, self.connect_uid).is_ok()
     }
 
     /// Ask for the status line.
@@ -164,12 +202,12 @@ impl Target {
 
     /// Ask the process for a raw dump and copy it to `path`. The process writes dumps only into its
     /// control directory (a peer must not make it write anywhere else); memlens copies the file out
-    /// with its own rights and removes it.
+    /// with its own rights and removes it. The directory is the process owner's: what is there
+    /// under that name is copied only if it is a regular file (not a link, a FIFO or a device),
+    /// and only the bytes it had when opened.
     pub fn dump_raw(&self, path: &Path) -> Result<()> {
         let raw = self.dump_in_dir()?;
-        let r = std::fs::copy(&raw, path)
-            .map(|_| ())
-            .with_context(|| format!("cannot write {}", path.display()));
+        let r = memlens_profile::copy_regular(&raw, memlens_profile::Links::Refuse, path);
         std::fs::remove_file(&raw).ok();
         r
     }
@@ -204,7 +242,7 @@ impl Target {
     /// at `out` (the profile crate's reader, symbolizer and writer), and remove the raw file.
     pub fn dump_pprof(&self, out: &Path) -> Result<memlens_profile::ConvertSummary> {
         let raw = self.dump_in_dir()?;
-        let r = memlens_profile::convert_raw(&raw, out).with_context(|| {
+        let r = memlens_profile::convert_raw_in(&raw, out, &self.files()).with_context(|| {
             format!(
                 "cannot convert the dump of process {} to {}",
                 self.pid,
@@ -213,6 +251,12 @@ impl Target {
         });
         std::fs::remove_file(&raw).ok();
         r
+    }
+
+    /// Where the process's files are reached from here, for the symbolizer: its root when that
+    /// is not ours (a container), its mapped files.
+    pub fn files(&self) -> memlens_profile::ProcessFiles {
+        memlens_profile::ProcessFiles::of(self.pid, self.root.clone())
     }
 
     /// Wait until the socket answers (a freshly started program creates it during start-up).

@@ -2,6 +2,7 @@
 //! `--dump-every` (`<prefix>.<pid>.<seq>.raw`, prefix from `MEMLENS_OUT`), and the default name of a
 //! profile asked for from outside.
 use anyhow::{Context, Result};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// One raw dump: `<prefix>.<pid>.<seq>.raw`.
@@ -13,9 +14,12 @@ pub struct Dump {
     pub pid: u32,
     /// Sequence number within that process.
     pub seq: u64,
+    /// Its owner (the user the process ran as when it wrote it).
+    pub uid: u32,
 }
 
-/// The raw dumps written with `MEMLENS_OUT=prefix`, ordered by pid then sequence number.
+/// The raw dumps written with `MEMLENS_OUT=prefix`, ordered by pid then sequence number: regular
+/// files only (a link, a FIFO or a device of that name is no dump the runtime wrote).
 pub fn raw_dumps(prefix: &Path) -> Result<Vec<Dump>> {
     let (Some(dir), Some(stem)) = (prefix.parent(), prefix.file_name()) else {
         return Ok(Vec::new());
@@ -37,11 +41,18 @@ pub fn raw_dumps(prefix: &Path) -> Result<Vec<Dump>> {
         let Some((pid, seq)) = rest.split_once('.') else {
             continue;
         };
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
         if let (Ok(pid), Ok(seq)) = (pid.parse(), seq.parse()) {
             out.push(Dump {
                 path: path.clone(),
                 pid,
                 seq,
+                uid: meta.uid(),
             });
         }
     }
@@ -86,6 +97,11 @@ mod tests {
         ] {
             std::fs::write(d.path().join(f), "").unwrap();
         }
+        // neither a link nor a FIFO is a dump
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("w.8.1.raw")).unwrap();
+        let fifo = std::ffi::CString::new(d.path().join("w.9.1.raw").to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let got: Vec<(u32, u64)> = raw_dumps(&d.path().join("w"))
             .unwrap()
             .iter()

@@ -4,20 +4,29 @@
 //! Used by every command that works on such a process: `memlens ctl`, `memlens run` (its watcher
 //! and the dumps it converts), `memlens attach`/`detach`, `memlens serve` and `memlens study`.
 //!
-//! * `socket.rs`: the control directory and the socket's name in it (`<pid>.<pidns>.sock`).
+//! * `socket.rs`: the control directory and the socket's name in it (`<pid>.<pidns>.sock`), as
+//!   reached from here (under `/proc/PID/root` for a process in a container), and connecting.
+//! * `ns.rs`: where a process lives: its pid in its own namespace, its root, its uid inside its
+//!   user namespace, the container and pod its cgroup names ([`Container`]).
+//! * `discover.rs`: every process with a control socket, in any namespace, by host pid
+//!   ([`socket_hosts`]).
 //! * `client.rs`: [`Target`], one request line and one reply line ([`Reply`]) over that socket.
 //! * `proc.rs`: `/proc/PID` facts: [`ProcStatus`], [`rss_bytes`], whether the runtime is mapped.
 //! * `interval.rs`: the sampling interval the runtime accepts ([`parse_interval`]).
 //! * `dumps.rs`: the raw dumps the runtime writes (`<prefix>.<pid>.<seq>.raw`) and default names.
 #![warn(missing_docs)]
 mod client;
+mod discover;
 mod dumps;
 mod interval;
+mod ns;
 mod proc;
 mod socket;
 
 pub use client::{Reply, Target};
+pub use discover::socket_hosts;
 pub use dumps::{default_dump_name, raw_dumps, Dump};
 pub use interval::parse_interval;
+pub use ns::{foreign_root, ns_inode, Container};
 pub use proc::{is_runtime_path, parse_pid, rss_bytes, runtime_loaded, ProcStatus};
-pub use socket::{ctl_dir, remove_stale_sockets, socket_pids};
+pub use socket::{ctl_dir, ctl_dir_given, remove_stale_sockets, socket_pids};

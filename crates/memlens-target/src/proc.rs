@@ -60,10 +60,13 @@ pub fn is_runtime_path(path: &str) -> bool {
     path.contains("memfd:memlens") || path.ends_with("/libmemlens.so")
 }
 
-/// Is the memlens runtime mapped into `pid`?
+/// Is the memlens runtime loaded into `pid` — its code mapped executable? (A preload the loader
+/// refused, from a `noexec` mount, leaves a read-only mapping of the file behind.)
 pub fn runtime_loaded(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .is_ok_and(|m| m.lines().any(is_runtime_path))
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| {
+        m.lines()
+            .any(|l| is_runtime_path(l) && l.split(' ').nth(1).is_some_and(|p| p.contains('x')))
+    })
 }
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ impl Server {
                 // the runtime is there but does not answer: let the client say why
                 target.status()?;
             }
-            memlens_attach::attach(pid, &format!("active=0 unwinder={unwinder}"))
+            memlens_attach::attach(pid, None, Some(unwinder))
                 .with_context(|| format!("cannot attach to process {pid}"))?;
             attached = true;
         }
