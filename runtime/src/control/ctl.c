@@ -42,6 +42,7 @@
 #include "../base/views.h"
 #include "../record/allocstats.h"
 #include "attach.h"
+#include "blind.h"
 #include "ctl.h"
 #include "ctl_conn.h"
 #include "ctl_dir.h"
@@ -206,6 +207,7 @@ static int serve(int64_t *idle_check)
         ml_seccomp_refresh(); /* a filter the program installed since (base/proc.h) */
         if (others_gone())
             return 0;
+        ml_blind_check(); /* a heap growing where nothing is sampled (blind.c) */
     }
     return 1;
 }
@@ -223,6 +225,7 @@ static void *ctl_main(void *arg)
             return thread_done();
     }
     int64_t idle_check = ml_conns_now_ms() + 1000;
+    ml_blind_check(); /* its baseline: the resident memory when profiling began */
     while (serve(&idle_check))
         ;
     if (!stopping() && others_gone()) {
