@@ -690,8 +690,11 @@ fn peak_interval_covers_a_churning_heap() {
         (0.75..=1.25).contains(&m),
         "split-sample peak / exact: {est:?}"
     );
+    // A 95 % interval misses 2 of 8 about 6 % of the time even when it is right; at least 6 of 8
+    // fails a right interval 0.6 % of the time and still fails one that covers only half the runs
+    // (the old highest estimate's) almost always.
     assert!(
-        inside >= 7,
+        inside >= 6,
         "{inside} of 8 intervals hold the exact peak: {est:?}"
     );
 }
