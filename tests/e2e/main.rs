@@ -3,6 +3,7 @@
 //! module: `cargo test --release --test e2e attach::`.
 mod util;
 
+mod allocators;
 mod attach;
 mod bench_alloc;
 mod bench_mem;
@@ -11,6 +12,8 @@ mod check;
 mod cli;
 mod containers;
 mod ctl;
+mod exact;
+mod harmless;
 mod hostile;
 mod parca;
 mod profiler;
@@ -24,4 +27,5 @@ mod serve_pyroscope;
 mod shm;
 mod study;
 mod survival;
+mod usdt;
 mod views;

@@ -82,12 +82,19 @@ fn sites(flags: &[&str], run_opts: &[&str], env: &[(&str, &str)]) {
         .iter()
         .all(|p| p["rss_bytes"].as_f64().unwrap() > 0.0));
     // The allocator's own figures: jemalloc's when it is preloaded, else glibc's mallinfo2 (not in
-    // the point a dump takes: a dump must be async-signal-safe, and they take locks).
+    // the point a dump takes: a dump must be async-signal-safe, and they take locks). They are read
+    // on the runtime's thread (issue 29, item 1), so points taken before its first read, or while
+    // its last read is over two periods old, have none; those that have them have real ones.
     let je = env.iter().any(|(_, v)| v.contains("jemalloc"));
     assert_eq!(tl["allocator"], if je { "jemalloc" } else { "glibc" });
-    assert!(points[..points.len() - 1]
+    let inner = &points[..points.len() - 1];
+    assert!(
+        inner.iter().any(|p| !p["allocator_in_use"].is_null()),
+        "{tl:#}"
+    );
+    assert!(inner
         .iter()
-        .all(|p| p["allocator_in_use"].as_f64().unwrap() > 0.0));
+        .all(|p| p["allocator_in_use"].is_null() || p["allocator_in_use"].as_f64().unwrap() > 0.0));
     assert!(points[points.len() - 1]["allocator_in_use"].is_null());
 
     // The peak set as its own profile, with the four sample types, read like any other.
@@ -296,7 +303,7 @@ fn first_block_of_a_thread_is_a_leak_seen() {
 }
 
 #[test]
-fn views_off_and_exact_mode_say_so() {
+fn views_off_says_so_and_exact_mode_keeps_the_leak() {
     let dir = test_dir();
     let src = root().join("runtime/tests/first_block.c");
     let exe = compile(&src, dir.path(), "first_block", &[]);
@@ -305,10 +312,17 @@ fn views_off_and_exact_mode_say_so() {
     let o = run(&["report", p.to_str().unwrap(), "--view", "peak"]);
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("MEMLENS_VIEWS=0"), "{}", stderr(&o));
+    // Exact mode keeps the live blocks: its leaks view has the 64 MiB block, to the byte.
     let (p, _) = profile(dir.path(), &["--exact"], &[], &[exe]);
-    let o = run(&["report", p.to_str().unwrap(), "--view", "leaks"]);
-    assert_one_line_error(&o);
-    assert!(stderr(&o).contains("exact mode"), "{}", stderr(&o));
+    let leaks = view_json(&p, "leaks");
+    let held: f64 = leaks["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"][0]["function"] == "first_block_site")
+        .filter_map(|s| s["value"].as_f64())
+        .sum();
+    assert_eq!(held, 64.0 * 1048576.0, "{leaks}");
 }
 
 // ---------- heap numbers you can take at face value (issue 23) ----------
@@ -606,15 +620,25 @@ fn timeline_names_the_allocator_loaded() {
         dir.path(),
         &[],
         &[("LD_PRELOAD", mimalloc)],
-        &[exe.to_str().unwrap(), "3"],
+        // 10 rounds (~0.5 s): the figures are read every 100 ms on the runtime's thread, and 3
+        // rounds could end before the first read
+        &[exe.to_str().unwrap(), "10"],
     );
     let tl = view_json(&p, "timeline");
     assert_eq!(tl["allocator"], "mimalloc", "{tl:#}");
     // mimalloc tells what it committed, not what is in use: footprint only.
+    // (Read on the runtime's thread: points before its first read have no figures.)
     let points = tl["points"].as_array().unwrap();
-    assert!(points[..points.len() - 1].iter().all(
-        |p| p["allocator_in_use"].is_null() && p["allocator_footprint"].as_f64().unwrap() > 0.0
-    ));
+    let inner = &points[..points.len() - 1];
+    assert!(inner.iter().all(|p| p["allocator_in_use"].is_null()));
+    assert!(
+        inner.iter().any(|p| !p["allocator_footprint"].is_null()),
+        "{tl:#}"
+    );
+    assert!(inner
+        .iter()
+        .all(|p| p["allocator_footprint"].is_null()
+            || p["allocator_footprint"].as_f64().unwrap() > 0.0));
     let table = memlens()
         .args(["report", p.to_str().unwrap(), "--view", "timeline"])
         .ok_stdout();
@@ -666,8 +690,11 @@ fn peak_interval_covers_a_churning_heap() {
         (0.75..=1.25).contains(&m),
         "split-sample peak / exact: {est:?}"
     );
+    // A 95 % interval misses 2 of 8 about 6 % of the time even when it is right; at least 6 of 8
+    // fails a right interval 0.6 % of the time and still fails one that covers only half the runs
+    // (the old highest estimate's) almost always.
     assert!(
-        inside >= 7,
+        inside >= 6,
         "{inside} of 8 intervals hold the exact peak: {est:?}"
     );
 }

@@ -54,7 +54,7 @@ impl Plan {
     fn of(a: &CheckArgs) -> Result<Plan> {
         let limits = a.limits()?;
         let allow = Allow::new(&a.allow, &a.suppressions)?;
-        let asked = a.interval(&limits)?;
+        let asked = a.interval()?;
         let base = match &a.baseline {
             Some(f) => Some(read_figures(f, &allow).context("cannot read the baseline")?),
             None => None,

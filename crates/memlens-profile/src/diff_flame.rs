@@ -8,7 +8,7 @@
 //! stack that vanished has no width; the HTML therefore adds the same graph sized by BASE, in the
 //! same colours (inferno's negated differentials), where what shrank or vanished is seen.
 use crate::agg::{fmt_value, pct, share};
-use crate::diff::Compared;
+use crate::compared::Compared;
 use crate::model::SampleIndex;
 use anyhow::{bail, Context, Result};
 use memlens_render::doc::{Document, Section, Table};
@@ -30,7 +30,7 @@ fn folded_side(c: &Compared, side: usize) -> Result<Vec<u8>> {
         let v = if side == 0 { d.base } else { d.new };
         (c.ids_of(d), v.max(0.0))
     });
-    crate::report::folded(&c.frames, stacks, &mut text)?;
+    crate::present::folded(&c.frames, stacks, &mut text)?;
     Ok(text)
 }
 
@@ -167,7 +167,7 @@ pub fn html(c: &Compared, idx: SampleIndex, top: usize, base: &Path, new: &Path)
             .take(top)
             .map(|d| {
                 vec![
-                    crate::report::stack_cell(&c.frames_of(d), 6).replace('\n', " ← "),
+                    crate::present::stack_cell(&c.frames_of(d), 6).replace('\n', " ← "),
                     dv(d.delta),
                     v(d.base),
                     v(d.new),

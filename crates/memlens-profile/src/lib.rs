@@ -23,9 +23,12 @@
 //! reader, gzip) with `pprof_read` (the streamed, bounded read), `input` (opening a profile, bounded
 //! in size, time and kind), `convert`, `life` and `views` (peak set, lifetimes, leaks, timeline,
 //! `report --view`), `agg` (stacks as interned frame ids, flat/cum per function), `names`, `report`
-//! and `diff` (`diff_flame`: its differential flame graph).
+//! (`page`: its HTML page; `present`: what `report`, `views`, `page` and `diff` share, below them
+//! all) and `diff` (`compared`: the two profiles matched, below `diff` and `diff_flame`, its
+//! differential flame graph).
 #![warn(missing_docs)]
 mod agg;
+mod compared;
 mod convert;
 mod diff;
 mod diff_flame;
@@ -39,6 +42,7 @@ mod names;
 mod page;
 mod pprof;
 mod pprof_read;
+mod present;
 mod raw;
 mod report;
 mod state;
@@ -68,5 +72,7 @@ pub use pprof::{profile_stem, proto, to_proto, write as write_pprof};
 pub use agg::{fmt_value, Frames, Stacks};
 pub use names::short_name;
 
-pub use diff::{compare, difference_profile, run_diff, DiffArgs};
-pub use report::{render as render_report, run_report, Format as ReportFormat, ReportArgs};
+pub use compared::compare;
+pub use diff::{difference_profile, run_diff, DiffArgs};
+pub use present::Format as ReportFormat;
+pub use report::{render as render_report, run_report, ReportArgs};

@@ -14,6 +14,7 @@
 use crate::agg::{FrameId, Frames, Stacks};
 use crate::model::{Profile, SampleIndex};
 use crate::names::{is_library, short_name};
+use crate::present::program_name;
 use crate::views::{page_view, summary, View};
 use anyhow::Result;
 use serde_json::{json, Map, Value};
@@ -66,7 +67,7 @@ pub(crate) fn html(p: &Profile, file: &Path) -> Result<String> {
         "pid": p.meta.pid,
         "file": file.display().to_string(),
         "pprof": file.to_string_lossy().ends_with(".pb.gz").then(|| format!("go tool pprof -http=: {}", file.display())),
-        "header": crate::report::header(p, file, SampleIndex::AllocSpace),
+        "header": crate::present::header(p, file, SampleIndex::AllocSpace),
         "summaries": {
             "peak": summary(p, View::Peak),
             "leaks": summary(p, View::Leaks),
@@ -116,9 +117,9 @@ fn one_view(
     }
     stacks.sort_by(idx);
     let values = stacks.list.iter().map(|s| (stacks.frames(s), s.values));
-    let funcs = crate::report::sorted(crate::agg::functions(fr, values), idx as usize);
+    let funcs = crate::present::sorted(crate::agg::functions(fr, values), idx as usize);
     let mut out = Vec::new();
-    crate::report::json(p, file, fr, stacks, &funcs, idx, PAGE_STACKS, &mut out)?;
+    crate::present::json(p, file, fr, stacks, &funcs, idx, PAGE_STACKS, &mut out)?;
     let list: Vec<(Vec<FrameId>, f64)> = stacks
         .list
         .iter()
@@ -142,17 +143,6 @@ fn view_name(v: View) -> &'static str {
         View::Temporaries => "temporaries",
         View::Timeline => "timeline",
     }
-}
-
-/// The name the program was started as (`redis-server`, not the file its symlink points to).
-pub(crate) fn program_name(p: &Profile) -> String {
-    let m = &p.meta;
-    let path = if m.command.is_empty() {
-        &m.exe
-    } else {
-        &m.command
-    };
-    path.rsplit('/').next().unwrap_or("").to_string()
 }
 
 /// A view's flame graph (short names: the graph is for reading; JSON keeps the full ones).

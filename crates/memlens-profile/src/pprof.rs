@@ -305,6 +305,7 @@ fn proto_without_samples(p: &Profile) -> (proto::Profile, SampleEncoder) {
         .collect();
     let mut comments = meta_comments(&p.meta);
     comments.extend(cost_comment(&p.meta.cost));
+    comments.extend(p.meta.notes.iter().map(|n| format!("{NOTE}{n}")));
     if let Some(v) = &p.views {
         comments.extend(views_comments(v));
     }
@@ -522,6 +523,9 @@ fn read_life(
     Some(l)
 }
 
+/// The prefix of a runtime note's comment (`Meta::notes`): what memlens could and could not see.
+const NOTE: &str = "memlens-note: ";
+
 fn meta_comments(m: &Meta) -> Vec<String> {
     let mut view = if m.view.is_empty() {
         String::new()
@@ -708,14 +712,37 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
     if st.first().is_none_or(|s| !s.is_empty()) {
         bail!("not a pprof profile (string table does not start with \"\")");
     }
-    let s = |i: i64| -> Result<String> {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| st.get(i))
-            .cloned()
-            .ok_or_else(|| anyhow!("bad string index {i}"))
-    };
-    // Where each of our four values sits among the file's sample types (a Go heap profile matches).
+    let (col, life_col) = columns(m)?;
+    let (meta, views) = read_meta(m, col)?;
+    let mappings = read_mappings(m)?;
+    let functions = read_functions(m)?;
+    let locations = read_locations(m)?;
+    let samples = read_samples(m, pending, col, &life_col)?;
+    Ok(Profile {
+        meta,
+        mappings,
+        functions,
+        locations,
+        samples,
+        views,
+    })
+}
+
+/// String `i` of the profile's string table.
+fn string(m: &proto::Profile, i: i64) -> Result<String> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| m.string_table.get(i))
+        .cloned()
+        .ok_or_else(|| anyhow!("bad string index {i}"))
+}
+
+/// Where each of our four values, and each lifetime value, sits among a file's sample types.
+type Columns = ([Option<usize>; 4], [Option<usize>; 5]);
+
+/// The [`Columns`] of `m` (a Go heap profile matches); an error when none of the four is there.
+fn columns(m: &proto::Profile) -> Result<Columns> {
+    let s = |i: i64| string(m, i);
     let mut col = [None; 4];
     let mut life_col = [None; 5];
     for (k, t) in m.sample_type.iter().enumerate() {
@@ -742,6 +769,11 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
             }
         );
     }
+    Ok((col, life_col))
+}
+
+/// The profile's facts (period, times, what it lacks, memlens's comments) and its views.
+fn read_meta(m: &proto::Profile, col: [Option<usize>; 4]) -> Result<(Meta, Option<Views>)> {
     let mut meta = Meta {
         interval: m.period.max(0) as u64,
         time_ns: m.time_nanos.max(0) as u64,
@@ -756,44 +788,28 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
     meta.start_ns = meta.time_ns.saturating_sub(m.duration_nanos.max(0) as u64);
     let mut views = None;
     for &c in &m.comment {
-        let c = s(c)?;
+        let c = string(m, c)?;
         parse_comment(&mut meta, &c);
         parse_cost_comment(&mut meta, &c);
+        if let Some(n) = c.strip_prefix(NOTE) {
+            meta.notes.push(n.to_string());
+        }
         parse_views_comment(&mut views, &c);
     }
     if let Some(v) = &mut views {
         read_timeline(v, &m.memlens_timeline);
     }
-    let map_ids: HashMap<u64, u64> = m
-        .mapping
-        .iter()
-        .enumerate()
-        .map(|(i, x)| (x.id, i as u64 + 1))
-        .collect();
-    let fn_ids: HashMap<u64, u64> = m
-        .function
-        .iter()
-        .enumerate()
-        .map(|(i, x)| (x.id, i as u64 + 1))
-        .collect();
-    // Files written by memlens and Go number locations 1, 2, …: no map needed then.
-    let dense = m
-        .location
-        .iter()
-        .enumerate()
-        .all(|(i, x)| x.id == i as u64 + 1);
-    let loc_ids: HashMap<u64, u64> = if dense {
-        HashMap::new()
-    } else {
-        m.location
-            .iter()
-            .enumerate()
-            .map(|(i, x)| (x.id, i as u64 + 1))
-            .collect()
-    };
-    let nloc = m.location.len() as u64;
-    let mappings = m
-        .mapping
+    Ok((meta, views))
+}
+
+/// Ids as the file numbers them → our 1-based positions.
+fn positions(ids: impl Iterator<Item = u64>) -> HashMap<u64, u64> {
+    ids.enumerate().map(|(i, id)| (id, i as u64 + 1)).collect()
+}
+
+fn read_mappings(m: &proto::Profile) -> Result<Vec<Mapping>> {
+    let s = |i: i64| string(m, i);
+    m.mapping
         .iter()
         .map(|x| {
             Ok(Mapping {
@@ -808,9 +824,12 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
                 has_inline_frames: x.has_inline_frames,
             })
         })
-        .collect::<Result<_>>()?;
-    let functions = m
-        .function
+        .collect()
+}
+
+fn read_functions(m: &proto::Profile) -> Result<Vec<Function>> {
+    let s = |i: i64| string(m, i);
+    m.function
         .iter()
         .map(|f| {
             Ok(Function {
@@ -820,9 +839,14 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
                 start_line: f.start_line,
             })
         })
-        .collect::<Result<_>>()?;
-    let locations = m
-        .location
+        .collect()
+}
+
+/// The locations, their mappings and functions renumbered to our positions.
+fn read_locations(m: &proto::Profile) -> Result<Vec<Location>> {
+    let map_ids = positions(m.mapping.iter().map(|x| x.id));
+    let fn_ids = positions(m.function.iter().map(|x| x.id));
+    m.location
         .iter()
         .map(|l| {
             let mapping = if l.mapping_id == 0 {
@@ -851,7 +875,30 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
                 lines,
             })
         })
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// The samples of `pending` with their location ids renumbered, our four values, their sample
+/// counts, diff-base marks and lifetimes.
+fn read_samples(
+    m: &proto::Profile,
+    pending: Pending,
+    col: [Option<usize>; 4],
+    life_col: &[Option<usize>; 5],
+) -> Result<Vec<Sample>> {
+    let st = &m.string_table;
+    // Files written by memlens and Go number locations 1, 2, …: no map needed then.
+    let dense = m
+        .location
+        .iter()
+        .enumerate()
+        .all(|(i, x)| x.id == i as u64 + 1);
+    let loc_ids: HashMap<u64, u64> = if dense {
+        HashMap::new()
+    } else {
+        positions(m.location.iter().map(|x| x.id))
+    };
+    let nloc = m.location.len() as u64;
     let key_of = |name: &str| st.iter().position(|x| x == name).map(|i| i as i64);
     let (samples_key, base_key) = (key_of(SAMPLES_LABEL), key_of(BASE_LABEL));
     let Pending {
@@ -886,16 +933,9 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
             .find(|l| Some(l.0) == samples_key)
             .map_or(0, |l| l.1.max(0) as u64);
         out.diff_base = label.iter().any(|l| Some(l.0) == base_key);
-        out.life = read_life(value, label, &life_col, st).map(Box::new);
+        out.life = read_life(value, label, life_col, st).map(Box::new);
     }
-    Ok(Profile {
-        meta,
-        mappings,
-        functions,
-        locations,
-        samples,
-        views,
-    })
+    Ok(samples)
 }
 
 #[cfg(test)]
@@ -957,6 +997,7 @@ mod tests {
                     calls: 249_077,
                     cpu_ns: 36_992_568,
                 },
+                notes: vec!["app allocates through jemalloc linked into it (_rjem_*): hooked 14 entry points".into()],
             },
             mappings: vec![Mapping {
                 start: 0x1000,

@@ -277,24 +277,15 @@ impl Parser {
 
     /// Take line `n`; true at the final `end`.
     fn line(&mut self, n: usize, line: &str) -> Result<bool> {
-        let d = &mut self.d;
-        let at = || format!("line {n}");
         match self.part {
             Part::Magic => {
-                match line {
-                    "memlens-raw 1" => {}
-                    l if l.starts_with("memlens-raw ") => bail!(
-                        "unsupported raw dump version '{}' (this memlens reads version 1)",
-                        &l[12..]
-                    ),
-                    _ => bail!("not a memlens raw dump (first line is not 'memlens-raw 1')"),
-                }
+                magic(line)?;
                 self.part = Part::Header;
             }
             Part::Maps if line == "end maps" => self.part = Part::Stacks,
-            Part::Maps => d.maps.push(line.to_string()),
+            Part::Maps => self.d.maps.push(line.to_string()),
             _ if line == "end" => {
-                self.seen.check().with_context(at)?;
+                self.seen.check().with_context(|| format!("line {n}"))?;
                 return Ok(true);
             }
             _ if line == "maps" => {
@@ -303,37 +294,55 @@ impl Parser {
                 }
                 self.part = Part::Maps;
             }
-            _ => {
-                let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
-                match key {
-                    "stack" => d.stacks.push(parse_stack(rest).with_context(at)?),
-                    "life" => {
-                        let st = d
-                            .stacks
-                            .last_mut()
-                            .ok_or_else(|| anyhow!("line {n}: 'life' before any 'stack'"))?;
-                        st.life = Some(parse_life(rest).with_context(at)?);
-                    }
-                    "view" | "tl" => {
-                        let v = d.views.get_or_insert_with(RawViews::default);
-                        parse_view(v, key, rest).with_context(at)?
-                    }
-                    "module" => d.modules.push(parse_module(rest).with_context(at)?),
-                    "segment" => {
-                        let m = d
-                            .modules
-                            .last_mut()
-                            .ok_or_else(|| anyhow!("line {n}: 'segment' before any 'module'"))?;
-                        m.segments.push(parse_segment(rest).with_context(at)?);
-                    }
-                    _ if self.part == Part::Header => {
-                        header(&mut d.meta, &mut self.seen, key, rest).with_context(at)?
-                    }
-                    _ => bail!("line {n}: unexpected record '{key}' after the maps section"),
-                }
-            }
+            _ => self.record(n, line)?,
         }
         Ok(false)
+    }
+
+    /// Take line `n`, a `key rest` record of the header or after the maps section.
+    fn record(&mut self, n: usize, line: &str) -> Result<()> {
+        let d = &mut self.d;
+        let at = || format!("line {n}");
+        let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match key {
+            "stack" => d.stacks.push(parse_stack(rest).with_context(at)?),
+            "life" => {
+                let st = d
+                    .stacks
+                    .last_mut()
+                    .ok_or_else(|| anyhow!("line {n}: 'life' before any 'stack'"))?;
+                st.life = Some(parse_life(rest).with_context(at)?);
+            }
+            "view" | "tl" => {
+                let v = d.views.get_or_insert_with(RawViews::default);
+                parse_view(v, key, rest).with_context(at)?
+            }
+            "module" => d.modules.push(parse_module(rest).with_context(at)?),
+            "segment" => {
+                let m = d
+                    .modules
+                    .last_mut()
+                    .ok_or_else(|| anyhow!("line {n}: 'segment' before any 'module'"))?;
+                m.segments.push(parse_segment(rest).with_context(at)?);
+            }
+            _ if self.part == Part::Header => {
+                header(&mut d.meta, &mut self.seen, key, rest).with_context(at)?
+            }
+            _ => bail!("line {n}: unexpected record '{key}' after the maps section"),
+        }
+        Ok(())
+    }
+}
+
+/// The first line: `memlens-raw 1`, the only version this reader knows.
+fn magic(line: &str) -> Result<()> {
+    match line {
+        "memlens-raw 1" => Ok(()),
+        l if l.starts_with("memlens-raw ") => bail!(
+            "unsupported raw dump version '{}' (this memlens reads version 1)",
+            &l[12..]
+        ),
+        _ => bail!("not a memlens raw dump (first line is not 'memlens-raw 1')"),
     }
 }
 
@@ -384,6 +393,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "cost_ns" => m.cost.sampled_ns = num(v, key)?,
         "cost_calls" => m.cost.calls = num(v, key)?,
         "cpu_ns" => m.cost.cpu_ns = num(v, key)?,
+        "note" => m.notes.push(unescape(v)),
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key

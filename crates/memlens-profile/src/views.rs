@@ -19,7 +19,7 @@
 //! process did not expose is null).
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
-use crate::report::{stack_cell, Format, JsonFunc, Values};
+use crate::present::{stack_cell, Format, JsonFunc, Values};
 use anyhow::{bail, Result};
 use memlens_render::doc::{terminal_width, wrap, Table};
 use memlens_render::output::fit_table;
@@ -62,18 +62,12 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
             "the runtime's views were switched off (MEMLENS_VIEWS=0) when this profile was written"
         );
     }
-    if p.meta.interval == 0 && p.meta.samples > 0 && view != View::Timeline {
-        bail!(
-            "exact mode (--exact) tracks no live blocks: no peak, leaks or lifetimes \
-             (profile with an interval, e.g. the default 512K)"
-        );
-    }
     if p.samples.iter().any(|s| s.life.is_some()) || p.views.is_some() {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: by another tool, in \
-         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, \
+         with MEMLENS_VIEWS=0, or by an older memlens, whose exact mode tracked no live blocks)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",
@@ -216,7 +210,7 @@ pub fn render(
         Format::Folded => {
             let mut text = Vec::new();
             let folded = vs.iter().map(|v| (stacks.frames(&v.st), v.value));
-            crate::report::folded(&fr, folded, &mut text)?;
+            crate::present::folded(&fr, folded, &mut text)?;
             String::from_utf8_lossy(&text).into_owned()
         }
         Format::Json => json(&c, file, view, &vs, usize::MAX)? + "\n",
@@ -240,13 +234,13 @@ impl Ctx<'_, '_> {
 fn write_flamegraph(c: &Ctx, vs: &[VStack], view: View, out: &Path) -> Result<()> {
     let mut text = Vec::new();
     let folded = vs.iter().map(|v| (c.stacks.frames(&v.st), v.value));
-    crate::report::folded(c.fr, folded, &mut text)?;
+    crate::present::folded(c.fr, folded, &mut text)?;
     if text.is_empty() {
         bail!("cannot draw a flamegraph: the {view:?} view is empty for this profile");
     }
-    let exe = crate::page::program_name(c.p);
+    let exe = crate::present::program_name(c.p);
     let title = format!("memlens: {} {exe}", value_name(view));
-    crate::report::write_flamegraph(&text, title.trim_end(), "bytes", out)
+    crate::present::write_flamegraph(&text, title.trim_end(), "bytes", out)
 }
 
 fn run_ns(m: &Meta) -> f64 {
@@ -430,7 +424,7 @@ fn extra_header(view: View) -> &'static [&'static str] {
 /// The lines above a view's tables: the file, the program and `summary`, wrapped to the terminal.
 fn heading(p: &Profile, file: &Path, summary: &str) -> String {
     let mut s = format!("profile: {}\n", file.display());
-    s += &crate::report::program_line(&p.meta);
+    s += &crate::present::program_line(&p.meta);
     s += summary;
     s += "\n";
     wrap(&s, terminal_width(), "  ")
@@ -446,7 +440,7 @@ fn functions(c: &Ctx, vs: &[VStack], display: bool) -> Vec<agg::Func> {
     } else {
         agg::functions(c.fr, values)
     };
-    crate::report::sorted(funcs, 1)
+    crate::present::sorted(funcs, 1)
 }
 
 fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String {
@@ -465,7 +459,7 @@ fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String 
         .filter(|f| f.flat[1] != 0.0)
         .take(top)
         .collect();
-    let names = crate::report::function_names(c.fr, shown.iter().copied());
+    let names = crate::present::function_names(c.fr, shown.iter().copied());
     let rows: Vec<Vec<String>> = shown
         .iter()
         .zip(names)
@@ -483,7 +477,7 @@ fn table(c: &Ctx, file: &Path, view: View, vs: &[VStack], top: usize) -> String 
     s += &format!("\n\ntop stacks by {name} (innermost frame first)\n");
     s += &stacks_table(c, view, vs, top, total, terminal_width());
     s += "\n";
-    s += &crate::report::drill_down(file);
+    s += &crate::present::drill_down(file);
     s
 }
 
@@ -598,7 +592,7 @@ fn json(c: &Ctx, file: &Path, view: View, vs: &[VStack], limit: usize) -> Result
         functions: funcs
             .iter()
             .take(limit)
-            .map(|f| crate::report::json_func(c.fr, f, 1, total))
+            .map(|f| crate::present::json_func(c.fr, f, 1, total))
             .collect(),
         stacks: vs
             .iter()

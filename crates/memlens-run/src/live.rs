@@ -1,11 +1,14 @@
 //! Profiling on demand, as `memlens run` is asked for it: the options `--inactive`,
 //! `--start-on-growth`, `--profile-for` and `--dump-every`, checked and turned into a [`LivePlan`]
 //! that the [`crate::watcher`] carries out while the program runs.
-use crate::watcher::POLL;
 use anyhow::Result;
 use memlens_measure::error::usage;
 use memlens_measure::units::{parse_duration, parse_size};
 use std::time::Duration;
+
+/// How often the watcher reads the child's resident memory: the shortest `--dump-every` and
+/// `--start-on-growth` window a plan may ask for.
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// Options of `memlens run` for profiling on demand (flattened into RunArgs).
 #[derive(Debug, Clone, Default, clap::Args)]

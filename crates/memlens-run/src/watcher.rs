@@ -2,7 +2,7 @@
 //! child's resident memory (`/proc/PID/statm`, every 100 ms) to start sampling on growth, writes
 //! the periodic and growth dumps, and talks to the child's control socket exactly as
 //! `memlens ctl` would.
-use crate::live::LivePlan;
+use crate::live::{LivePlan, POLL};
 use memlens_measure::units::format_size;
 use memlens_profile::profile_stem;
 use memlens_target::{rss_bytes, Target};
@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-
-/// How often the watcher reads the child's resident memory.
-pub(crate) const POLL: Duration = Duration::from_millis(100);
+use std::time::Instant;
 
 /// The running watcher; `finish` it when the program has exited.
 pub struct Watcher {

@@ -27,6 +27,17 @@ struct ml_hook ml_hooks[] = {
     {"reallocarray", ML_HOOK_FREE, 0, 0},
     {"malloc_usable_size", ML_HOOK_FREE, 0, 0},
     {"dlclose", ML_HOOK_FREE, 0, 0}, /* keeps the dwarf unwinder's rules honest; never removed */
+    /* set*id end the runtime's thread around the call (process/setxid.c); never removed */
+    {"setuid", ML_HOOK_FREE, 0, 0},
+    {"setgid", ML_HOOK_FREE, 0, 0},
+    {"seteuid", ML_HOOK_FREE, 0, 0},
+    {"setegid", ML_HOOK_FREE, 0, 0},
+    {"setreuid", ML_HOOK_FREE, 0, 0},
+    {"setregid", ML_HOOK_FREE, 0, 0},
+    {"setresuid", ML_HOOK_FREE, 0, 0},
+    {"setresgid", ML_HOOK_FREE, 0, 0},
+    {"setgroups", ML_HOOK_FREE, 0, 0},
+    {"initgroups", ML_HOOK_FREE, 0, 0},
     {"malloc", ML_HOOK_ALLOC, 0, 0},
     {"calloc", ML_HOOK_ALLOC, 0, 0},
     {"posix_memalign", ML_HOOK_ALLOC, 0, 0},
@@ -38,6 +49,12 @@ struct ml_hook ml_hooks[] = {
 const int ml_nhooks = sizeof ml_hooks / sizeof ml_hooks[0];
 
 static uintptr_t self_base, exe_lo, exe_hi;
+/* The program defines the malloc family itself (an allocator linked in): no GOT slot is patched,
+ * its entry points are hooked instead (finder.c), and everyone's calls reach them (a slot
+ * patched to our realloc as well would count a realloc twice). Only dlclose is patched. */
+static int static_allocator;
+
+int ml_got_static_allocator(void) { return static_allocator; }
 
 static int in_exe(const void *p) { return (uintptr_t)p - exe_lo < exe_hi - exe_lo; }
 
@@ -108,8 +125,8 @@ const char *ml_got_resolve(void)
                 return "the program has no malloc family to attach to";
             continue; /* e.g. no reallocarray in an old libc: nothing binds to it either */
         }
-        if (in_exe(h->real))
-            return "the allocator is linked statically into the program (no GOT entry to patch)";
+        if (in_exe(h->real) && strcmp(h->name, "dlclose"))
+            static_allocator = 1;
     }
     return NULL;
 }
@@ -163,7 +180,7 @@ static int store(const struct module *m, void **slot, void *v)
 static struct ml_hook *hook_named(const char *name)
 {
     if (name[0] != 'f' && name[0] != 'r' && name[0] != 'm' && name[0] != 'd' && name[0] != 'c' &&
-        name[0] != 'p' && name[0] != 'a' && name[0] != 'v')
+        name[0] != 'p' && name[0] != 'a' && name[0] != 'v' && name[0] != 's' && name[0] != 'i')
         return NULL;
     for (int i = 0; i < ml_nhooks; i++)
         if (!strcmp(ml_hooks[i].name, name))
@@ -180,7 +197,7 @@ static int apply_rela(const struct module *m, const ElfW(Rela) *r, size_t n, enu
                      !(type == R_X86_64_64 && r[i].r_addend == 0)))
             continue;
         struct ml_hook *h = hook_named(m->strtab + m->symtab[sym].st_name);
-        if (!h || !h->real)
+        if (!h || !h->real || (static_allocator && strcmp(h->name, "dlclose")))
             continue;
         void **slot = (void **)(m->base + r[i].r_offset);
         void *v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);

@@ -7,11 +7,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../sample/cost.h"
 #include "../sample/sample.h"
 #include "../store/stacks.h"
 #include "../store/state.h"
+#include "../record/usdt.h"
 #include "../unwind/unwind.h"
 #include "boot.h"
 #include "source.h"
@@ -38,6 +40,10 @@ static void weights(struct ml_thread *t, size_t size, uint64_t R)
 }
 
 
+/* The interval this thread's decision was taken at: t->armed, ~0 in exact mode (rt.h), where a
+ * record weighs what a sample at R = 0 would: one object, its size. */
+static inline uint64_t armed_R(const struct ml_thread *t) { return t->armed == UINT64_MAX ? 0 : t->armed; }
+
 /* A sample of `size` bytes with weights (w_fx, w_bytes) on stack `id`: the cumulative counts. */
 static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
 {
@@ -53,26 +59,42 @@ static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
     atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
 }
 
-void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
+/* A sample of `size` bytes (its weights), recorded in a block of `real` bytes from the range: the
+ * block itself (model a, real = size), or a shadow that carries the accounting of memory someone
+ * else owns (model b, real = 1). ML_SAMPLE and ML_EXACT both come here for the malloc family:
+ * exact mode serves every block from the range too, so that its frees are seen and the live heap,
+ * peak, lifetimes and timeline are exact as well (a block costs the range's header, 128 bytes, and
+ * the range lock). */
+static void *sample(size_t size, size_t real, size_t align, int zero, uintptr_t ra)
 {
-    (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
-    uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
+    /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
+    uint64_t R = armed_R(t), times = R ? 1 : ML_COST_EXACT_EVERY;
+    int timed = R || t->samples % ML_COST_EXACT_EVERY == 0;
+    uint64_t c0 = timed ? ml_cost_begin() : 0;
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
-    weights(t, size, t->armed);
+    weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = ml_unwind_intern(ra, 1);
-    void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
+    void *p = ml_block_new(real, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
      * live tracking. */
     count_alloc(id, w_fx, w_bytes);
     if (!p)
         atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
+    ml_usdt_alloc(p, size, w_bytes);
     t->busy--;
-    ml_cost_end(c0, w_fx, 1);
+    if (timed)
+        ml_cost_end(c0, w_fx, times);
     return p;
+}
+
+void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
+{
+    (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
+    return sample(size, size, align, zero, ra);
 }
 
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra)
@@ -97,17 +119,12 @@ ML_NOINLINE void *ml_src_malloc_slow(struct ml_family *f, size_t size, uintptr_t
     switch (ml_src_decide(size)) {
     case ML_BOOT:
         return ml_boot_alloc(size);
-    case ML_SAMPLE: {
+    case ML_SAMPLE:
+    case ML_EXACT: {
         void *p = ml_src_sample(f->kind, size, 0, 0, ra);
         if (p)
             return p;
         break;
-    }
-    case ML_EXACT: {
-        void *p = f->malloc(size);
-        if (p)
-            ml_src_exact(f->kind, size, ra);
-        return p;
     }
     }
     return f->malloc(size);
@@ -118,20 +135,26 @@ ML_NOINLINE void *ml_src_calloc_slow(struct ml_family *f, size_t n, size_t s, si
     switch (ml_src_decide(total)) {
     case ML_BOOT:
         return ml_boot_alloc(total); /* boot memory is fresh, hence zero */
-    case ML_SAMPLE: {
+    case ML_SAMPLE:
+    case ML_EXACT: {
         void *p = ml_src_sample(f->kind, total, 0, 1, ra);
         if (p)
             return p;
         break;
     }
-    case ML_EXACT: {
-        void *p = f->calloc(n, s);
-        if (p)
-            ml_src_exact(f->kind, total, ra);
-        return p;
-    }
     }
     return f->calloc(n, s);
+}
+
+/* A sampled block p reallocated to q, n bytes: to the probes, the free of p and, while q stays in
+ * the range and sampling is on, an allocation of n bytes of weight n — block.c counts every
+ * reallocation of a block in the range exactly in alloc_space. One that had to leave a full range
+ * is the family's now, unsampled. */
+static void usdt_realloc(void *p, void *q, size_t n)
+{
+    ml_usdt_free(p);
+    if (ml_src_owns(q) && atomic_load_explicit(&ml_cfg.active, memory_order_relaxed))
+        ml_usdt_alloc(q, n, n);
 }
 
 /* realloc of a block in our range: block.c resizes it in place or moves it within the range, and
@@ -153,6 +176,8 @@ static void *realloc_owned(struct ml_family *f, void *p, size_t n, uintptr_t ra)
     uint64_t c0 = ml_cost_begin(); /* the runtime's own account (cost.c) */
     void *q = ml_block_realloc(p, n, ra, f->malloc);
     ml_cost_end(c0, 0, 1);
+    if (q)
+        usdt_realloc(p, q, n);
     return q;
 }
 
@@ -167,7 +192,7 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
     int d = ml_src_decide(n);
     if (d == ML_BOOT)
         return NULL;
-    if (d == ML_SAMPLE) {
+    if (d == ML_SAMPLE || d == ML_EXACT) {
         void *q = ml_src_sample(f->kind, n, 0, 0, ra);
         if (q) {
             size_t old = f->malloc_usable_size(p);
@@ -176,10 +201,7 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
             return q;
         }
     }
-    void *q = f->realloc(p, n);
-    if (q && d == ML_EXACT)
-        ml_src_exact(f->kind, n, ra);
-    return q;
+    return f->realloc(p, n);
 }
 
 ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align, size_t size, int *err,
@@ -191,7 +213,7 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
             *err = ENOMEM;
         return NULL;
     }
-    if (d == ML_SAMPLE) {
+    if (d == ML_SAMPLE || d == ML_EXACT) {
         size_t a = align;
         if (a & (a - 1)) /* memalign rounds odd alignments up, like glibc */
             a = (size_t)1 << (64 - __builtin_clzll(a));
@@ -199,8 +221,125 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
         if (p)
             return p;
     }
-    void *p = ml_src_forward_aligned(f, how, align, size, err);
-    if (p && d == ML_EXACT)
-        ml_src_exact(f->kind, size, ra);
-    return p;
+    return ml_src_forward_aligned(f, how, align, size, err);
+}
+
+/* ---- model (b): observe memory someone else owns ---- */
+
+/* The sampled blocks of observed memory, by address: open addressing over a reserved table, its
+ * stripes locked apart. Consulted only by the observing sources' frees (never by free()). */
+#define OBS_SLOTS (1u << 20)
+#define OBS_STRIPES 64
+struct obs_slot { uintptr_t key; void *shadow; };
+static struct obs_slot *obs;
+static _Atomic int obs_locks[OBS_STRIPES];
+static _Atomic uint64_t obs_live;
+static _Atomic int obs_state; /* 0 not mapped, 1 mapping, 2 mapped, 3 failed */
+
+static int obs_map(void)
+{
+    int st = atomic_load_explicit(&obs_state, memory_order_acquire), z = 0;
+    if (st >= 2)
+        return st == 2;
+    if (!atomic_compare_exchange_strong(&obs_state, &z, 1)) {
+        while ((st = atomic_load(&obs_state)) == 1)
+            __builtin_ia32_pause();
+        return st == 2;
+    }
+    void *p = mmap(NULL, OBS_SLOTS * sizeof *obs, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    obs = p == MAP_FAILED ? NULL : p;
+    atomic_store_explicit(&obs_state, obs ? 2 : 3, memory_order_release);
+    return obs != NULL;
+}
+
+static inline uint32_t obs_hash(uintptr_t k) { return (uint32_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 44); }
+
+/* Probe within one stripe's run of slots (the stripe is locked): the run is the slots whose hash
+ * falls in the stripe, so a key never leaves its stripe. */
+static struct obs_slot *obs_find(uintptr_t k, int insert)
+{
+    uint32_t per = OBS_SLOTS / OBS_STRIPES, h = obs_hash(k), lo = h / per * per;
+    for (uint32_t i = 0; i < per; i++) {
+        struct obs_slot *s = &obs[lo + (h - lo + i) % per];
+        if (s->key == k || (insert && s->key == 0))
+            return s;
+        if (!insert && s->key == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Deletion without tombstones: the run after the freed slot is re-placed (linear probing). */
+static void obs_delete(struct obs_slot *s)
+{
+    uint32_t per = OBS_SLOTS / OBS_STRIPES, at = (uint32_t)(s - obs), lo = at / per * per;
+    s->key = 0;
+    for (uint32_t i = 1; i < per; i++) {
+        struct obs_slot *n = &obs[lo + (at - lo + i) % per];
+        if (n->key == 0)
+            return;
+        struct obs_slot moved = *n;
+        n->key = 0;
+        *obs_find(moved.key, 1) = moved;
+    }
+}
+
+static ML_NOINLINE void observe_slow(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+{
+    int d = ml_src_decide(size ? size : 1);
+    if (d == ML_EXACT)
+        ml_src_exact(kind, size, ra);
+    if (d != ML_SAMPLE || !obs_map())
+        return;
+    void *shadow = sample(size ? size : 1, 1, 0, 0, ra);
+    if (!shadow)
+        return;
+    uintptr_t k = (uintptr_t)p;
+    _Atomic int *l = &obs_locks[obs_hash(k) / (OBS_SLOTS / OBS_STRIPES)];
+    ml_spin_lock(l);
+    struct obs_slot *s = obs_find(k, 1);
+    void *old = s && s->key == k ? s->shadow : NULL;
+    if (s) {
+        if (!old)
+            atomic_fetch_add(&obs_live, 1);
+        s->key = k;
+        s->shadow = shadow;
+    }
+    ml_spin_unlock(l);
+    if (old) /* reported twice without a free: the first is gone */
+        ml_src_free(old);
+    if (!s) { /* this stripe is full: the sample counts as allocated, not live (as `untracked`) */
+        atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
+        ml_src_free(shadow);
+    }
+}
+
+void ml_src_observe_alloc(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+{
+    if (unlikely(!p))
+        return;
+    ML_COUNTDOWN_OR(size, slow);
+    return;
+slow:
+    observe_slow(kind, p, size, ra);
+}
+
+void ml_src_observe_free(enum ml_src_kind kind, void *p)
+{
+    (void)kind;
+    if (likely(atomic_load_explicit(&obs_live, memory_order_relaxed) == 0) || !p)
+        return;
+    uintptr_t k = (uintptr_t)p;
+    _Atomic int *l = &obs_locks[obs_hash(k) / (OBS_SLOTS / OBS_STRIPES)];
+    ml_spin_lock(l);
+    struct obs_slot *s = obs_find(k, 0);
+    void *shadow = s ? s->shadow : NULL;
+    if (s) {
+        obs_delete(s);
+        atomic_fetch_sub(&obs_live, 1);
+    }
+    ml_spin_unlock(l);
+    if (shadow)
+        ml_src_free(shadow);
 }
