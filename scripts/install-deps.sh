@@ -38,6 +38,9 @@ PKGS=(
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml
+  # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
+  # from systemd-analyze), setpriv (util-linux)
+  libseccomp-dev systemd util-linux
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )

@@ -11,6 +11,7 @@ mod check;
 mod cli;
 mod containers;
 mod ctl;
+mod harmless;
 mod hostile;
 mod parca;
 mod profiler;

@@ -114,7 +114,12 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_long, i32> {
+pub(crate) fn ptrace(
+    req: libc::c_uint,
+    tid: i32,
+    addr: u64,
+    data: u64,
+) -> Result<libc::c_long, i32> {
     // SAFETY: ptrace requests that read or write only the buffers we pass (or none).
     unsafe {
         *libc::__errno_location() = 0;

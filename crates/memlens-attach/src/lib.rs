@@ -1,11 +1,13 @@
 //! `memlens attach` and `memlens detach`: sampled heap profiling of a process that was started
 //! without memlens.
 //!
-//! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `tracee.rs`);
+//! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `tracee.rs` and,
+//! for a process under a seccomp filter, `seccomp.rs`);
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
 //! and a later attach or detach is a request on that socket (`attach …`, `detach`).
 #![warn(missing_docs)]
 mod inject;
+mod seccomp;
 mod tracee;
 mod unwind;
 
@@ -144,6 +146,7 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
             p.label()
         ));
     }
+    seccomp::check(pid, &p.label())?;
     let lib = std::fs::read(memlens_native::runtime()?)?;
     let done = inject::inject(&p, &lib, &runtime_args(interval, false, unwinder)?)?;
     // The control thread is started by the runtime's constructor; wait until it answers.

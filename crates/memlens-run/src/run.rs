@@ -29,7 +29,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "interval")]
     pub(crate) exact: bool,
     /// Stack unwinder: dwarf (memlens's own CFI walker with a stack cache; hands the stacks it cannot
-    /// follow to libunwind), fp (frame pointers), libgcc, libunwind [default: dwarf]
+    /// follow to libgcc), fp (frame pointers), libgcc, libunwind [default: dwarf]
     #[arg(long, value_name = "NAME", value_parser = ["dwarf", "fp", "libgcc", "libunwind"])]
     pub(crate) unwinder: Option<String>,
     /// Distinct stacks the runtime's table holds (1K … 32M; about 230 bytes + 8 per frame each,

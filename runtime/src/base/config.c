@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "proc.h"
 
 const char *ml_unwinder_name(int u)
 {
@@ -57,6 +58,8 @@ static const char *ml_env_copy(const char *name, char *buf, size_t cap)
 
 void ml_config_read(void)
 {
+    ml_log_init();
+    ml_seccomp_refresh(); /* a seccomp filter from the start (systemd's SystemCallFilter=) */
     const char *s = getenv("MEMLENS_INTERVAL");
     if (s && *s) {
         int64_t v = parse_size(s);

@@ -10,12 +10,19 @@
  * Not stdio: vsnprintf may allocate (locale, wide strings) and takes locks; strerror may allocate
  * too (its unknown-error buffer), and its text follows the locale. strerrordesc_np and
  * strerrorname_np (glibc 2.32; the runtime already needs 2.35) return constant, untranslated
- * strings and are async-signal-safe. */
+ * strings and are async-signal-safe.
+ *
+ * Messages go to fd 2 only while it is the file it was when the runtime started (ml_log_init): a
+ * daemon that closed its stderr and opened a log file or a socket as fd 2 gets none of our lines.
+ * Not a dup of fd 2 taken at start: a descriptor we kept would hold the program's stderr pipe open,
+ * and a parent that waits for EOF on it (a shell's $(…), a supervisor that watches a daemon detach)
+ * would wait forever. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "fmt.h"
@@ -63,9 +70,26 @@ static void put_arg(struct ml_out *o, char conv, int len, va_list *ap)
     }
 }
 
+/* fd 2 as it was at start-up; stderr_known 0: it was closed then, and nothing is ever written. */
+static dev_t stderr_dev;
+static ino_t stderr_ino;
+static int stderr_known;
+
+void ml_log_init(void)
+{
+    struct stat st;
+    int e = errno;
+    stderr_known = fstat(2, &st) == 0;
+    stderr_dev = st.st_dev;
+    stderr_ino = st.st_ino;
+    errno = e;
+}
+
 static void vlog(const char *fmt, va_list ap, int err)
 {
-    struct ml_out o = {.fd = 2};
+    if (!stderr_known)
+        return;
+    struct ml_out o = {.fd = 2, .own = 1, .dev = stderr_dev, .ino = stderr_ino};
     va_list aq;
     va_copy(aq, ap);
     ml_out_str(&o, "memlens: ");

@@ -12,6 +12,9 @@
 
 #define ML_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
+/* Remember what fd 2 is now (config.c, first thing at start-up): messages are written to fd 2 only
+ * while it is still that file. */
+void ml_log_init(void);
 void ml_log(const char *fmt, ...) ML_PRINTF(1, 2);
 /* An internal failure: profiling stops for good (ml_cfg.failed), the program continues. The
  * message is printed the first time only, with a line saying so. Calls nothing but the log: it is

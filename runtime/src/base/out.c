@@ -2,14 +2,30 @@
  * dumping: both may allocate, and a dump can run inside a fork child or an exec interposer. */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "fd.h"
 #include "fmt.h"
 #include "out.h"
+
+int ml_out_own(struct ml_out *o, int fd)
+{
+    struct stat st;
+    o->fd = fd;
+    o->n = 0;
+    o->own = 1;
+    o->err = fstat(fd, &st) == 0 ? 0 : errno;
+    o->dev = st.st_dev;
+    o->ino = st.st_ino;
+    return o->err ? -1 : 0;
+}
 
 void ml_out_flush(struct ml_out *o)
 {
     size_t done = 0;
+    if (o->n && !o->err && o->own && !ml_fd_is(o->fd, o->dev, o->ino))
+        o->err = EBADF; /* not ours any more: not a byte goes into the program's file */
     while (done < o->n && !o->err) {
         ssize_t w = write(o->fd, o->buf + done, o->n - done);
         if (w < 0 && errno == EINTR)

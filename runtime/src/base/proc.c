@@ -45,3 +45,40 @@ char ml_proc_main_state(void)
     ml_fmt_u64(pid, (uint64_t)getpid(), 0);
     return ml_proc_task_state(pid);
 }
+
+/* Seccomp: in /proc/self/status, as last read (-1 unknown). */
+static _Atomic int seccomp_mode = -1;
+
+int ml_seccomp_refresh(void)
+{
+    char b[4096];
+    int mode = -1;
+    if (ml_proc_read("/proc/self/status", b, sizeof b) > 0) {
+        const char *p = strstr(b, "\nSeccomp:");
+        if (p) {
+            for (p += 9; *p == ' ' || *p == '\t'; p++)
+                ;
+            if (*p >= '0' && *p <= '9')
+                mode = *p - '0';
+        }
+    }
+    atomic_store_explicit(&seccomp_mode, mode, memory_order_relaxed);
+    return mode;
+}
+
+int ml_seccomp_filtered(void)
+{
+    int m = atomic_load_explicit(&seccomp_mode, memory_order_relaxed);
+    return m < 0 ? ml_seccomp_refresh() > 0 : m > 0;
+}
+
+int64_t ml_proc_statm_rss(const char *statm)
+{
+    const char *p = statm;
+    while (*p && *p != ' ')
+        p++;
+    int64_t pages = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++)
+        pages = pages * 10 + (*p - '0');
+    return pages * (int64_t)sysconf(_SC_PAGESIZE);
+}

@@ -17,6 +17,16 @@ const char *ml_proc_after_comm(const char *stat);
  * be read (the task is gone). */
 char ml_proc_task_state(const char *tid);
 char ml_proc_main_state(void);
+/* The resident set in bytes from the text of /proc/self/statm (its second field, in pages). */
+int64_t ml_proc_statm_rss(const char *statm);
+
+/* Is the process under a seccomp filter (Seccomp: 1 or 2 in /proc/self/status)? Then the runtime keeps
+ * to its minimal set of system calls (runtime/README.md): no libunwind, no process_vm_readv. The
+ * answer is cached; ml_seccomp_refresh reads it again (at start-up, and once a second from the
+ * runtime's thread: a program may install a filter late, as sshd's privilege-separated child
+ * does), returning the mode (-1 unknown). */
+int ml_seccomp_filtered(void);
+int ml_seccomp_refresh(void);
 
 #pragma GCC visibility pop
 #endif

@@ -62,6 +62,23 @@ extern __thread struct ml_thread ml_tls;
                  : "rax", "cc", "memory"                                                               \
                  : slow)
 
+/* The thread is inside the runtime (a sampled path, a dump, the runtime's own thread): allocations
+ * it makes go straight to the allocator (sample.c), and a signal handler that interrupts it does not
+ * re-enter the sampled path: its allocations are forwarded, and a free or realloc of a sampled block
+ * is done without our locks (block.c defers the free). Entered before any lock of the sampled path
+ * is taken. The fences keep the compiler from moving the count across the code it guards: a handler
+ * running on this thread must see it. */
+static inline void ml_busy_enter(void)
+{
+    ml_tls.busy++;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+static inline void ml_busy_leave(void)
+{
+    atomic_signal_fence(memory_order_seq_cst);
+    ml_tls.busy--;
+}
+
 /* ---- configuration and global state ---- */
 enum ml_unwinder { ML_UNW_FP, ML_UNW_LIBGCC, ML_UNW_LIBUNWIND, ML_UNW_DWARF };
 struct ml_config {

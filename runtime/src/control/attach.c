@@ -9,7 +9,7 @@
  *      was linked with);
  *   3. patches every module's free-side slots, then its allocation slots (got.c), so no block we hand
  *      out can reach the real free;
- *   4. starts a watcher thread that patches modules dlopen'ed later (free side first, again);
+ *   4. has the runtime's thread (ctl.c) patch modules dlopen'ed later (free side first, again);
  *   5. switches sampling on if asked.
  * `memlens detach` (the control socket's `detach`) stops sampling and puts the allocation slots
  * back; the free side stays for the life of the process, since sampled blocks may still be live.
@@ -18,8 +18,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,8 +31,10 @@
 #include "../intercept/boot.h"
 #include "../intercept/family.h"
 #include "../intercept/got.h"
+#include "../unwind/unwind.h"
 #include "attach.h"
 #include "control.h"
+#include "ctl.h"
 
 #define WATCH_MS 20 /* how often the watcher looks for new modules */
 
@@ -85,12 +86,10 @@ static const char *configure(const char *args, int *want_active)
         int u = parse_unwinder(v);
         if (u < 0)
             return "unwinder must be dwarf, fp, libgcc or libunwind";
-        if (u == ML_UNW_LIBUNWIND) {
-            void *h = dlopen("libunwind.so.8", RTLD_NOLOAD | RTLD_LAZY);
-            if (!h)
-                return "libunwind.so.8 is not available in the process (install libunwind8)";
-            dlclose(h);
-        }
+        const char *why;
+        if (u == ML_UNW_LIBUNWIND && ml_unwind_load_libunwind(&why) != 0)
+            return "libunwind.so.8 cannot be used in the process (install libunwind8; never under a "
+                   "seccomp filter)";
         if (u == ML_UNW_DWARF && ml_cfg.unwinder != ML_UNW_DWARF)
             return "the dwarf unwinder could not be set up in this process";
         ml_cfg.unwinder = u;
@@ -125,8 +124,7 @@ static int patch_all(int alloc)
     return e;
 }
 
-/* main() called pthread_exit: the process must be able to end once the program's threads do, so
- * the watcher must not outlive them (the control thread leaves on its own). */
+/* main() called pthread_exit: the process must be able to end once the program's threads do. */
 static int main_gone(void)
 {
     char st = ml_proc_main_state();
@@ -145,61 +143,66 @@ static int unhook(void)
     return n;
 }
 
-/* New modules (dlopen) get the same treatment. The watcher polls dl_iterate_phdr's add counter:
- * hooking dlopen instead would make glibc resolve the caller's RUNPATH/$ORIGIN against our module. */
-static void *watch(void *arg)
+/* New modules (dlopen) get the same treatment. The runtime's thread (ctl.c) calls this every
+ * WATCH_MS to poll dl_iterate_phdr's add counter: hooking dlopen instead would make glibc resolve the
+ * caller's RUNPATH/$ORIGIN against our module. (One thread of ours, not a watcher of its own: set*id
+ * and unshare end the runtime's thread around them, setxid.c and ns.c, and a second thread would
+ * need the same.) */
+static _Atomic int watching;
+static int64_t next_watch_ms;
+static unsigned ticks;
+
+static int64_t mono_ms(void)
 {
-    (void)arg;
-    ml_tls.busy++; /* never sample this thread's own allocations */
-    for (unsigned tick = 1;; tick++) {
-        struct timespec ts = {0, WATCH_MS * 1000000L};
-        nanosleep(&ts, NULL);
-        if (tick % 50 == 0 && main_gone()) {
-            /* Leaving: modules loaded from now on would not be patched, so stop sampling first. */
-            atomic_store(&watcher_gone, 1);
-            unhook();
-            return NULL;
-        }
-        unsigned long long adds = ml_got_adds();
-        if (adds == seen_adds || !lock_patching())
-            continue;
-        seen_adds = adds;
-        if (patch_all(atomic_load(&hooked)) != 0) {
-            ml_got_apply(ML_GOT_UNHOOK);
-            atomic_store(&hooked, 0);
-            const char *module;
-            uintptr_t page;
-            int err;
-            ml_got_failure(&module, &page, &err);
-            errno = err;
-            ml_fail("attach: cannot patch %s, loaded after attach: its RELRO page %p stays "
-                    "read-only: mprotect: %m", module, (void *)page);
-        }
-        atomic_store(&patching, 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void watch(void)
+{
+    unsigned long long adds = ml_got_adds();
+    if (adds == seen_adds || !lock_patching())
+        return;
+    seen_adds = adds;
+    if (patch_all(atomic_load(&hooked)) != 0) {
+        ml_got_apply(ML_GOT_UNHOOK);
+        atomic_store(&hooked, 0);
+        const char *module;
+        uintptr_t page;
+        int err;
+        ml_got_failure(&module, &page, &err);
+        errno = err;
+        ml_fail("attach: cannot patch %s, loaded after attach: its RELRO page %p stays "
+                "read-only: mprotect: %m", module, (void *)page);
     }
-    return NULL;
+    atomic_store(&patching, 0);
+}
+
+int64_t ml_attach_tick(void)
+{
+    if (!atomic_load_explicit(&watching, memory_order_relaxed) || atomic_load(&watcher_gone))
+        return -1;
+    int64_t now = mono_ms();
+    if (now < next_watch_ms)
+        return next_watch_ms - now;
+    next_watch_ms = now + WATCH_MS;
+    if (++ticks % 50 == 0 && main_gone()) {
+        /* main() called pthread_exit: modules loaded from now on would not be patched (the
+         * process is ending), so stop sampling first. */
+        atomic_store(&watcher_gone, 1);
+        unhook();
+        return -1;
+    }
+    watch();
+    return WATCH_MS;
 }
 
 static int start_watcher(void)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 256 * 1024);
-    pthread_t t;
-    int e = pthread_create(&t, &a, watch, NULL);
-    if (e == EINVAL) { /* the program's static TLS does not fit: the default size will */
-        pthread_attr_destroy(&a);
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        e = pthread_create(&t, &a, watch, NULL);
-    }
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return e;
+    atomic_store(&watching, 1);
+    ml_ctl_need_thread();
+    return ml_ctl_thread_running() ? 0 : -1;
 }
 
 /* Called by the loader thread right after dlopen. `args`: `fd=N interval=N active=0|1
@@ -252,7 +255,7 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
     if (!why && start_watcher() != 0) {
         ml_got_apply(ML_GOT_UNHOOK);
         atomic_store(&hooked, 0);
-        why = "cannot start the module watcher thread";
+        why = "cannot start the runtime's thread (it watches for modules loaded later)";
     }
     ml_tls.busy--;
     if (why) {

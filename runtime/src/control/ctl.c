@@ -1,21 +1,24 @@
-/* The control socket's thread: lets `memlens ctl PID …` start, stop, dump and query a running process
- * without its cooperation. It listens on the socket (ctl_dir.c), reads one request line from each
- * connection and answers it with one line (the protocol: ctl_proto.c).
- *
- * Requests are read from up to CTL_CLIENTS connections at once (poll), each within CTL_REQUEST_MS,
- * so an idle client delays nobody. Every connection's peer credentials (SO_PEERCRED, set by the
- * kernel) must carry our effective uid or uid 0, otherwise the request is refused (the directory's
- * and the socket's modes keep other users out already: ctl_dir.c).
+/* The runtime's thread: the one thread memlens adds to a program. It serves the control socket
+ * (`memlens ctl PID …` starts, stops, dumps and queries a running process without its cooperation:
+ * connections in ctl_conn.c, the protocol in ctl_proto.c, the socket's file in ctl_dir.c), reads the
+ * allocator's figures for the timeline off the program's threads (record/allocstats.c), and, in a
+ * runtime loaded by `memlens attach`, patches the modules dlopen'ed later (attach.c).
  *
  * Rules this thread lives by, because it runs inside someone else's program:
  * - it never calls malloc (fixed buffers, hand-rolled formatting; strerrordesc_np does not allocate);
  * - all signals are blocked in it, so the program's signal handling is unchanged;
  * - it never keeps the process alive: if main() called pthread_exit() and every other thread is gone,
  *   it leaves too (polling once a second), which lets glibc end the process as it would without us;
- * - fork: the child closes the inherited socket and, after 200 ms (lazily: most children exec or exit
- *   first), listens on its own `<childpid>.<pidns>.sock`;
- * - unshare/setns (ns.c) need a single-threaded process for some namespaces: ml_ctl_pause ends the
- *   thread around them and ml_ctl_resume starts it again;
+ * - its descriptors (the socket, its connections, the eventfd that wakes it) are high and checked
+ *   before each use (base/fd.c); a socket the program closed is listened on again under a new
+ *   descriptor (at most MAX_RELISTEN times), never used again;
+ * - it is ended around what needs a thread of the program's own, or none of ours: unshare/setns
+ *   (ns.c: some namespaces need a single-threaded process) and every set*id call (setxid.c: glibc
+ *   applies them to every thread, and this one may lack the capabilities the caller kept);
+ *   ml_ctl_pause ends it (woken through the eventfd, joined) and ml_ctl_resume starts a new one,
+ *   created by the caller after its call, so it has the caller's credentials, never older ones;
+ * - fork: the child closes its copies of our descriptors and, after 200 ms (lazily: most children
+ *   exec or exit first), listens on its own `<childpid>.<pidns>.sock`;
  * - the socket file is unlinked at exit by the process that created it. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,28 +29,40 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/fd.h"
 #include "../base/fmt.h"
 #include "../base/log.h"
 #include "../base/proc.h"
+#include "../base/views.h"
+#include "../record/allocstats.h"
+#include "attach.h"
 #include "ctl.h"
+#include "ctl_conn.h"
 #include "ctl_dir.h"
-#include "ctl_proto.h"
 
-#define CTL_REQUEST_MS 2000  /* the whole request line must arrive within this */
 #define CTL_STACK (256 * 1024)
 #define CTL_CHILD_DELAY_MS 200 /* a forked child starts its control thread after this */
-#define CTL_CLIENTS 16       /* connections read at once */
+#define MAX_RELISTEN 8         /* sockets closed by the program that we replace */
 
-static int ctl_fd = -1; /* listening socket, or -1 */
+static struct ml_fd ctl_f = ML_FD_NONE;  /* the listening socket */
+static struct ml_fd wake_f = ML_FD_NONE; /* an eventfd: ml_ctl_pause wakes the thread with it */
+static int listening;                    /* we had a socket: one the program closed is replaced */
+static int relistens;
 /* The thread: NONE, RUNNING, or STOPPING (ml_ctl_pause asked it to end and will join it). */
 enum { T_NONE, T_RUNNING, T_STOPPING };
 static _Atomic int thread_state;
+static _Atomic int needed; /* attached: the thread runs even without a socket (attach.c's watcher) */
 static pthread_t ctl_thread;
+/* Held while the thread is being started or ended, so that a pause never joins a thread whose
+ * pthread_t is not written yet (a fork child starting its thread while another of its threads calls
+ * setuid). Never held by the thread itself. */
+static _Atomic int life_lock;
 
 static void ml_ctl_defer(void);
 
@@ -83,259 +98,165 @@ static int others_gone(void)
     return !alive;
 }
 
-static int64_t now_ms(void)
+/* ---- the listening socket ---- */
+
+static int listen_now(int quiet)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int fd = ml_fd_adopt(&ctl_f, ml_ctl_listen(quiet));
+    if (fd >= 0)
+        listening = 1;
+    return fd;
 }
 
-static int peer_allowed(int c)
+/* Our listening socket, or -1. A daemon that closes every descriptor closes it too (the number may
+ * be its own TCP socket now, which we must never accept on): we listen again under a new one,
+ * quietly, a few times. */
+static int listener(void)
 {
-    struct ucred cred;
-    socklen_t len = sizeof cred;
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-        return 0;
-    return cred.uid == 0 || cred.uid == geteuid();
+    int fd = ml_fd_get(&ctl_f);
+    if (fd >= 0 || !listening)
+        return fd;
+    ml_ctl_unlink(); /* the file names our closed socket */
+    listening = 0;
+    if (relistens >= MAX_RELISTEN)
+        return -1;
+    relistens++;
+    return listen_now(1);
 }
 
-/* ---- the connections being read ----
- * Requests are read from up to CTL_CLIENTS connections at once, each within its own deadline, so a
- * client that connects and says nothing (or trickles bytes) delays nobody: the others are answered
- * as soon as their line is in. Past CTL_CLIENTS the connection nearest its deadline is dropped. */
-struct client {
-    int fd;             /* -1: free */
-    int64_t deadline;   /* CLOCK_MONOTONIC ms by which the whole line must be in */
-    size_t len;
-    int too_long;       /* more than a line: rejected, never executed cut short */
-    char line[ML_CTL_LINE_MAX];
-};
-static struct client clients[CTL_CLIENTS];
-
-static void clients_reset(void)
+/* The eventfd that wakes the thread, made (or made again, if the program closed ours) by whoever
+ * needs it. */
+static int waker(void)
 {
-    for (int i = 0; i < CTL_CLIENTS; i++)
-        clients[i].fd = -1;
+    int fd = ml_fd_get(&wake_f);
+    return fd >= 0 ? fd : ml_fd_adopt(&wake_f, eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 }
 
-/* Send the whole reply (small: it fits the socket buffer), waiting at most 2 s for room. */
-static void send_reply(int c, const char *reply, size_t len)
+static void wake_thread(void)
 {
-    int64_t deadline = now_ms() + CTL_REQUEST_MS;
-    for (size_t off = 0; off < len;) {
-        ssize_t n = send(c, reply + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        int64_t left = deadline - now_ms();
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0)
-            return;
-        struct pollfd p = {.fd = c, .events = POLLOUT};
-        poll(&p, 1, (int)left);
-    }
-}
-
-/* Answer client `k` (its line is in, it is too long, it hung up or its time is up) and close it.
- * A refused peer's request is read first all the same: closing with unread data would reset the
- * connection and lose the reply that tells them why. */
-static void answer(struct client *k, int complete)
-{
-    char reply[ML_CTL_LINE_MAX + 256];
-    struct ml_buf r = {reply, 0, sizeof reply - 1};
-    reply[0] = 0;
-    ml_ctl_reply(k->line, k->len, complete, k->too_long, peer_allowed(k->fd), &r);
-    reply[r.len++] = '\n';
-    send_reply(k->fd, reply, r.len);
-    close(k->fd);
-    k->fd = -1;
-}
-
-/* Read what client `k` has sent; answer it once its line is complete. */
-static void client_read(struct client *k)
-{
-    for (;;) {
-        char *at = k->line + k->len;
-        size_t room = sizeof k->line - 1 - k->len;
-        char scrap[256];
-        /* A line that no longer fits is drained into scratch space until its end. */
-        ssize_t n = k->too_long ? recv(k->fd, scrap, sizeof scrap, MSG_DONTWAIT)
-                                : recv(k->fd, at, room, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n <= 0) {
-            answer(k, k->len > 0 || k->too_long); /* EOF: a line without its newline counts */
-            return;
-        }
-        const char *nl = memchr(k->too_long ? scrap : at, '\n', (size_t)n);
-        if (!k->too_long) {
-            k->len += (size_t)n;
-            if (nl) {
-                k->len = (size_t)(nl - k->line);
-                answer(k, 1);
-                return;
-            }
-            if (k->len + 1 >= sizeof k->line)
-                k->too_long = 1;
-        } else if (nl) {
-            answer(k, 1);
-            return;
-        }
-    }
-}
-
-/* A new connection: into a free slot, else in place of the one nearest its deadline. */
-static void client_add(int c)
-{
-    struct client *k = NULL;
-    for (int i = 0; i < CTL_CLIENTS && !k; i++)
-        if (clients[i].fd < 0)
-            k = &clients[i];
-    if (!k) {
-        k = &clients[0];
-        for (int i = 1; i < CTL_CLIENTS; i++)
-            if (clients[i].deadline < k->deadline)
-                k = &clients[i];
-        answer(k, 0);
-    }
-    k->fd = c;
-    k->deadline = now_ms() + CTL_REQUEST_MS;
-    k->len = 0;
-    k->too_long = 0;
-}
-
-static void clients_close(void)
-{
-    for (int i = 0; i < CTL_CLIENTS; i++)
-        if (clients[i].fd >= 0) {
-            close(clients[i].fd);
-            clients[i].fd = -1;
-        }
+    int fd = ml_fd_get(&wake_f);
+    uint64_t one = 1;
+    if (fd >= 0 && write(fd, &one, sizeof one) < 0)
+        return; /* the counter is full: the thread is being woken anyway */
 }
 
 /* ---- the thread ---- */
 
 static int stopping(void) { return atomic_load(&thread_state) == T_STOPPING; }
 
-/* The thread ends on its own (the channel is lost, or the process is done): nobody will join it. */
+/* The thread ends on its own (nothing left to serve, or the process is done): nobody will join it. */
 static void *thread_done(void)
 {
-    clients_close();
+    ml_conns_close();
     int running = T_RUNNING;
     if (atomic_compare_exchange_strong(&thread_state, &running, T_NONE))
         pthread_detach(pthread_self());
     return NULL;
 }
 
-/* The program closed our descriptor (daemons close every fd they did not open): the number may
- * already belong to one of its own files, so leave it alone and give up the channel. */
-static void ctl_lost(void)
+/* The thread's own duties besides the socket; the ms until the next one is due (or `wake` - now). */
+static int64_t duties(int64_t now, int64_t wake)
 {
-    ml_log("control socket %s (fd %d) closed by the program; memlens ctl is disabled in process %d",
-           ml_ctl_path(), ctl_fd, (int)getpid());
-    ml_ctl_unlink();
-    ctl_fd = -1;
+    int64_t d = -1;
+    if (atomic_load_explicit(&ml_views_on, memory_order_relaxed) &&
+        atomic_load_explicit(&ml_cfg.active, memory_order_relaxed))
+        d = ml_allocstats_poll();
+    int64_t a = ml_attach_tick();
+    if (a >= 0 && (d < 0 || a < d))
+        d = a;
+    return d >= 0 && now + d < wake ? d : wake - now;
 }
 
-/* Accept every pending connection. 0, or -1 when the listening socket is gone. */
-static int accept_all(int fd)
+/* One turn: poll the socket, the eventfd and the connections until something happens or a duty is
+ * due. 1 to go on, 0 when the thread should end. */
+static int serve(int64_t *idle_check)
 {
-    for (;;) {
-        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c >= 0) {
-            client_add(c);
+    struct pollfd p[2 + ML_CONNS];
+    int tag[2 + ML_CONNS], n = 0;
+    int lfd = listener(), wfd = waker();
+    if (lfd < 0 && !atomic_load(&needed))
+        return 0; /* nothing left to serve */
+    if (lfd >= 0)
+        tag[n] = -1, p[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    if (wfd >= 0)
+        tag[n] = -2, p[n++] = (struct pollfd){.fd = wfd, .events = POLLIN};
+    int64_t now = ml_conns_now_ms(), wake = *idle_check;
+    ml_conns_poll_set(now, p, tag, &n, &wake);
+    int64_t left = duties(now, wake);
+    int r = poll(p, (nfds_t)n, left > 0 ? (int)left : 0);
+    if (stopping())
+        return 0; /* ml_ctl_pause woke us, and joins us */
+    for (int i = 0; r > 0 && i < n; i++) {
+        if (!p[i].revents)
             continue;
+        if (tag[i] == -1) {
+            int fd = ml_fd_get(&ctl_f); /* still ours: else never accept on that number */
+            if (fd >= 0 && ml_conns_accept(fd) != 0)
+                ml_fd_close(&ctl_f);
+        } else if (tag[i] == -2) {
+            uint64_t v;
+            if (ml_fd_get(&wake_f) >= 0 && read(wfd, &v, sizeof v) < 0)
+                continue; /* drained already */
+        } else {
+            ml_conns_read(tag[i]);
         }
-        if (errno == EBADF || errno == ENOTSOCK || errno == EINVAL || errno == EOPNOTSUPP)
-            return -1;
-        if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN && errno != EWOULDBLOCK) {
-            /* Out of descriptors or memory: the pending connection stays readable, so pause
-             * rather than spin. */
-            struct timespec pause = {.tv_nsec = 100 * 1000 * 1000};
-            nanosleep(&pause, NULL);
-        }
-        return errno == EINTR ? accept_all(fd) : 0;
     }
+    if (ml_conns_now_ms() >= *idle_check) {
+        *idle_check = ml_conns_now_ms() + 1000;
+        ml_seccomp_refresh(); /* a filter the program installed since (base/proc.h) */
+        if (others_gone())
+            return 0;
+    }
+    return 1;
 }
 
 static void *ctl_main(void *arg)
 {
-    int fd = (int)(intptr_t)arg;
     /* Whatever this thread allocates (glibc internals, never us) is the runtime's, not the program's. */
     ml_tls.busy++;
-    clients_reset();
-    if (fd < 0) {
+    pthread_setname_np(pthread_self(), "memlens"); /* what `top -H` and /proc/PID/task show */
+    if (arg) {
         /* Forked child (ml_ctl_child_poll): bind here, not in the allocating thread that started us;
          * quietly, as after unshare: the parent said at start-up what was wrong with the directory,
          * and the child may have entered other namespaces since. */
-        if (stopping() || (fd = ml_ctl_listen(1)) < 0)
+        if (stopping() || (listen_now(1) < 0 && !atomic_load(&needed)))
             return thread_done();
-        ctl_fd = fd;
     }
-    int64_t idle_check = now_ms() + 1000;
-    for (;;) {
-        struct pollfd p[1 + CTL_CLIENTS];
-        struct client *who[1 + CTL_CLIENTS];
-        int n = 0;
-        p[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
-        int64_t now = now_ms(), wake = idle_check;
-        for (int i = 0; i < CTL_CLIENTS; i++) {
-            if (clients[i].fd < 0)
-                continue;
-            if (clients[i].deadline <= now) {
-                answer(&clients[i], 0);
-                continue;
-            }
-            wake = clients[i].deadline < wake ? clients[i].deadline : wake;
-            who[n] = &clients[i];
-            p[n++] = (struct pollfd){.fd = clients[i].fd, .events = POLLIN};
-        }
-        int r = poll(p, (nfds_t)n, wake > now ? (int)(wake - now) : 0);
-        if (stopping())
-            return thread_done(); /* ml_ctl_pause shut the socket down to wake us, and joins us */
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 || (p[0].revents & POLLNVAL)) {
-            ctl_lost();
-            return thread_done();
-        }
-        for (int i = 1; i < n; i++)
-            if (p[i].revents)
-                client_read(who[i]);
-        if ((p[0].revents & POLLIN) && accept_all(fd) != 0) {
-            ctl_lost();
-            return thread_done();
-        }
-        if (now_ms() >= idle_check) {
-            idle_check = now_ms() + 1000;
-            if (others_gone())
-                break;
-        }
+    int64_t idle_check = ml_conns_now_ms() + 1000;
+    while (serve(&idle_check))
+        ;
+    if (!stopping() && others_gone()) {
+        /* Every other thread is gone: returning lets glibc end the process, exactly as it would
+         * have without us. */
+        ml_ctl_unlink();
+        ml_fd_close(&ctl_f);
+        listening = 0;
     }
-    /* Every other thread is gone: returning lets glibc end the process, exactly as it would have
-     * without us. */
-    ml_ctl_unlink();
-    ctl_fd = -1;
-    close(fd);
     return thread_done();
 }
 
-/* Start the thread serving `fd` (or, with fd < 0, binding its own first) with every signal
- * blocked: it inherits the mask, so signals keep going to the program's own threads. */
-static void ctl_spawn(int fd, int quiet)
+/* Start the thread (binding its socket first when `bind_first`) with every signal blocked: it
+ * inherits the mask, so signals keep going to the program's own threads. */
+static void ctl_spawn_locked(int bind_first, int quiet);
+
+static void ctl_spawn(int bind_first, int quiet)
+{
+    ml_spin_lock(&life_lock);
+    ctl_spawn_locked(bind_first, quiet);
+    ml_spin_unlock(&life_lock);
+}
+
+static void ctl_spawn_locked(int bind_first, int quiet)
 {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, CTL_STACK);
     sigset_t all, old;
     sigfillset(&all);
+    waker();
     pthread_sigmask(SIG_SETMASK, &all, &old);
     atomic_store(&thread_state, T_RUNNING);
-    int e = pthread_create(&ctl_thread, &attr, ctl_main, (void *)(intptr_t)fd);
+    int e = pthread_create(&ctl_thread, &attr, ctl_main, bind_first ? (void *)1 : NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (e != 0) {
@@ -345,10 +266,10 @@ static void ctl_spawn(int fd, int quiet)
             ml_log("control socket disabled: cannot create its thread (a %u KiB stack): "
                    "pthread_create: %m", (unsigned)(CTL_STACK >> 10));
         }
-        if (fd >= 0) {
+        if (!bind_first) {
             ml_ctl_unlink();
-            ctl_fd = -1;
-            close(fd);
+            ml_fd_close(&ctl_f);
+            listening = 0;
         }
     }
 }
@@ -358,49 +279,55 @@ int ml_ctl_thread_running(void) { return atomic_load(&thread_state) == T_RUNNING
 /* At start-up the socket is bound before main() runs, so `memlens ctl` works from the first moment. */
 void ml_ctl_start(void)
 {
-    if (ctl_fd >= 0)
+    if (ml_fd_get(&ctl_f) >= 0 || listen_now(0) < 0)
         return;
-    int fd = ml_ctl_listen(0);
-    if (fd < 0)
-        return;
-    ctl_fd = fd;
-    ctl_spawn(fd, 0);
+    ctl_spawn(0, 0);
 }
 
-/* End the control thread so that the process is single-threaded again (unshare(CLONE_NEWUSER) and
- * setns need that). Returns 1 if a thread was ended (ml_ctl_resume starts a new one). */
-int ml_ctl_pause(void)
+void ml_ctl_need_thread(void)
+{
+    atomic_store(&needed, 1);
+    if (atomic_load(&thread_state) == T_NONE && !atomic_load(&ml_cfg.ctl_pending))
+        ctl_spawn(0, 1);
+}
+
+int ml_ctl_pause(int keep_socket)
 {
     int running = T_RUNNING;
-    if (!atomic_compare_exchange_strong(&thread_state, &running, T_STOPPING))
+    ml_spin_lock(&life_lock);
+    if (!atomic_compare_exchange_strong(&thread_state, &running, T_STOPPING)) {
+        ml_spin_unlock(&life_lock);
         return 0;
-    if (ctl_fd >= 0)
-        shutdown(ctl_fd, SHUT_RDWR); /* wakes its poll() at once */
-    pthread_join(ctl_thread, NULL);
-    if (ctl_fd >= 0) {
-        ml_ctl_unlink();
-        close(ctl_fd);
-        ctl_fd = -1;
     }
+    wake_thread(); /* its poll() returns at once (or at its next timeout, if the program closed the eventfd) */
+    pthread_join(ctl_thread, NULL);
+    if (!keep_socket) {
+        ml_ctl_unlink();
+        ml_fd_close(&ctl_f);
+        listening = 0;
+    }
+    /* still under the lock: a spawn between the unlock and this store would be forgotten */
     atomic_store(&thread_state, T_NONE);
+    ml_spin_unlock(&life_lock);
     return 1;
 }
 
-/* Listen again after ml_ctl_pause, quietly: in a new user namespace the directory may no longer
- * look like ours, and the program's output must not change because of it. */
+/* Start again after ml_ctl_pause: on the same socket (set*id), or on a new one (after unshare/setns:
+ * quietly, as in a new user namespace the directory may no longer look like ours, and the program's
+ * output must not change because of it), or with none if only attach's watcher needs the thread. */
 void ml_ctl_resume(void)
 {
-    if (!ml_ctl_uid_mapped()) {
-        /* A new user namespace whose map the program writes next (unshare -r does): listen later,
-         * from the allocation slow path, as a fork child does, once the map is there. */
-        ml_ctl_defer();
-        return;
+    if (ml_fd_get(&ctl_f) < 0) {
+        if (!ml_ctl_uid_mapped()) {
+            /* A new user namespace whose map the program writes next (unshare -r does): listen
+             * later, from the allocation slow path, as a fork child does, once the map is there. */
+            ml_ctl_defer();
+            return;
+        }
+        if (listen_now(1) < 0 && !atomic_load(&needed))
+            return;
     }
-    int fd = ml_ctl_listen(1);
-    if (fd < 0)
-        return;
-    ctl_fd = fd;
-    ctl_spawn(fd, 1);
+    ctl_spawn(0, 1);
 }
 
 static uint64_t child_since_ns; /* when this fork child was born (or the thread was deferred) */
@@ -414,17 +341,20 @@ static void ml_ctl_defer(void)
 
 void ml_ctl_atfork_child(void)
 {
-    /* The parent's thread does not exist here and the inherited fd is the parent's listener: drop
-     * it (without unlinking the parent's socket). No thread is started here: a fork child that
-     * execs or exits at once (most do) must stay single-threaded and leave no socket behind;
-     * ml_ctl_child_poll starts one once the child has lived a while. */
-    if (ctl_fd >= 0)
-        close(ctl_fd);
-    ctl_fd = -1;
+    /* The parent's thread does not exist here, and our descriptors are copies of the parent's (its
+     * socket, its connections, the eventfd that wakes its thread): ours are closed (not those the
+     * program closed meanwhile), the parent's socket file is left alone. No thread is started here: a
+     * fork child that execs or exits at once (most do) must stay single-threaded and leave no
+     * socket behind; ml_ctl_child_poll starts one once the child has lived a while. */
+    atomic_store(&life_lock, 0); /* a thread of the parent may have held it */
+    ml_fd_close(&ctl_f);
+    ml_fd_close(&wake_f);
+    ml_conns_close();
+    listening = 0;
+    relistens = 0;
     ml_ctl_disown();
     atomic_store(&thread_state, T_NONE);
-    child_since_ns = ml_now_ns();
-    atomic_store(&ml_cfg.ctl_pending, 1);
+    ml_ctl_defer();
 }
 
 /* From a fork child's allocation slow path (never nested inside the runtime: its allocations,
@@ -437,7 +367,7 @@ void ml_ctl_child_poll(void)
     if (!atomic_exchange(&ml_cfg.ctl_pending, 0))
         return;
     ml_tls.busy++;
-    ctl_spawn(-1, 1);
+    ctl_spawn(1, 1);
     ml_tls.busy--;
 }
 

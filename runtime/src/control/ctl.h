@@ -8,7 +8,8 @@
  *                       ml_cfg.ctl_pending; ml_ctl_child_poll (below) starts it later.
  *   ml_ctl_exit         the process leaves through _exit (exit.c: no destructor runs): remove the
  *                       socket.
- *   ml_ctl_pause/resume around unshare/setns (ns.c): end the thread, start a new one after.
+ *   ml_ctl_pause/resume around unshare/setns (ns.c) and set*id (setxid.c): end the thread (and, but
+ *                       for set*id, its socket), start a new one after, created by the caller.
  *
  * Hooks the floors below call up through, declared weak so that each call site tests for them (the
  * only calls in the runtime that go up a floor):
@@ -25,8 +26,13 @@
 void ml_ctl_start(void);
 void ml_ctl_atfork_child(void);
 void ml_ctl_exit(void);
-int ml_ctl_pause(void);
+/* End the runtime's thread (woken, joined) so that the process has none of ours; with
+ * `keep_socket` 0 the socket goes too (a new one is bound by ml_ctl_resume). 1 if a thread was
+ * ended (then ml_ctl_resume starts a new one). */
+int ml_ctl_pause(int keep_socket);
 void ml_ctl_resume(void);
+/* attach.c: the thread must run (its module watcher), with or without a socket. */
+void ml_ctl_need_thread(void);
 void ml_ctl_child_poll(void) __attribute__((weak));
 int ml_ctl_thread_running(void) __attribute__((weak));
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../base/config.h"
+#include "../base/fd.h"
 #include "../base/fmt.h"
 #include "../base/out.h"
 #include "../base/proc.h"
@@ -82,12 +83,13 @@ static void line_s(struct ml_out *o, const char *key, const char *v)
 static void write_maps(struct ml_out *o)
 {
     ml_out_str(o, "maps\n");
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    struct ml_fd maps = ML_FD_NONE;
+    int fd = ml_fd_adopt(&maps, open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
     if (fd >= 0) {
         char *buf = scratch; /* the exe path in it is written by now */
         int last_nl = 1;
         for (;;) {
-            ssize_t r = read(fd, buf, sizeof scratch - 1);
+            ssize_t r = ml_fd_get(&maps) < 0 ? -1 : read(fd, buf, sizeof scratch - 1);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0)
@@ -96,7 +98,7 @@ static void write_maps(struct ml_out *o)
             ml_out_str(o, buf); /* maps has no NUL bytes */
             last_nl = buf[r - 1] == '\n';
         }
-        close(fd);
+        ml_fd_close(&maps);
         if (!last_nl)
             ml_out_str(o, "\n");
     }
@@ -201,7 +203,8 @@ static void write_dump(struct ml_out *o, const char *reason)
     ml_out_flush(o); /* patch before `end`: a file with `end` is complete */
     char digits[ML_FMT_MAX];
     ml_fmt_u64(digits, dump_samples, 20);
-    if (samples_at >= 0 && pwrite(o->fd, digits, 20, samples_at) != 20)
+    if (samples_at >= 0 && !o->err && ml_fd_is(o->fd, o->dev, o->ino) &&
+        pwrite(o->fd, digits, 20, samples_at) != 20)
         o->err = errno;
     ml_views_write(o);
     ml_out_str(o, "end\n");
@@ -210,17 +213,21 @@ static void write_dump(struct ml_out *o, const char *reason)
 /* Write one dump to `path`; the dump lock is held. */
 static int dump_to(const char *path, const char *reason)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* high, and checked before every write (out.c): a thread of the program closing every
+     * descriptor meanwhile must not get the rest of our dump in a file of its own */
+    int fd = ml_open_high(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return -errno;
-    out.fd = fd;
-    out.err = 0;
-    out.n = 0;
-    write_dump(&out, reason);
+    if (ml_out_own(&out, fd) == 0)
+        write_dump(&out, reason);
     ml_out_flush(&out);
     int err = out.err;
-    if (close(fd) != 0 && !err)
+    if (ml_fd_is(fd, out.dev, out.ino) && close(fd) != 0 && !err)
         err = errno;
+    /* A dump that could not be written whole (a full filesystem) is removed: a reader would take
+     * its beginning for a profile, while the state file holds all that fitted (state.c). */
+    if (err)
+        unlink(path);
     return -err;
 }
 

@@ -27,6 +27,17 @@ struct ml_hook ml_hooks[] = {
     {"reallocarray", ML_HOOK_FREE, 0, 0},
     {"malloc_usable_size", ML_HOOK_FREE, 0, 0},
     {"dlclose", ML_HOOK_FREE, 0, 0}, /* keeps the dwarf unwinder's rules honest; never removed */
+    /* set*id end the runtime's thread around the call (process/setxid.c); never removed */
+    {"setuid", ML_HOOK_FREE, 0, 0},
+    {"setgid", ML_HOOK_FREE, 0, 0},
+    {"seteuid", ML_HOOK_FREE, 0, 0},
+    {"setegid", ML_HOOK_FREE, 0, 0},
+    {"setreuid", ML_HOOK_FREE, 0, 0},
+    {"setregid", ML_HOOK_FREE, 0, 0},
+    {"setresuid", ML_HOOK_FREE, 0, 0},
+    {"setresgid", ML_HOOK_FREE, 0, 0},
+    {"setgroups", ML_HOOK_FREE, 0, 0},
+    {"initgroups", ML_HOOK_FREE, 0, 0},
     {"malloc", ML_HOOK_ALLOC, 0, 0},
     {"calloc", ML_HOOK_ALLOC, 0, 0},
     {"posix_memalign", ML_HOOK_ALLOC, 0, 0},
@@ -163,7 +174,7 @@ static int store(const struct module *m, void **slot, void *v)
 static struct ml_hook *hook_named(const char *name)
 {
     if (name[0] != 'f' && name[0] != 'r' && name[0] != 'm' && name[0] != 'd' && name[0] != 'c' &&
-        name[0] != 'p' && name[0] != 'a' && name[0] != 'v')
+        name[0] != 'p' && name[0] != 'a' && name[0] != 'v' && name[0] != 's' && name[0] != 'i')
         return NULL;
     for (int i = 0; i < ml_nhooks; i++)
         if (!strcmp(ml_hooks[i].name, name))

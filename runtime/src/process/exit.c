@@ -28,9 +28,15 @@ static void exit_dump(void)
     }
     uint64_t seq;
     int r = ml_dump_auto_seq(ml_cfg.is_fork_child ? "fork-child-exit" : "exit", &seq);
-    if (r == 0)
+    if (r == 0) {
         ml_state_final(seq);
-    else if (!ml_state_in_file()) { /* else nothing is lost: the state file has it all */
+        return;
+    }
+    /* The state file (status still "running") holds what fitted; it says why there is no dump.
+     * Without one the profile is lost: said once, by the process itself (a fork child's parent
+     * has said it already). */
+    atomic_store(&ml_st->dump_errno, (uint32_t)-r);
+    if (!ml_state_in_file() && !ml_cfg.is_fork_child) {
         errno = -r;
         ml_log("cannot write the profile dump at exit (%s.%d.<n>.raw): %m", ml_cfg.out, (int)getpid());
     }

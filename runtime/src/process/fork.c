@@ -20,6 +20,7 @@
 #include "../store/stacks.h"
 #include "../store/state.h"
 #include "fork.h"
+#include "setxid.h"
 
 static void prepare(void)
 {
@@ -49,6 +50,7 @@ static void child(void)
     ml_state_zero_counters();
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     ml_ctl_atfork_child();
+    ml_setxid_fork_child();
 }
 
 void ml_fork_setup(void)

@@ -13,7 +13,7 @@
  * shortly after pthread_join returns, so EINVAL is retried for a while (only when we ended one). */
 static int single_threaded(int (*fn)(int, int), int a, int b)
 {
-    int paused = ml_ctl_pause();
+    int paused = ml_ctl_pause(0);
     int r = fn(a, b);
     for (int i = 0; r != 0 && errno == EINVAL && paused && i < 200; i++) {
         struct timespec d = {.tv_nsec = 1000 * 1000};

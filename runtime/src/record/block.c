@@ -225,12 +225,26 @@ void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_
     return b + 1;
 }
 
-void ml_sampled_free(void *p)
+/* Frees of sampled blocks from signal handlers that interrupted the runtime on their thread, which
+ * may hold the range lock (or any lock of the sampled path) at that moment: each waits here, pushed
+ * without a lock (its header's `deferred` links them), and is freed by the next sampled free or
+ * reallocation that ends on any thread (until then it counts as live). Taken all at once (an
+ * exchange), so the pushes never meet an ABA. */
+static _Atomic(struct ml_block *) deferred;
+
+static void defer_free(struct ml_block *b)
 {
-    struct ml_block *b = ml_block_of(p);
-    if (b->kind != ML_KIND_SAMPLED)
-        return; /* boot arena blocks are never freed */
+    struct ml_block *old = atomic_load_explicit(&deferred, memory_order_relaxed);
+    do
+        b->deferred = old;
+    while (!atomic_compare_exchange_weak_explicit(&deferred, &old, b, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+static void free_now(struct ml_block *b)
+{
     uint64_t c0 = ml_cost_begin();
+    ml_busy_enter();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     uint64_t now = tick(b);
     flush_alloc(b);
@@ -246,7 +260,33 @@ void ml_sampled_free(void *p)
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     after(now, 0);
+    ml_busy_leave();
     ml_cost_end(c0, 0, 1);
+}
+
+/* The waiting frees, once this thread is outside the runtime. */
+static void drain_deferred(void)
+{
+    if (likely(!atomic_load_explicit(&deferred, memory_order_relaxed)) || ml_tls.busy)
+        return;
+    for (struct ml_block *b = atomic_exchange_explicit(&deferred, NULL, memory_order_acquire), *next; b;
+         b = next) {
+        next = b->deferred;
+        free_now(b);
+    }
+}
+
+void ml_sampled_free(void *p)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED)
+        return; /* boot arena blocks are never freed */
+    if (unlikely(ml_tls.busy)) {
+        defer_free(b); /* a signal handler that interrupted the runtime on this thread */
+        return;
+    }
+    free_now(b);
+    drain_deferred();
 }
 
 /* A reallocation from another call site: its stack, and the block's live bytes moved there. */
@@ -318,9 +358,30 @@ static void moved(struct ml_block *b, struct ml_block *nb)
     ml_range_free_locked(b);
 }
 
+static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t ra, void *(*out)(size_t));
+
 void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
 {
     struct ml_block *b = ml_block_of(p);
+    if (unlikely(ml_tls.busy)) {
+        /* A signal handler that interrupted the runtime on this thread: no lock of ours may be
+         * taken. The block moves out to the allocator and its free waits (defer_free). */
+        void *q = out(n);
+        if (q) {
+            memcpy(q, p, b->size < n ? b->size : n);
+            defer_free(b);
+        }
+        return q;
+    }
+    ml_busy_enter();
+    void *q = realloc_in_range(b, p, n, ra, out);
+    ml_busy_leave();
+    drain_deferred();
+    return q;
+}
+
+static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
+{
     ml_state_own();
     uint32_t g = atomic_load_explicit(&gen, memory_order_relaxed);
     if (unlikely(b->gen != g)) { /* counts of an older generation are not this profile's */

@@ -27,7 +27,8 @@ struct ml_block {
     uint64_t pend_bytes;   /* reallocations since the last flush, counted exactly (block.c) */
     uint32_t pend_objs, gen; /* and their number; the profile generation they belong to */
     struct ml_block *prev, *next; /* the list of live sampled blocks */
-    uint64_t spare_;       /* keeps the header a multiple of 16 bytes */
+    struct ml_block *deferred; /* block.c: the next block whose free waits (a free from a signal
+                                  handler that interrupted the runtime) */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u

@@ -5,9 +5,10 @@
  * readers only follow published slots. Losing a CAS race wastes one record (rare).
  *
  * Its size is fixed at start-up by MEMLENS_MAX_STACKS (distinct stacks; `memlens run --max-stacks`):
- * twice as many slots (the table stays at most half full, so probes stay short), and an arena
+ * up to twice as many slots (the table stays at most half full, so probes stay short; it grows as
+ * stacks appear, below), and an arena
  * reserved for that many records at the configured depth (pages used on touch). Memory per distinct
- * stack: its record (sizeof(struct ml_stack) + 8 bytes per frame) + 12 bytes of slots and list. When
+ * stack: its record (sizeof(struct ml_stack) + 8 bytes per frame) + 16-36 bytes of slots and list. When
  * the table holds MAX_STACKS stacks (or the arena is full), a sample of a new stack is dropped:
  * counted in `dropped` like every lost sample, and in `table_full`, which the dump and `ctl status`
  * report with the limit, so a full table is never silent. Nothing blocks and nothing crashes.
@@ -39,7 +40,23 @@ static uint64_t arena_size;
 #define NSLOTS nslots
 #define ARENA_SIZE arena_size
 
-static _Atomic uint32_t *slots;
+/* The hash slots grow as stacks appear (a program with a thousand stacks touches 16 KiB of them, not
+ * its share of 2 MiB: slots are hit at random, a page per 1,024). Generation g is a table of
+ * FIRST << g slots; the generations lie one after another in one reservation (at most twice the
+ * largest, NSLOTS), touched only when used. A table is half full at most: the inserter that finds
+ * it so rehashes it into the next generation (under grow_lock; lookups go on meanwhile) and
+ * publishes that. A record inserted into the old table while it is being rehashed may be missed
+ * by the new one; its stack then gets a second record later, which a dump writes as a second line
+ * with the same frames (the reader adds them up). Old tables stay mapped: a lookup may still be
+ * walking one. */
+#define FIRST_SLOTS 4096u
+static _Atomic uint32_t *slot_space;
+static _Atomic uint32_t slot_gen;
+static _Atomic int grow_lock;
+static _Atomic int unlisted; /* a record is in the slots but not in the list */
+
+static uint32_t gen_size(uint32_t g) { return (FIRST_SLOTS < NSLOTS ? FIRST_SLOTS : NSLOTS) << g; }
+static _Atomic uint32_t *gen_table(uint32_t g) { return slot_space + (gen_size(g) - gen_size(0)); }
 static _Atomic uint32_t *listed; /* record id + 1 in creation order (0 = being published) */
 static char *arena;
 /* In the state's header, where a reader of the file finds them: the arena's used bytes (from 8: id
@@ -77,17 +94,17 @@ int ml_stacks_init(void)
         max_stacks = (uint32_t)(arena_size / sizeof(struct ml_stack));
     for (nslots = MIN_MAX_STACKS; nslots < 2 * max_stacks; nslots *= 2)
         ;
-    void *s = mmap(NULL, NSLOTS * sizeof(uint32_t), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    size_t slot_bytes = 2 * (size_t)NSLOTS * sizeof(uint32_t); /* every generation, one after another */
+    void *s = mmap(NULL, slot_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s == MAP_FAILED) {
-        ml_fail("cannot map the stack table's slots (0x%zx bytes for MEMLENS_MAX_STACKS %u): %m",
-                NSLOTS * sizeof(uint32_t), max_stacks);
+        ml_fail("cannot map the stack table's slots (0x%zx bytes for MEMLENS_MAX_STACKS %u): %m", slot_bytes,
+                max_stacks);
         return -1;
     }
     _Atomic uint32_t *l;
     char *a;
     if (ml_state_init(NSLOTS, ARENA_SIZE, &l, &a) != 0) { /* it said why */
-        munmap(s, NSLOTS * sizeof(uint32_t));
+        munmap(s, slot_bytes);
         return -1;
     }
     /* at least a page: MEMLENS_MAX_STACKS 1024 at the default depth is ~700 KiB */
@@ -96,7 +113,7 @@ int ml_stacks_init(void)
     ml_st->max_stacks = max_stacks;
     listed = l;
     arena = a;
-    slots = s;
+    slot_space = s;
     return 0;
 }
 
@@ -170,9 +187,17 @@ static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int 
 static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trunc)
 {
     uint64_t size = (sizeof(struct ml_stack) + (uint64_t)depth * sizeof(uintptr_t) + 7) & ~7ull;
-    uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
-    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK || ml_state_arena_room(off + size) != 0)
+    /* room first: on a full filesystem the arena must not grow by records never written */
+    uint64_t used = atomic_load_explicit(&arena_used, memory_order_relaxed);
+    if (used + size <= ARENA_SIZE && ml_state_arena_room(used + size) != 0)
         return ML_NO_STACK;
+    uint64_t off = atomic_fetch_add_explicit(&arena_used, size, memory_order_relaxed);
+    if (off + size > ARENA_SIZE || off / 8 >= ML_NO_STACK) {
+        atomic_fetch_add_explicit(&full_drops, 1, memory_order_relaxed); /* the table is full */
+        return ML_NO_STACK;
+    }
+    if (ml_state_arena_room(off + size) != 0)
+        return ML_NO_STACK; /* no room in the state file (a full filesystem) */
     ML_ASSERT(off >= 8 && off % 8 == 0 && size % 8 == 0 && size >= sizeof(struct ml_stack));
     struct ml_stack *r = (struct ml_stack *)(arena + off);
     r->hash = h;
@@ -184,31 +209,68 @@ static uint32_t new_record(uint64_t h, const uintptr_t *pcs, int depth, int trun
     return (uint32_t)(off / 8);
 }
 
+/* Rehash generation g into g + 1 and publish it. One grower at a time: one that finds the lock taken
+ * goes on (the table has room for a while yet). */
+static ML_NOINLINE void grow(uint32_t g)
+{
+    if (gen_size(g + 1) > NSLOTS || atomic_exchange_explicit(&grow_lock, 1, memory_order_acquire))
+        return;
+    if (atomic_load_explicit(&slot_gen, memory_order_acquire) == g) {
+        _Atomic uint32_t *from = gen_table(g), *to = gen_table(g + 1);
+        uint32_t n = gen_size(g), mask = gen_size(g + 1) - 1;
+        /* Empty first: a fork child whose parent was growing inherits a half-filled next table (its
+         * pages are touched by the rehash anyway, one slot in four taken). */
+        for (uint32_t i = 0; i <= mask; i++)
+            atomic_store_explicit(&to[i], 0, memory_order_relaxed);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t s = atomic_load_explicit(&from[i], memory_order_acquire);
+            if (!s)
+                continue;
+            uint32_t idx = (uint32_t)(ml_stack_get(s - 1)->hash >> 20) & mask;
+            while (atomic_load_explicit(&to[idx], memory_order_relaxed))
+                idx = (idx + 1) & mask;
+            atomic_store_explicit(&to[idx], s, memory_order_relaxed);
+        }
+        atomic_store_explicit(&slot_gen, g + 1, memory_order_release);
+    }
+    atomic_store_explicit(&grow_lock, 0, memory_order_release);
+}
+
 uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
 {
-    if (!slots)
+    if (!slot_space)
         return ML_NO_STACK;
     trunc = !!trunc;
     ML_ASSERT(depth >= 0 && depth <= ML_MAX_DEPTH && (pcs || !depth));
     uint64_t h = hash_pcs(pcs, depth, trunc);
     uint32_t mine = ML_NO_STACK;
-    uint32_t idx = (uint32_t)(h >> 20) & (NSLOTS - 1);
-    for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & (NSLOTS - 1)) {
-        ML_ASSERT(idx < NSLOTS);
+    uint32_t g = atomic_load_explicit(&slot_gen, memory_order_acquire), mask = gen_size(g) - 1;
+    _Atomic uint32_t *slots = gen_table(g);
+    uint32_t idx = (uint32_t)(h >> 20) & mask;
+    for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & mask) {
         uint32_t s = atomic_load_explicit(&slots[idx], memory_order_acquire);
         if (s == 0) {
             /* At the limit (a few over when threads race: the slots have room) a new stack is not
-             * taken; its sample is dropped and counted as such. */
-            if (mine == ML_NO_STACK &&
-                (atomic_load_explicit(&nstacks, memory_order_relaxed) >= max_stacks ||
-                 (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK))
+             * taken; its sample is dropped and counted as such (table_full). */
+            uint32_t n0 = atomic_load_explicit(&nstacks, memory_order_relaxed);
+            if (mine == ML_NO_STACK && n0 >= max_stacks)
                 break;
+            /* The state file has no room for the record or its list entry (a full filesystem;
+             * the entry is reserved first, so that no record a reader of the file cannot find
+             * holds samples): dropped and counted by the caller, not as table_full. */
+            if (mine == ML_NO_STACK &&
+                (ml_state_listed_room(n0 + 1) != 0 || (mine = new_record(h, pcs, depth, trunc)) == ML_NO_STACK))
+                return ML_NO_STACK;
             if (atomic_compare_exchange_strong_explicit(&slots[idx], &s, mine + 1, memory_order_release,
                                                         memory_order_acquire)) {
                 uint32_t n = atomic_fetch_add_explicit(&nstacks, 1, memory_order_relaxed);
                 ML_ASSERT(n < NSLOTS); /* one list entry per slot taken */
                 if (n < NSLOTS && ml_state_listed_room(n + 1) == 0)
                     atomic_store_explicit(&listed[n], mine + 1, memory_order_release);
+                else
+                    atomic_store_explicit(&unlisted, 1, memory_order_relaxed);
+                if (unlikely((uint64_t)(n + 1) * 2 > mask + 1))
+                    grow(g);
                 return mine;
             }
         }
@@ -220,12 +282,22 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
     return ML_NO_STACK;
 }
 
-/* Visit every published record. */
+/* Visit every published record: through the list, which holds as many entries as there are records
+ * (the slots are twice as many, mostly empty: walking them read 2 MiB in every dump, and made each
+ * of a fork-heavy program's children fault 512 pages in at exit), unless a record could not be
+ * listed (its page of the list could not be reserved: a full filesystem). A record published a
+ * moment ago and not listed yet is left to the next walk. */
 void ml_stacks_each(void (*fn)(struct ml_stack *, void *), void *arg)
 {
-    if (!slots)
+    if (!atomic_load_explicit(&unlisted, memory_order_relaxed)) {
+        ml_stacks_each_listed(fn, arg);
         return;
-    for (uint32_t i = 0; i < NSLOTS; i++) {
+    }
+    if (!slot_space)
+        return;
+    uint32_t g = atomic_load_explicit(&slot_gen, memory_order_acquire);
+    _Atomic uint32_t *slots = gen_table(g);
+    for (uint32_t i = 0; i < gen_size(g); i++) {
         uint32_t s = atomic_load_explicit(&slots[i], memory_order_acquire);
         if (s)
             fn(ml_stack_get(s - 1), arg);
@@ -318,6 +390,7 @@ void ml_stack_touch(struct ml_stack *r)
 
 void ml_stacks_fork_child(void)
 {
+    atomic_store(&grow_lock, 0); /* a thread of the parent may have held it */
     atomic_store_explicit(&full_drops, 0, memory_order_relaxed); /* the child's own, like `dropped` */
     uint64_t *old = atomic_load(&fresh);
     void *f = mmap(NULL, FRESH_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,

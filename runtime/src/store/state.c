@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../base/config.h"
+#include "../base/fd.h"
 #include "../base/fmt.h"
 #include "../base/log.h"
 #include "../base/proc.h"
@@ -38,7 +39,7 @@
 #include "state.h"
 
 #define PAGE 4096u
-#define CHUNK (64u << 10) /* bytes reserved at a time */
+#define CHUNK (64u << 10) /* bytes reserved at a time, at most */
 
 static struct ml_state fallback_header; /* until the state is mapped (and if it never is) */
 struct ml_state *ml_st = &fallback_header;
@@ -48,43 +49,64 @@ struct ml_state_point *ml_st_points;
 static char *base;          /* the mapping */
 static uint64_t total;      /* its size (the file's) */
 static int in_file;         /* MAP_SHARED of the state file (else private memory) */
-static int state_fd = -1, dir_fd = -1;
-static dev_t dir_dev, file_dev;
-static ino_t dir_ino, file_ino;
+/* Our descriptors of the state file and the run directory, high and checked before use (base/fd.c),
+ * and the run directory's identity, to open it again by its path only if it is still the same. */
+static struct ml_fd state_f = ML_FD_NONE, dir_f = ML_FD_NONE;
+static dev_t dir_dev;
+static ino_t dir_ino;
 static char file_name[64];
 static uint64_t room_arena, room_listed, room_modules, room_points; /* reserved so far (bytes) */
 static _Atomic int room_lock;
 
 static uint64_t round_page(uint64_t v) { return (v + PAGE - 1) & ~(uint64_t)(PAGE - 1); }
 
-/* The state file's descriptor, or -1: the program may have closed ours (daemons close every
- * descriptor they did not open) and the number may be someone else's now. */
+static int dir_ok(void);
+
+/* The state file's descriptor, or -1. The program may have closed ours (daemons close every
+ * descriptor they did not open) and the number may be someone else's now: the file is opened again
+ * by its name in the run directory, if that name still holds the very same file. Pages already
+ * reserved stay usable meanwhile (the mapping does not need the descriptor); new ones that cannot
+ * be reserved drop their samples (counted). */
 static int file_ok(void)
 {
-    struct stat st;
-    if (state_fd >= 0 && fstat(state_fd, &st) == 0 && st.st_dev == file_dev && st.st_ino == file_ino)
-        return state_fd;
-    state_fd = -1;
+    int fd = ml_fd_get(&state_f);
+    if (fd >= 0 || !in_file || !state_f.ino)
+        return fd;
+    int d = dir_ok();
+    fd = d < 0 ? -1 : ml_fd_high(openat(d, file_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+    if (fd >= 0 && ml_fd_is(fd, state_f.dev, state_f.ino))
+        return state_f.fd = fd;
+    if (fd >= 0)
+        close(fd);
     return -1;
 }
 
-/* The run directory's descriptor, opened again by its path if the program closed ours. */
+/* The run directory's descriptor, opened again by its path if the program closed ours (and only if
+ * the path still names the same directory). */
 static int dir_ok(void)
 {
-    struct stat st;
-    if (dir_fd >= 0 && fstat(dir_fd, &st) == 0 && st.st_dev == dir_dev && st.st_ino == dir_ino)
-        return dir_fd;
-    dir_fd = -1;
-    int fd = open(ml_run_dir_env, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int fd = ml_fd_get(&dir_f);
+    if (fd >= 0)
+        return fd;
+    fd = ml_fd_adopt(&dir_f, open(ml_run_dir_env, O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (fd < 0)
         return -1;
-    if (fstat(fd, &st) != 0 || (dir_dev && (st.st_dev != dir_dev || st.st_ino != dir_ino))) {
-        close(fd);
+    if (dir_dev && (dir_f.dev != dir_dev || dir_f.ino != dir_ino)) {
+        ml_fd_close(&dir_f);
         return -1;
     }
-    dir_dev = st.st_dev;
-    dir_ino = st.st_ino;
-    return dir_fd = fd;
+    dir_dev = dir_f.dev;
+    dir_ino = dir_f.ino;
+    return fd;
+}
+
+/* Remove the state file we could not use. */
+static void drop_file(struct ml_fd *f)
+{
+    int d = ml_fd_get(&dir_f);
+    if (d >= 0)
+        unlinkat(d, file_name, 0);
+    ml_fd_close(f);
 }
 
 /* `<pid>.<n>.state`, created with O_EXCL in the run directory; the descriptor or -1. */
@@ -106,7 +128,7 @@ static int create_file(void)
         memcpy(file_name + at, ".state", 7);
         int fd = openat(dfd, file_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd >= 0)
-            return fd;
+            return ml_fd_high(fd);
         if (errno != EEXIST)
             return -1;
     }
@@ -140,7 +162,10 @@ static int room(uint64_t at, uint64_t cap, uint64_t *reserved, uint64_t end)
     int r = 0;
     uint64_t have = *reserved;
     if (end > have) {
-        uint64_t want = (end + CHUNK - 1) / CHUNK * CHUNK;
+        /* A region grows by what it has (at least a page, at most CHUNK): a process that writes
+         * little (most fork children) reserves pages, not 64 KiB per region. */
+        uint64_t step = have < PAGE ? PAGE : have > CHUNK ? CHUNK : have;
+        uint64_t want = (end + step - 1) / step * step;
         if (want > cap)
             want = cap;
         int fd = file_ok();
@@ -263,6 +288,7 @@ static void directory(char *page)
     H(dropped_bytes), H(table_full), H(untracked), H(arena_used), H(nstacks), H(nmodules), H(heap);
     H(heap_max), H(heap_max_tick), H(snap_heap), H(snap_ns), H(snapped), H(views_on), H(anchor_tsc);
     H(clock_tsc), H(clock_ns), H(clock_hz), H(npoints), H(stats_kind), H(dumped), H(table_own);
+    H(dump_errno);
     M(base), M(state), M(nseg), M(idlen), M(id), M(seg), M(path);
     dir_put(&d, "m.seg_bytes", 0, sizeof(((struct ml_state_module *)0)->seg[0]));
     size_t s0 = offsetof(struct ml_state_module, seg[0]);
@@ -324,20 +350,14 @@ int ml_state_init(uint64_t listed, uint64_t arena, _Atomic uint32_t **listed_p, 
     layout(&h, listed, arena);
     total = h.arena_at + round_page(arena);
     char *m = MAP_FAILED;
-    int fd = ml_run_dir_env[0] ? create_file() : -1;
-    struct stat st;
-    if (fd >= 0 && ftruncate(fd, (off_t)total) == 0 && reserve(fd, 0, PAGE) == 0 && fstat(fd, &st) == 0)
+    int fd = ml_run_dir_env[0] ? ml_fd_adopt(&state_f, create_file()) : -1;
+    if (fd >= 0 && ftruncate(fd, (off_t)total) == 0 && reserve(fd, 0, PAGE) == 0)
         m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (m != MAP_FAILED) {
         in_file = 1;
-        state_fd = fd;
-        file_dev = st.st_dev;
-        file_ino = st.st_ino;
     } else {
-        if (fd >= 0) {
-            unlinkat(dir_fd, file_name, 0);
-            close(fd);
-        }
+        if (fd >= 0)
+            drop_file(&state_f);
         m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) {
             ml_fail("cannot map the profiler's state (0x%llx bytes: %llu table slots, a 0x%llx-byte arena): %m",
@@ -426,12 +446,14 @@ static void own_table(void)
 
 void ml_state_own_slow(void)
 {
+    ml_busy_enter(); /* a signal handler that samples meanwhile must not wait for this lock */
     ml_spin_lock(&own_lock);
     if (atomic_load_explicit(&ml_st_table_pending, memory_order_acquire)) {
         own_table();
         atomic_store_explicit(&ml_st_table_pending, 0, memory_order_release);
     }
     ml_spin_unlock(&own_lock);
+    ml_busy_leave();
 }
 
 void ml_state_fork_child(void)
@@ -453,23 +475,18 @@ void ml_state_fork_child(void)
     const struct ml_state *h = ml_st;
     uint64_t small = h->listed_at;
     uint64_t used_modules = h->nmodules * sizeof(struct ml_state_module);
-    /* The parent's descriptor came along with fork: it is the parent's file, not ours. */
-    if (state_fd >= 0)
-        close(state_fd);
-    state_fd = -1;
+    /* The parent's descriptor came along with fork: it is the parent's file, not ours (our copy of
+     * it is closed, unless the program closed it already). */
+    ml_fd_close(&state_f);
     char *m = MAP_FAILED;
-    int fd = create_file();
-    struct stat st;
-    if (fd >= 0 && ftruncate(fd, (off_t)total) == 0 && fstat(fd, &st) == 0 && reserve(fd, 0, PAGE) == 0 &&
+    int fd = ml_fd_adopt(&state_f, create_file());
+    if (fd >= 0 && ftruncate(fd, (off_t)total) == 0 && reserve(fd, 0, PAGE) == 0 &&
         reserve(fd, h->modules_at, round_page(used_modules)) == 0)
         m = mmap(NULL, small, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     int file = m != MAP_FAILED;
     if (!file) {
-        if (fd >= 0) {
-            unlinkat(dir_fd, file_name, 0);
-            close(fd);
-            fd = -1;
-        }
+        if (fd >= 0)
+            drop_file(&state_f);
         /* a private copy: the child is profiled, it only has no file to survive in */
         m = mmap(NULL, small, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     }
@@ -478,21 +495,14 @@ void ml_state_fork_child(void)
         int err = errno; /* of the mmap or the mremap that failed */
         if (m != MAP_FAILED)
             munmap(m, small);
-        if (fd >= 0) {
-            unlinkat(dir_fd, file_name, 0);
-            close(fd);
-        }
+        if (file)
+            drop_file(&state_f);
         /* The parent's file must not be written: private empty memory over all of it. */
         mmap(base, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
         errno = err;
         ml_fail("fork child %d cannot map the profiler's state (0x%llx bytes%s): %m", (int)getpid(),
                 (unsigned long long)small, file ? ", its own state file" : ", private memory");
         return;
-    }
-    state_fd = fd;
-    if (file) {
-        file_dev = st.st_dev;
-        file_ino = st.st_ino;
     }
     room_modules = file ? round_page(used_modules) : h->modules_cap * sizeof(struct ml_state_module);
     room_points = file ? 0 : h->points_cap * sizeof(struct ml_state_point);

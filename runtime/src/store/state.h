@@ -89,6 +89,8 @@ struct ml_state {
     _Atomic int32_t dumped;            /* a dump was written (growth is measured from it) */
     uint32_t table_own;                /* the list and arena are this process's (0: a fork child
                                           that has not written to them: its parent's, read only) */
+    _Atomic uint32_t dump_errno;       /* why the final dump could not be written (ENOSPC: a full
+                                          filesystem); 0 none. The state then holds what fitted. */
 };
 
 /* Never NULL: the file's header, or (without a run directory, or when it cannot be used) the

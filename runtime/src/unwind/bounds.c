@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../base/proc.h"
 #include "bounds.h"
 
 extern void *__libc_stack_end;
@@ -33,13 +34,18 @@ static uintptr_t own_span = 8u << 20;
 int ml_on_own_stack(uintptr_t sp, uintptr_t hi) { return sp < hi && hi - sp < own_span; }
 
 /* Can the 8 bytes at addr be read? For walks on a stack that is not the thread's own (a coroutine,
- * a fiber, a sigaltstack), whose bounds we do not know: the kernel tells, without a fault. One
- * system call per page; the last good page is remembered. */
+ * a fiber, a sigaltstack), whose bounds we do not know: the kernel tells (process_vm_readv on
+ * ourselves), without a fault. One system call per page; the last good page is remembered. */
 static __thread uintptr_t readable_page;
 int ml_readable(uintptr_t addr)
 {
     uintptr_t page = addr & ~(uintptr_t)4095;
     if (addr & 7)
+        return 0;
+    /* Under a seccomp filter the runtime keeps to its minimal set of system calls: a foreign stack
+     * is not read (its walk ends there, truncated). Docker's default filter, for one, refuses
+     * process_vm_readv to a process without CAP_SYS_PTRACE. */
+    if (ml_seccomp_filtered())
         return 0;
     if (page == readable_page)
         return 1;

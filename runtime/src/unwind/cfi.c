@@ -5,7 +5,7 @@
  * the "dwarf" unwinder needs, so instead of a general CFI interpreter this one runs the FDE's
  * program up to the call and keeps only those facts; anything else (CFA expressions, a CFA in
  * another register, signal frames, no FDE) marks the rule unsupported and the whole stack goes to
- * libunwind instead. FDEs are found lock-free with glibc's _dl_find_object and the binary-search
+ * the fallback (libgcc) instead. FDEs are found lock-free with glibc's _dl_find_object and the binary-search
  * table of .eh_frame_hdr. Rules live in a global insert-only table; dlclose clears it.
  *
  * Every read of the tables stays inside the object's mapping (ml_cfi_rule_from's [lo, hi)), and
@@ -227,7 +227,7 @@ static int parse_cie(const uint8_t *cie, const uint8_t *lo, const uint8_t *hi, s
             } else if (*a == 'L')
                 p++;
             else
-                return -1; /* 'S' (signal frame) and anything unknown: libunwind's business */
+                return -1; /* 'S' (signal frame) and anything unknown: the fallback's business */
             if (!ok)
                 return -1;
         }

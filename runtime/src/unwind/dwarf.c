@@ -8,7 +8,7 @@
  * hashing. A loop allocating from one place pays a few loads per sample instead of a walk.
  *
  * Stacks this unwinder cannot follow (a frame without CFI or with CFI it does not interpret, a
- * signal frame, a stack outside the thread's own) are left to the caller's fallback (libunwind). */
+ * signal frame) are left to the caller's fallback (libgcc's _Unwind_Backtrace). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>

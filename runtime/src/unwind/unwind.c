@@ -3,8 +3,10 @@
  *               and monotonic growth, so garbage in rbp (code built without frame pointers) ends the
  *               walk instead of crashing it.
  *   libgcc    - _Unwind_Backtrace (DWARF CFI), linked through libgcc_s.
- *   libunwind - unw_backtrace from libunwind.so.8 loaded with dlopen(RTLD_LOCAL): linking it would put
- *               its _Unwind_* symbols in front of libgcc's and take over the program's C++ exceptions.
+ *   libunwind - unw_backtrace from libunwind.so.8 loaded with dlopen(RTLD_LOCAL), only when asked for
+ *               (ml_unwind_load_libunwind says why): linking it would put its _Unwind_* symbols in
+ *               front of libgcc's and take over the program's C++ exceptions.
+ * The dwarf unwinder (dwarf.c) hands the stacks it cannot follow to libgcc.
  * All callers hold ml_tls.busy, so allocations made by an unwinder go straight to the real allocator. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -14,6 +16,7 @@
 #include <unwind.h>
 
 #include "../base/log.h"
+#include "../base/proc.h"
 #include "../store/stacks.h"
 #include "../store/state.h"
 #include "bounds.h"
@@ -32,11 +35,10 @@ static int is_self(uintptr_t pc) { return pc - self_lo < self_hi - self_lo; }
 /* Where the rbp chain breaks, the frame above was built without a frame pointer (typically libc's
  * start-up code after main: its rbp holds anything). The walk goes on from there with the DWARF
  * rules, which know where such a frame keeps its return address, so a stack is truncated only when
- * neither can go further before the outermost frame. */
-static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
+ * neither can go further before the outermost frame. `fp` is the first frame record, `lo` the lowest
+ * address it may be at, `hi` the thread's stack top. */
+static int walk_fp(uintptr_t *fp, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, int max, int *trunc)
 {
-    uintptr_t *fp = __builtin_frame_address(0);
-    uintptr_t lo = (uintptr_t)fp, hi = ml_stack_top();
     /* On a foreign stack the thread's bounds say nothing: every page is checked before it is read. */
     int foreign = !ml_on_own_stack(lo, hi);
     if (foreign)
@@ -72,9 +74,16 @@ static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
     return n;
 }
 
+static ML_NOINLINE int unwind_fp(uintptr_t *pcs, int max, int *trunc)
+{
+    uintptr_t *fp = __builtin_frame_address(0);
+    return walk_fp(fp, (uintptr_t)fp, ml_stack_top(), pcs, max, trunc);
+}
+
 struct gcc_walk {
     uintptr_t *pcs;
     int n, max, trunc, done;
+    uintptr_t cfa, rbp; /* of the last frame reached */
 };
 
 static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg)
@@ -90,15 +99,37 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg)
         return _URC_END_OF_STACK;
     }
     w->pcs[w->n++] = pc;
+    w->cfa = _Unwind_GetCFA(ctx);
+    w->rbp = _Unwind_GetGR(ctx, 6); /* DWARF register 6 is rbp */
     return _URC_NO_REASON;
+}
+
+/* libgcc stops at a frame without unwind information (JIT-compiled code: node's, the JVM's), where
+ * libunwind used to guess on with the frame pointers. So do we: such code keeps its frames chained
+ * through rbp, and the walk from its frame on is the bounds-checked fp walk. */
+struct dwarf_eh_bases {
+    void *tbase, *dbase, *func;
+};
+extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases); /* libgcc_s, GCC_3.0 */
+
+static int no_cfi(uintptr_t pc)
+{
+    struct dwarf_eh_bases b;
+    return _Unwind_Find_FDE((void *)(pc - 1), &b) == NULL;
 }
 
 static ML_NOINLINE int unwind_libgcc(uintptr_t *pcs, int max, int *trunc)
 {
-    struct gcc_walk w = {pcs, 0, max, 0, 0};
+    struct gcc_walk w = {pcs, 0, max, 0, 0, 0, 0};
     _Unwind_Reason_Code r = _Unwind_Backtrace(gcc_step, &w);
-    /* END_OF_STACK: walked to the outermost frame. Anything else, unless our callback stopped it at
-     * a zero pc, means the CFI chain broke (a frame without unwind info). */
+    /* END_OF_STACK: walked to the outermost frame, or to a frame without CFI. Anything else, unless
+     * our callback stopped it at a zero pc, means the CFI chain broke. */
+    if (!w.trunc && !w.done && w.n > 0 && w.n < max && r == _URC_END_OF_STACK && w.rbp > w.cfa &&
+        no_cfi(pcs[w.n - 1])) {
+        int t = 0, k = walk_fp((uintptr_t *)w.rbp, w.cfa, ml_stack_top(), pcs + w.n, max - w.n, &t);
+        *trunc = t;
+        return w.n + k;
+    }
     if (w.trunc || (r != _URC_END_OF_STACK && !w.done))
         *trunc = 1;
     return w.n;
@@ -122,8 +153,8 @@ int ml_unwind(uintptr_t *buf, int max, int *trunc, uintptr_t ra, const uintptr_t
     int lim = max + SELF_SLACK, n;
     int raw_trunc = 0;
     int u = ml_cfg.unwinder;
-    if (u == ML_UNW_DWARF) /* a stack the dwarf unwinder left to us */
-        u = unw_backtrace_fn ? ML_UNW_LIBUNWIND : ML_UNW_LIBGCC;
+    if (u == ML_UNW_DWARF) /* a stack the dwarf unwinder left to us: libgcc (no system call) */
+        u = ML_UNW_LIBGCC;
     switch (u) {
     case ML_UNW_LIBUNWIND:
         n = unwind_libunwind(raw, lim, &raw_trunc);
@@ -187,34 +218,49 @@ static _Unwind_Reason_Code warm_step(struct _Unwind_Context *ctx, void *arg)
     return _URC_NO_REASON;
 }
 
+/* libunwind, loaded only when it was asked for (MEMLENS_UNWINDER=libunwind, `attach unwinder=`):
+ * at its first use it calls mincore (outside systemd's @system-service list: a service filtered
+ * that way is killed with SIGSYS) and opens a pipe it keeps at low descriptor numbers and later
+ * writes to (its memory validation), which a daemon that closes every descriptor may have
+ * reopened as its own. Never under a seccomp filter. 0, or -1 with the reason in *why. */
+int ml_unwind_load_libunwind(const char **why)
+{
+    if (unw_backtrace_fn)
+        return 0;
+    if (ml_seccomp_filtered()) {
+        *why = "the process runs under a seccomp filter, and libunwind calls mincore at its first use";
+        return -1;
+    }
+    void *h = dlopen("libunwind.so.8", RTLD_LOCAL | RTLD_NOW);
+    /* read now, before another dl call replaces it; the caller's busy count sends what dlerror
+     * frees or allocates to the real allocator */
+    *why = h ? "unw_backtrace not found in it" : dlerror();
+    unw_backtrace_fn = h ? (int (*)(void **, int))dlsym(h, "unw_backtrace") : NULL;
+    if (!unw_backtrace_fn)
+        return -1;
+    void *tmp[4];
+    unw_backtrace_fn(tmp, 4); /* its first use initialises it (and allocates): now, not inside malloc */
+    return 0;
+}
+
 void ml_unwind_setup(void)
 {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&ml_unwind_setup);
-    void *h = dlopen("libunwind.so.8", RTLD_LOCAL | RTLD_NOW);
-    /* read now, before another dl call replaces it; the constructor's busy count sends what
-     * dlerror frees or allocates to the real allocator */
-    const char *why = h ? NULL : dlerror();
-    if (h)
-        unw_backtrace_fn = (int (*)(void **, int))dlsym(h, "unw_backtrace");
     if (ml_cfg.unwinder < 0)
         ml_cfg.unwinder = ML_UNW_DWARF;
     /* The rules serve the dwarf unwinder, and fp where a chain of frame pointers breaks. */
     if ((ml_cfg.unwinder == ML_UNW_DWARF || ml_cfg.unwinder == ML_UNW_FP) && ml_cfi_init() != 0 &&
         ml_cfg.unwinder == ML_UNW_DWARF) {
-        ml_log("cannot map the unwind rule table (0x%zx bytes): %m; using libunwind", ml_cfi_table_bytes());
-        ml_cfg.unwinder = ML_UNW_LIBUNWIND;
+        ml_log("cannot map the unwind rule table (0x%zx bytes): %m; using libgcc", ml_cfi_table_bytes());
+        ml_cfg.unwinder = ML_UNW_LIBGCC;
     }
-    if (ml_cfg.unwinder == ML_UNW_LIBUNWIND && !unw_backtrace_fn) {
-        ml_log("libunwind.so.8 cannot be loaded (%s; install libunwind8); using the libgcc unwinder",
-               why ? why : "unw_backtrace not found in it");
+    const char *why;
+    if (ml_cfg.unwinder == ML_UNW_LIBUNWIND && ml_unwind_load_libunwind(&why) != 0) {
+        ml_log("libunwind.so.8 cannot be used (%s); using the libgcc unwinder", why ? why : "?");
         ml_cfg.unwinder = ML_UNW_LIBGCC;
     }
     /* First use of each unwinder initialises it (and may allocate): do that now, not inside malloc. */
     _Unwind_Backtrace(warm_step, NULL);
-    if (unw_backtrace_fn) {
-        void *tmp[4];
-        unw_backtrace_fn(tmp, 4);
-    }
     ml_bounds_setup();
 }
 

@@ -174,20 +174,27 @@ TEST(writer_flushes_across_its_buffer_and_reports_errors)
     close(p[1]);
 }
 
-/* What ml_log printed: fd 2 is sent to a file for the call. */
-static char *logged(void (*call)(void *), void *arg)
+/* What ml_log printed: fd 2 is sent to a file for the call. ml_log writes to fd 2 only while it is the
+ * file it was at ml_log_init (a daemon's own file opened as fd 2 gets none of our lines), so the file
+ * is made the one it knows, unless `adopt` is 0. */
+static char *logged_to(void (*call)(void *), void *arg, int adopt)
 {
     fflush(stderr);
     int saved = dup(2), fd = temp_fd();
     dup2(fd, 2);
+    if (adopt)
+        ml_log_init();
     call(arg);
     dup2(saved, 2);
     close(saved);
+    ml_log_init();
     size_t len;
     char *s = written(fd, &len);
     close(fd);
     return s;
 }
+
+static char *logged(void (*call)(void *), void *arg) { return logged_to(call, arg, 1); }
 
 struct nums {
     int i;
@@ -275,5 +282,14 @@ TEST(log_errno_escapes_and_keeps_errno)
     free(got);
     got = logged(log_bad, NULL);
     CHECK_STR(got, "memlens: a %? b %\n");
+    free(got);
+}
+
+TEST(log_never_writes_to_an_fd_2_it_did_not_start_with)
+{
+    ml_log_init(); /* fd 2 as the test started: known */
+    int e = ENOENT;
+    char *got = logged_to(log_errno, &e, 0); /* the program's own file now holds fd 2 */
+    CHECK_STR(got, "");
     free(got);
 }
