@@ -41,6 +41,8 @@ PKGS=(
   # tests/e2e/harmless.rs: a service under systemd's @system-service seccomp list (libseccomp, the list
   # from systemd-analyze), setpriv (util-linux)
   libseccomp-dev systemd util-linux
+  # musl-gcc: tests/e2e/reach.rs builds a musl program (memlens run says it cannot profile it, runs it)
+  musl-tools
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )

@@ -15,6 +15,7 @@ mod harmless;
 mod hostile;
 mod parca;
 mod profiler;
+mod reach;
 mod reliability;
 mod report_page;
 mod scale;
