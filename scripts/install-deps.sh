@@ -35,6 +35,9 @@ PKGS=(
   binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
+  # tests/e2e/usdt.rs, as an eBPF profiler would consume them
+  systemtap-sdt-dev bpftrace
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml

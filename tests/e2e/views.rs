@@ -303,7 +303,7 @@ fn first_block_of_a_thread_is_a_leak_seen() {
 }
 
 #[test]
-fn views_off_and_exact_mode_say_so() {
+fn views_off_says_so_and_exact_mode_keeps_the_leak() {
     let dir = test_dir();
     let src = root().join("runtime/tests/first_block.c");
     let exe = compile(&src, dir.path(), "first_block", &[]);
@@ -312,10 +312,17 @@ fn views_off_and_exact_mode_say_so() {
     let o = run(&["report", p.to_str().unwrap(), "--view", "peak"]);
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("MEMLENS_VIEWS=0"), "{}", stderr(&o));
+    // Exact mode keeps the live blocks: its leaks view has the 64 MiB block, to the byte.
     let (p, _) = profile(dir.path(), &["--exact"], &[], &[exe]);
-    let o = run(&["report", p.to_str().unwrap(), "--view", "leaks"]);
-    assert_one_line_error(&o);
-    assert!(stderr(&o).contains("exact mode"), "{}", stderr(&o));
+    let leaks = view_json(&p, "leaks");
+    let held: f64 = leaks["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"][0]["function"] == "first_block_site")
+        .filter_map(|s| s["value"].as_f64())
+        .sum();
+    assert_eq!(held, 64.0 * 1048576.0, "{leaks}");
 }
 
 // ---------- heap numbers you can take at face value (issue 23) ----------
@@ -636,4 +643,118 @@ fn timeline_names_the_allocator_loaded() {
         .args(["report", p.to_str().unwrap(), "--view", "timeline"])
         .ok_stdout();
     assert!(table.contains("allocator: mimalloc"), "{table}");
+}
+
+/// A heap that churns at a steady size: 200 blocks of 32 KiB replaced one at a time 400,000 times,
+/// whose peak is exact (6.25 MiB and the array). The highest of the sampled estimate's thousands of
+/// moments reads about twice that at 512 KiB (issue 34); the split-sample estimate the report
+/// prints must be near the truth and its printed 95 % interval must hold it. Over 8 runs: the
+/// median within ±25 % (its standard error is about 7 % here) and at least 7 of 8 intervals
+/// holding the true peak (each should with probability ≥ 0.95: 6 or fewer happens in about 6 %
+/// of trials at exactly 0.95, and measured coverage was 20 of 20).
+#[test]
+fn peak_interval_covers_a_churning_heap() {
+    let dir = test_dir();
+    let exe = compile(
+        &root().join("runtime/tests/churn_peak.c"),
+        dir.path(),
+        "churn",
+        &[],
+    );
+    let (mut est, mut highest, mut inside) = (vec![], vec![], 0);
+    for _ in 0..8 {
+        let (p, out) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
+        let exact = printed_value(&out, "true_peak");
+        let tl = view_json(&p, "timeline");
+        let e = tl["peak_estimate_bytes"]
+            .as_f64()
+            .expect("a split-sample peak");
+        let iv = &tl["peak_interval_bytes"];
+        let (lo, hi) = (iv[0].as_f64().unwrap(), iv[1].as_f64().unwrap());
+        inside += (lo <= exact && exact <= hi) as usize;
+        est.push(e / exact);
+        highest.push(tl["heap_max_bytes"].as_f64().unwrap() / exact);
+        let text = report_text(&p, "peak");
+        assert!(text.contains("(95 %"), "{text}");
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[3] + v[4]) / 2.0
+    };
+    let (m, mh) = (median(&mut est), median(&mut highest));
+    assert!(
+        mh > 1.4,
+        "the churn no longer shows the highest estimate's lean: {highest:?}"
+    );
+    assert!(
+        (0.75..=1.25).contains(&m),
+        "split-sample peak / exact: {est:?}"
+    );
+    assert!(
+        inside >= 7,
+        "{inside} of 8 intervals hold the exact peak: {est:?}"
+    );
+}
+
+/// A 40 KiB leak is far below what 512 KiB sampling resolves: the leaks view says so with a bound
+/// that holds it, not a figure ± 100 %. At 1 KiB (about 40 samples) it gets a figure.
+#[test]
+fn small_leak_is_said_unresolved_at_a_coarse_interval() {
+    let dir = test_dir();
+    let exe = compile(
+        &root().join("runtime/tests/small_leak.c"),
+        dir.path(),
+        "small_leak",
+        &[],
+    );
+    let (p, out) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
+    let leaked = printed_value(&out, "leaked");
+    let text = report_text(&p, "leaks");
+    let bound = text
+        .split("leaks: < ")
+        .nth(1)
+        .and_then(|s| s.split(" still live").next())
+        .unwrap_or_else(|| panic!("no bound in:\n{text}"));
+    assert!(text.contains("not resolved at this interval"), "{text}");
+    assert!(
+        parse_bytes(bound) >= leaked,
+        "{bound} below the {leaked} leaked:\n{text}"
+    );
+    let (p, _) = profile(
+        dir.path(),
+        &["--interval", "1K"],
+        &[],
+        &[exe.to_str().unwrap()],
+    );
+    let j = view_json(&p, "leaks");
+    let live = j["totals"]["inuse_space"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{j:#}"));
+    assert!(
+        (0.5 * leaked..=1.5 * leaked + 8192.0).contains(&live),
+        "{live} vs {leaked}"
+    );
+    let text = report_text(&p, "leaks");
+    assert!(!text.contains("not resolved"), "{text}");
+}
+
+/// `memlens report FILE --view VIEW` with its lines joined (the summary wraps at the terminal's
+/// width).
+fn report_text(p: &Path, view: &str) -> String {
+    let text = memlens()
+        .args(["report", p.to_str().unwrap(), "--view", view])
+        .ok_stdout();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// "1.48 MiB" as bytes.
+fn parse_bytes(s: &str) -> f64 {
+    let (num, unit) = s.trim().split_once(' ').unwrap_or((s, "B"));
+    let mult = match unit {
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        _ => 1.0,
+    };
+    num.parse::<f64>().unwrap() * mult
 }

@@ -55,7 +55,7 @@ pub use raw::{parse as parse_raw, read as read_raw, RawDump, RawModule, RawStack
 pub use state::{
     read_info as read_state_info, render as render_state, StateInfo, Status as StateStatus,
 };
-pub use symbolize::{file_build_id, Symbolizer};
+pub use symbolize::{demangle, file_build_id, Symbolizer};
 
 pub use input::{budget, copy_regular, kind as file_kind, open_regular, read_regular, Links};
 

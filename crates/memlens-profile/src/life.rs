@@ -69,6 +69,10 @@ pub fn views_of(r: &RawViews) -> Views {
         heap_max_ns: r.heap_max_ns,
         peak_bytes: r.peak as f64,
         peak_ns: r.peak_ns,
+        split_peak_bytes: r
+            .split
+            .map_or(0.0, |[a, b]| (a.0 as f64 + b.0 as f64) / 2.0),
+        split_peak_ns: r.split.map_or(0, |[a, b]| a.1.max(b.1)),
         allocator: r.allocator.clone(),
         disabled: !r.enabled,
         timeline: r

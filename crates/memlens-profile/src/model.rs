@@ -353,6 +353,11 @@ pub struct Views {
     pub peak_bytes: f64,
     /// CLOCK_REALTIME ns of the peak snapshot.
     pub peak_ns: u64,
+    /// The split-sample estimate of the peak (the runtime's `view split`): the mean of half B's
+    /// estimate when half A was highest and A's when B was; 0 when the runtime did not write it.
+    pub split_peak_bytes: f64,
+    /// CLOCK_REALTIME ns of the later of the two moments.
+    pub split_peak_ns: u64,
     /// Where the allocator figures come from: glibc, jemalloc, tcmalloc or none.
     pub allocator: String,
     /// The runtime had its views switched off (MEMLENS_VIEWS=0): no peak, lifetimes or timeline.

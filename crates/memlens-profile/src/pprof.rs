@@ -442,12 +442,15 @@ impl LifeKeys {
 /// The views' process facts as one comment (`memlens-views:`); the timeline has a field of its own.
 fn views_comments(v: &Views) -> Vec<String> {
     vec![format!(
-        "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} disabled={} allocator={}",
+        "memlens-views: heap={} heap_max={} heap_max_ns={} peak={} peak_ns={} split_peak={} \
+         split_peak_ns={} disabled={} allocator={}",
         v.heap_bytes.round() as i64,
         v.heap_max_bytes.round() as i64,
         v.heap_max_ns,
         v.peak_bytes.round() as i64,
         v.peak_ns,
+        v.split_peak_bytes.round() as i64,
+        v.split_peak_ns,
         v.disabled as u8,
         v.allocator
     )]
@@ -479,6 +482,8 @@ fn parse_views_comment(v: &mut Option<Views>, c: &str) {
                 "heap_max_ns" => v.heap_max_ns = n() as u64,
                 "peak" => v.peak_bytes = n(),
                 "peak_ns" => v.peak_ns = n() as u64,
+                "split_peak" => v.split_peak_bytes = n(),
+                "split_peak_ns" => v.split_peak_ns = n() as u64,
                 "allocator" => v.allocator = x.to_string(),
                 "disabled" => v.disabled = x == "1",
                 _ => {}
@@ -1052,6 +1057,8 @@ mod tests {
             heap_max_ns: 3,
             peak_bytes: 19.0,
             peak_ns: 2,
+            split_peak_bytes: 17.0,
+            split_peak_ns: 2,
             allocator: "glibc".into(),
             disabled: false,
             timeline: vec![point(1, 5.0), point(2, 19.0)],

@@ -108,6 +108,9 @@ pub struct RawViews {
     pub peak: u64,
     /// When the peak set was taken (CLOCK_REALTIME ns).
     pub peak_ns: u64,
+    /// The split-sample peak (`view split`): half B's estimate when half A was highest and the
+    /// time, then A's when B was; None from older runtimes.
+    pub split: Option<[(i64, u64); 2]>,
     /// The allocator the program ran on: glibc, jemalloc, tcmalloc, mimalloc or unknown (older
     /// runtimes: the source of the figures, or none).
     pub allocator: String,
@@ -489,6 +492,10 @@ fn parse_view(v: &mut RawViews, key: &str, rest: &str) -> Result<()> {
         "heap" => v.heap = num(arg(1), "heap")?,
         "heap_max" => (v.heap_max, v.heap_max_ns) = (num(arg(1), key)?, num(arg(2), key)?),
         "peak" => (v.peak, v.peak_ns) = (num(arg(1), key)?, num(arg(2), key)?),
+        "split" => {
+            let half = |i| -> Result<(i64, u64)> { Ok((num(arg(i), key)?, num(arg(i + 1), key)?)) };
+            v.split = Some([half(1)?, half(3)?]);
+        }
         "allocator" => v.allocator = arg(1).to_string(),
         _ => {} // a newer runtime's fact
     }

@@ -259,6 +259,9 @@ fn modules(s: &State, o: &mut String) -> Result<()> {
     let data = s.read(s.h("modules_at")?, times(n, size)?)?;
     let f = |name: &str| s.field(&format!("m.{name}"));
     let seg_bytes = s.field("m.seg_bytes")?.1;
+    if seg_bytes == 0 {
+        bail!("the state file's module segments have no size");
+    }
     let ms = |name: &str| s.field(&format!("ms.{name}"));
     for m in data.chunks_exact(size as usize) {
         let state = num(m, f("state")?.0, 4)?;
@@ -395,6 +398,10 @@ fn views(s: &State, o: &mut String) -> Result<()> {
     let _ = writeln!(o, "view heap {heap}");
     let _ = writeln!(o, "view heap_max {max} {}", tick_ns(s.h("heap_max_tick")?));
     let _ = writeln!(o, "view peak {} {}", s.h("snap_heap")?, s.h("snap_ns")?);
+    if let (Ok(a), Ok(b)) = (s.hi("split_a"), s.hi("split_b")) {
+        let (ta, tb) = (tick_ns(s.h("split_a_tick")?), tick_ns(s.h("split_b_tick")?));
+        let _ = writeln!(o, "view split {a} {ta} {b} {tb}");
+    }
     let kinds = [
         "unknown", "unknown", "glibc", "jemalloc", "tcmalloc", "mimalloc",
     ];

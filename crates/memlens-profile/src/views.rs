@@ -14,7 +14,7 @@
 //!               "median_lifetime_range_ns": [lo, hi] } ] // temporaries (hi null: ≥ 100 s)
 //! ```
 //! The timeline's JSON is `{ "file", "view": "timeline", "meta", "heap_max_bytes", "heap_max_time_s",
-//! "peak_bytes", "peak_time_s", "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
+//! "peak_bytes", "peak_time_s", "peak_estimate_bytes", "peak_interval_bytes": [lo, hi], "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
 //! "allocator_in_use", "allocator_footprint" } … ] }` (time from the start of profiling; a figure the
 //! process did not expose is null).
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
@@ -62,18 +62,12 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
             "the runtime's views were switched off (MEMLENS_VIEWS=0) when this profile was written"
         );
     }
-    if p.meta.interval == 0 && p.meta.samples > 0 && view != View::Timeline {
-        bail!(
-            "exact mode (--exact) tracks no live blocks: no peak, leaks or lifetimes \
-             (profile with an interval, e.g. the default 512K)"
-        );
-    }
     if p.samples.iter().any(|s| s.life.is_some()) || p.views.is_some() {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: by another tool, in \
-         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, \
+         with MEMLENS_VIEWS=0, or by an older memlens, whose exact mode tracked no live blocks)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",
@@ -264,33 +258,95 @@ pub(crate) fn summary(p: &Profile, view: View) -> String {
         }
     };
     match view {
-        View::Peak => format!(
-            "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{}){}",
-            bytes(v.peak_bytes),
-            at(v.peak_ns),
-            bytes(v.heap_max_bytes),
-            at(v.heap_max_ns),
-            sampling_error(p, v.peak_bytes, true)
-        ),
-        View::Leaks => format!(
-            "leaks: {} still live {} (run {}){}; suspect = live bytes older than {:.0}% of the run \
-             on average, or grown since the previous dump",
-            bytes(p.total(SampleIndex::InuseSpace)),
-            if p.meta.reason.contains("exit") {
-                "at exit"
-            } else {
-                "at the dump"
-            },
-            fmt_ns(run_ns(&p.meta)),
-            sampling_error(p, p.total(SampleIndex::InuseSpace), false),
-            OLD_SHARE * 100.0
-        ),
+        View::Peak => match peak_estimate(p) {
+            Some((est, hw)) => format!(
+                "peak: estimated live heap at its peak {}{}{}; the sites below are the live set \
+                 when the highest estimate was seen ({}{}, {} at the set), which leans high \
+                 on a heap that churns",
+                bytes(est),
+                if hw > 0.0 {
+                    format!(" ± {} (95 %, interval {})", bytes(hw), bytes(p.meta.interval as f64))
+                } else {
+                    String::new()
+                },
+                at(v.split_peak_ns),
+                bytes(v.heap_max_bytes),
+                at(v.heap_max_ns),
+                bytes(v.peak_bytes),
+            ),
+            None => format!(
+                "peak: estimated live heap {}{} when the peak set was taken (highest estimate {}{}){}",
+                bytes(v.peak_bytes),
+                at(v.peak_ns),
+                bytes(v.heap_max_bytes),
+                at(v.heap_max_ns),
+                sampling_error(p, v.peak_bytes, true)
+            ),
+        },
+        View::Leaks => {
+            let live = p.total(SampleIndex::InuseSpace);
+            let (figure, error) = match unresolved_bound(p, live) {
+                Some(u) => (
+                    format!("< {}", bytes(u)),
+                    format!(
+                        ", not resolved at this interval ({}: 95 % bound; profile with a smaller \
+                         --interval for a figure)",
+                        bytes(p.meta.interval as f64)
+                    ),
+                ),
+                None => (bytes(live), sampling_error(p, live, false)),
+            };
+            format!(
+                "leaks: {figure} still live {} (run {}){error}; suspect = live bytes older than \
+                 {:.0}% of the run on average, or grown since the previous dump",
+                if p.meta.reason.contains("exit") {
+                    "at exit"
+                } else {
+                    "at the dump"
+                },
+                fmt_ns(run_ns(&p.meta)),
+                OLD_SHARE * 100.0
+            )
+        }
         View::Temporaries => format!(
             "temporaries: sites whose freed bytes mostly lived under {}, ranked by those bytes",
             fmt_ns(YOUNG_NS)
         ),
         _ => String::new(),
     }
+}
+
+/// Half the width of the 95 % interval of a live-heap estimate of `heap` bytes at interval R
+/// (0 in exact mode): 1.96 standard errors, the standard error at most √(heap·R) (`sampling_error`).
+pub(crate) fn interval_95(p: &Profile, heap: f64) -> f64 {
+    1.96 * (heap.max(0.0) * p.meta.interval as f64).sqrt()
+}
+
+/// The split-sample estimate of the peak and half its 95 % interval, when the runtime wrote one.
+/// Each half-sample (peak.c) estimates the heap with twice the variance of the whole; the mean of
+/// B at A's highest and A at B's highest is two such estimates of (nearly) independent halves,
+/// whose variance is about that of the whole sample: √(heap·R) bounds its standard error as it
+/// does one estimate's. What it estimates is the true heap at the moments the halves chose: at
+/// most the true peak, and the peak itself when the halves' highest fall there
+/// (`peak_interval_covers_a_churning_heap` checks the coverage on a heap whose peak is exact).
+pub(crate) fn peak_estimate(p: &Profile) -> Option<(f64, f64)> {
+    let v = p.views.as_ref()?;
+    (v.split_peak_bytes > 0.0).then(|| (v.split_peak_bytes, interval_95(p, v.split_peak_bytes)))
+}
+
+/// A live estimate too small to tell from nothing: None when it is resolved (its 95 % interval
+/// excludes 0: 1.96·√(live·R) < live, i.e. live > 3.84 R, about four samples), else a 95 % upper
+/// bound of the true bytes. With k = live/R samples' worth, the Poisson upper limit of the
+/// sample count is within 3 % (above) of k + 1.96·√(k+1) + 1 for k ≤ 4 (3.0 for k = 0, 4.74 for 1,
+/// 6.30 for 2): the bound is R times that. A sampled block of s bytes stands for s/p ≥ R of them,
+/// so a small leak reads as 0 or as a multiple of about R: either is the same "< bound".
+pub(crate) fn unresolved_bound(p: &Profile, live: f64) -> Option<f64> {
+    let r = p.meta.interval as f64;
+    if r <= 0.0 || live > 3.84 * r {
+        return None;
+    }
+    let k = live.max(0.0) / r;
+    Some(r * (k + 1.96 * (k + 1.0).sqrt() + 1.0))
 }
 
 /// How far a live-heap estimate of `heap` bytes may be from the truth, as a clause for a summary.
@@ -598,6 +654,9 @@ struct JsonTimeline<'a> {
     heap_max_time_s: f64,
     peak_bytes: f64,
     peak_time_s: f64,
+    /// The split-sample estimate of the peak and its 95 % interval (null from older runtimes).
+    peak_estimate_bytes: Option<f64>,
+    peak_interval_bytes: Option<[f64; 2]>,
     allocator: String,
     points: Vec<JsonPoint>,
 }
@@ -626,6 +685,8 @@ pub(crate) fn timeline_json(p: &Profile, file: &Path) -> Result<String> {
         heap_max_time_s: secs(p, v.heap_max_ns),
         peak_bytes: v.peak_bytes,
         peak_time_s: secs(p, v.peak_ns),
+        peak_estimate_bytes: peak_estimate(p).map(|e| e.0),
+        peak_interval_bytes: peak_estimate(p).map(|(e, hw)| [(e - hw).max(0.0), e + hw]),
         allocator: v.allocator.clone(),
         points: v.timeline.iter().map(|t| point(p, t)).collect(),
     };
@@ -777,5 +838,20 @@ mod tests {
         // Exact mode and an empty heap: nothing to say.
         assert_eq!(sampling_error(&at_interval(0), 1e6, true), "");
         assert_eq!(sampling_error(&p, 0.0, true), "");
+    }
+
+    #[test]
+    fn leaks_under_four_samples_are_a_bound() {
+        let r = 524288.0;
+        let p = at_interval(512 << 10);
+        // Nothing sampled: the Poisson 95 % limit of 3.0 samples' worth (here 2.96 R).
+        assert!((unresolved_bound(&p, 0.0).unwrap() / r - 2.96).abs() < 1e-9);
+        // One sample's worth (sqlite3's 10 kB leak read as 526 kB): 4.77 R, above the true 4.74.
+        let one = unresolved_bound(&p, r).unwrap() / r;
+        assert!((4.74..4.9).contains(&one), "{one}");
+        // Resolved past 3.84 R; exact mode has no bound.
+        assert!(unresolved_bound(&p, 3.8 * r).is_some());
+        assert!(unresolved_bound(&p, 3.9 * r).is_none());
+        assert!(unresolved_bound(&at_interval(0), 10.0).is_none());
     }
 }

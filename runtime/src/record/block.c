@@ -30,6 +30,7 @@
  * Lifetimes: a reallocation keeps the block's birth; a block that entered the range at a
  * reallocation is timed from there. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 #include <x86intrin.h>
@@ -45,6 +46,7 @@
 #include "peak.h"
 #include "range.h"
 #include "timeline.h"
+#include "usdt.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
 
@@ -80,21 +82,25 @@ static int accounts_ok(void)
     static uint64_t events;
     if (nlive > 256 && (++events & 63))
         return 1;
-    int64_t timed = 0;
+    int64_t timed = 0, half[2] = {0, 0};
     uint64_t n = 0;
     for (const struct ml_block *b = head; b; b = b->next) {
         if (++n > nlive || b->kind != ML_KIND_SAMPLED || (b->w_fx == 0) != (b->w_bytes == 0) ||
             (b->next && b->next->prev != b) || (b->stack != ML_NO_STACK && !ml_stack_get(b->stack)))
             return 0;
-        if (b->born)
+        if (b->born) {
             timed += (int64_t)b->w_bytes;
+            half[0] += (int64_t)b->w_half[0];
+            half[1] += (int64_t)b->w_half[1];
+        }
     }
-    return n == nlive && timed == ml_heap_now();
+    return n == nlive && timed == ml_heap_now() && half[0] == ml_heap_half(0) && half[1] == ml_heap_half(1);
 }
 
-/* Lock held: the block's weights change by (dfx, dbytes) — its stack's live counts and age, and the
- * heap estimate if it is timed. 1 when that took a peak snapshot. */
-static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, uint64_t now)
+/* Lock held: the block's weights change by (dfx, dbytes) and its half-sample weights by dh — its
+ * stack's live counts and age, and the heap estimates if it is timed. 1 when that took a peak
+ * snapshot. */
+static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, const int64_t dh[2], uint64_t now)
 {
     struct ml_stack *st = stack_of(b);
     if (st) {
@@ -105,7 +111,15 @@ static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, uint64_t
             add_i64(&st->age_w, dbytes);
         }
     }
-    return b->born ? ml_heap_change_locked(dbytes, now) : 0;
+    return b->born ? ml_heap_change_locked(dbytes, dh, now) : 0;
+}
+
+/* Lock held: all the block's weights leave its stack and the estimates (freed, moved away, or
+ * re-counted elsewhere). */
+static int uncount(const struct ml_block *b, uint64_t now)
+{
+    int64_t dh[2] = {-(int64_t)b->w_half[0], -(int64_t)b->w_half[1]};
+    return count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, dh, now);
 }
 
 /* A timeline point after the lock: at a new peak snapshot, or when the period is over. */
@@ -158,9 +172,48 @@ static void flush_alloc(struct ml_block *b)
     b->gen = g;
 }
 
-/* Sampled at its current size: it reaches its own point (0 until its first reallocation: the
- * sample that put it in the range). */
-static inline int live_sampled(const struct ml_block *b, uint64_t size) { return b->point <= size; }
+/* Its point: the nearer of its halves' (0 until its first reallocation: the sample that put it in
+ * the range). */
+static inline uint64_t point_of(const struct ml_block *b)
+{
+    return b->point_h[0] < b->point_h[1] ? b->point_h[0] : b->point_h[1];
+}
+
+/* Sampled at its current size: it reaches its own point. */
+static inline int live_sampled(const struct ml_block *b, uint64_t size) { return point_of(b) <= size; }
+
+/* What it weighs at `size` in each half-sample (peak.c): size/q, q = 1 - exp(-size/2R), in the
+ * halves whose point it reaches. */
+static void half_weights(const struct ml_block *b, uint64_t size, uint64_t w[2])
+{
+    uint64_t fx, by = 0;
+    if (live_sampled(b, size))
+        ml_weights(size, 2 * b->point_R, &fx, &by);
+    w[0] = b->point_h[0] <= size ? by : 0;
+    w[1] = b->point_h[1] <= size ? by : 0;
+}
+
+/* A block just sampled at `size` bytes: in which halves of the thinned sampling process (peak.c),
+ * and its weight in them (half_weights' for this size, without a second expm1). Given a sample
+ * point in it, both halves hold one with probability q^2/p = q/(2-q) (p = 1-(1-q)^2), else one of
+ * them, evenly. Exact mode: both, weight 1. */
+static void choose_halves(struct ml_block *b, uint64_t size, uint64_t R)
+{
+    b->point_R = R;
+    b->point_h[0] = b->point_h[1] = 0;
+    if (!R) {
+        b->w_half[0] = b->w_half[1] = size;
+        return;
+    }
+    double q = -expm1(-(double)size / (double)(2 * R)), both = q / (2.0 - q), u = ml_uniform();
+    uint64_t w = (uint64_t)((double)size / q + 0.5);
+    b->w_half[0] = b->w_half[1] = w;
+    if (u >= both) {
+        int out = (u - both) < 0.5 * (1.0 - both) ? 0 : 1;
+        b->point_h[out] = UINT64_MAX;
+        b->w_half[out] = 0;
+    }
+}
 
 static void live_weights(const struct ml_block *b, uint64_t size, uint64_t *fx, uint64_t *bytes)
 {
@@ -183,11 +236,15 @@ static inline int stale(const struct ml_block *b)
 /* Lock held: weights for the block's size now, and its pending counts to its stack. */
 static int reweigh(struct ml_block *b, uint64_t now)
 {
-    uint64_t fx, by;
+    uint64_t fx, by, wh[2];
     live_weights(b, b->size, &fx, &by);
-    int snap = count(b, (int64_t)fx - (int64_t)b->w_fx, (int64_t)by - (int64_t)b->w_bytes, now);
+    half_weights(b, b->size, wh);
+    int64_t dh[2] = {(int64_t)wh[0] - (int64_t)b->w_half[0], (int64_t)wh[1] - (int64_t)b->w_half[1]};
+    int snap = count(b, (int64_t)fx - (int64_t)b->w_fx, (int64_t)by - (int64_t)b->w_bytes, dh, now);
     b->w_fx = fx;
     b->w_bytes = by;
+    b->w_half[0] = wh[0];
+    b->w_half[1] = wh[1];
     b->counted = b->size;
     flush_alloc(b);
     return snap;
@@ -215,8 +272,10 @@ void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_
     b->born = now;
     b->ra = ra;
     b->gen = atomic_load_explicit(&gen, memory_order_relaxed);
+    choose_halves(b, size, atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed));
     link_block(b);
-    int snap = count(b, (int64_t)w_fx, (int64_t)w_bytes, now);
+    int64_t dh[2] = {(int64_t)b->w_half[0], (int64_t)b->w_half[1]};
+    int snap = count(b, (int64_t)w_fx, (int64_t)w_bytes, dh, now);
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     if (zero && dirty)
@@ -243,13 +302,14 @@ static void defer_free(struct ml_block *b)
 
 static void free_now(struct ml_block *b)
 {
+    ml_usdt_free(b + 1);
     uint64_t c0 = ml_cost_begin();
     ml_busy_enter();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
-    count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, now);
+    uncount(b, now);
     struct ml_stack *st = stack_of(b);
     if (st && now && b->w_bytes) {
         ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
@@ -297,10 +357,11 @@ static ML_NOINLINE void resite(struct ml_block *b, uintptr_t ra)
     flush_alloc(b); /* what came from the old site stays there */
     ml_range_lock();
     int64_t fx = (int64_t)b->w_fx, by = (int64_t)b->w_bytes;
-    int snap = count(b, -fx, -by, now);
+    int64_t dh[2] = {(int64_t)b->w_half[0], (int64_t)b->w_half[1]};
+    int snap = uncount(b, now);
     b->stack = id;
     b->ra = ra;
-    snap |= count(b, fx, by, now);
+    snap |= count(b, fx, by, dh, now);
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     after(now, snap);
@@ -327,7 +388,7 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
-    count(b, -(int64_t)b->w_fx, -(int64_t)b->w_bytes, now);
+    uncount(b, now);
     atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->w_bytes, memory_order_relaxed);
     unlink_block(b);
@@ -395,10 +456,12 @@ static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t r
         b->pend_bytes += n;
         b->pend_objs++;
     }
-    if (unlikely(!b->point)) {
+    if (unlikely(!point_of(b))) {
+        /* two independent Exp(2R) points, one per half: their minimum is the Exp(R) point */
         uint64_t R = atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed);
         b->point_R = R;
-        b->point = R ? ml_draw(R) : 1; /* exact mode: every size is sampled, weight 1 */
+        b->point_h[0] = R ? ml_draw(2 * R) : 1; /* exact mode: every size is sampled, weight 1 */
+        b->point_h[1] = R ? ml_draw(2 * R) : 1;
     }
     if (likely(ml_range_fits(b, n))) {
         b->size = n;

@@ -5,10 +5,12 @@
 
 #pragma GCC visibility push(hidden)
 
-/* The estimate changed by `delta` bytes at tick `now`; 1 when that took a peak snapshot (the caller
+/* The estimate changed by `delta` bytes (each half-sample's by dhalf) at tick `now`; 1 when that took a peak snapshot (the caller
  * then adds a timeline point, after the lock). */
-int ml_heap_change_locked(int64_t delta, uint64_t now);
+int ml_heap_change_locked(int64_t delta, const int64_t dhalf[2], uint64_t now);
 int64_t ml_heap_now(void);
+/* Half-sample h's estimate (0 or 1: peak.c's split). */
+int64_t ml_heap_half(int h);
 /* The peak columns hold this process's snapshot (a fork child has none until it grows). */
 int ml_peak_valid(void);
 void ml_peak_fork_child(uint64_t now);

@@ -9,7 +9,7 @@ extern uintptr_t ml_range_base, ml_range_span;
 static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
 int ml_range_init(void);
 void *ml_boot_alloc(size_t size);
-/* Header right before every block in the range (128 bytes, keeps 16-byte alignment). The memory
+/* Header right before every block in the range (144 bytes, keeps 16-byte alignment). The memory
  * fields belong to range.c; the accounting fields to block.c, which changes them with the range
  * lock held, except `size` and the pending counts, which only the thread resizing the block writes. */
 struct ml_block {
@@ -21,9 +21,13 @@ struct ml_block {
     /* block.c: what the block adds to its stack's live counts and to the heap estimate (0, 0 when
      * the block is in the range but not sampled at its current size), for `counted` bytes */
     uint64_t w_fx, w_bytes, counted;
+    uint64_t w_half[2];    /* what it adds to each half-sample heap estimate (peak.c), for `counted` */
     uint64_t born;         /* allocation tick (views.h); 0 = not timed, not in the heap estimate */
     uintptr_t ra;          /* call site of the event that chose `stack` */
-    uint64_t point, point_R; /* this block's own Exp(R) draw for later resizes (0 = not drawn) */
+    /* this block's own draws for later resizes: one Exp(2R) point per half-sample (block.c); the
+     * block is sampled at a size that reaches either. A block not resized yet has 0 (member) or
+     * UINT64_MAX (not) per half: min 0 = not drawn */
+    uint64_t point_h[2], point_R;
     uint64_t pend_bytes;   /* reallocations since the last flush, counted exactly (block.c) */
     uint32_t pend_objs, gen; /* and their number; the profile generation they belong to */
     struct ml_block *prev, *next; /* the list of live sampled blocks */

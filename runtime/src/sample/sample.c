@@ -130,6 +130,14 @@ uint64_t ml_draw(uint64_t R)
     return (uint64_t)draw(t, R);
 }
 
+double ml_uniform(void)
+{
+    struct ml_thread *t = &ml_tls;
+    if (unlikely(!t->rng))
+        thread_setup(t);
+    return (double)((rng_next(t) >> 11) + 1) * 0x1p-53;
+}
+
 /* A fork child starts a sampling process of its own: with the parent's random state and countdown
  * every child would take the same decisions (all sampled, or none). The next allocation re-arms. */
 void ml_sample_fork_child(void)

@@ -19,6 +19,8 @@ int ml_slow_decide(size_t size);
 void ml_weights(uint64_t size, uint64_t R, uint64_t *fx, uint64_t *bytes);
 /* Exp(R) bytes for this thread (for a block's own draw); at least 1. */
 uint64_t ml_draw(uint64_t R);
+/* Uniform in (0, 1] for this thread (a sampled block's halves, record/block.c). */
+double ml_uniform(void);
 /* Fork child: a fresh random state and countdown for the thread that forked. */
 void ml_sample_fork_child(void);
 

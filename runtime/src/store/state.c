@@ -289,6 +289,12 @@ static void directory(char *page)
     H(heap_max), H(heap_max_tick), H(snap_heap), H(snap_ns), H(snapped), H(views_on), H(anchor_tsc);
     H(clock_tsc), H(clock_ns), H(clock_hz), H(npoints), H(stats_kind), H(dumped), H(table_own);
     H(dump_errno);
+    for (int h = 0; h < 2; h++) { /* peak.c's split: h.split_a, h.split_a_tick, h.split_b, ... */
+        char name[] = "h.split_a", tick[] = "h.split_a_tick";
+        name[8] = tick[8] = (char)('a' + h);
+        dir_put(&d, name, offsetof(struct ml_state, half_other[h]), 8);
+        dir_put(&d, tick, offsetof(struct ml_state, half_tick[h]), 8);
+    }
     M(base), M(state), M(nseg), M(idlen), M(id), M(seg), M(path);
     dir_put(&d, "m.seg_bytes", 0, sizeof(((struct ml_state_module *)0)->seg[0]));
     size_t s0 = offsetof(struct ml_state_module, seg[0]);

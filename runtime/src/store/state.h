@@ -78,6 +78,10 @@ struct ml_state {
     int64_t heap_max, next_snap;
     uint64_t heap_max_tick;
     _Atomic uint64_t snap_heap, snap_ns;
+    /* the two half-sample estimates (peak.c): each half's value, its highest, the other half's
+     * value at that moment and the tick of it */
+    int64_t half[2], half_max[2], half_other[2];
+    uint64_t half_tick[2];
     _Atomic int32_t snapped, views_on;
     _Atomic uint64_t anchor_tsc;
     uint64_t anchor_ns, hz_start;
