@@ -33,6 +33,7 @@ struct ml_block {
     struct ml_block *prev, *next; /* the list of live sampled blocks */
     struct ml_block *deferred; /* block.c: the next block whose free waits (a free from a signal
                                   handler that interrupted the runtime) */
+    uint64_t pad;              /* the header stays a multiple of 16 bytes (range.c) */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
