@@ -17,6 +17,7 @@ mod harmless;
 mod hostile;
 mod parca;
 mod profiler;
+mod reach;
 mod reliability;
 mod report_page;
 mod scale;

@@ -23,7 +23,7 @@ mod ns;
 mod proc;
 mod socket;
 
-pub use client::{Reply, Target};
+pub use client::{set_socket_opener, Reply, Target};
 pub use discover::socket_hosts;
 pub use dumps::{default_dump_name, raw_dumps, Dump};
 pub use interval::parse_interval;
