@@ -35,6 +35,13 @@ PKGS=(
   binutils
   # glibc DWARF under /usr/lib/debug/.build-id: `memlens report` shows libc frames with file:line
   libc6-dbg
+  # allocators linked statically into the programs tests/e2e/allocators.rs builds (libjemalloc.a,
+  # libtcmalloc_minimal.a; Debian's libmimalloc-dev ships no static library: the test compiles
+  # mimalloc's sources from the libmimalloc-sys crate instead), and cmake, which the zydis crate's
+  # build script runs (memlens-native compiles Zydis's decoder from that crate's sources)
+  libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev cmake
+  # pip, to fetch the ruff wheel (a stripped binary with jemalloc inside) the allocators test runs
+  python3-pip
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml

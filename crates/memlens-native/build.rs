@@ -16,6 +16,8 @@ use std::process::Command;
 struct Artifact {
     name: String,
     sources: Vec<PathBuf>,
+    /// Objects compiled beforehand and linked in (the runtime's Zydis decoder).
+    objects: Vec<PathBuf>,
     shared: bool,
     cflags: Vec<&'static str>,
     libs: Vec<&'static str>,
@@ -32,13 +34,15 @@ fn c_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-fn artifacts(root: &Path) -> Vec<Artifact> {
+fn artifacts(root: &Path, out_dir: &Path) -> Vec<Artifact> {
     let mut out = Vec::new();
     let rt = runtime_sources(root);
     if !rt.is_empty() {
+        let zydis = zydis_sources();
         out.push(Artifact {
             name: "libmemlens.so".into(),
             sources: rt,
+            objects: build_zydis(&zydis, out_dir),
             shared: true,
             cflags: RUNTIME_CFLAGS.to_vec(),
             libs: RUNTIME_LIBS.to_vec(),
@@ -67,6 +71,7 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
             out.push(Artifact {
                 name: format!("libmemlens-{name}.so"),
                 sources,
+                objects: Vec::new(),
                 shared: true,
                 cflags: vec![
                     "-fPIC",
@@ -88,12 +93,133 @@ fn artifacts(root: &Path) -> Vec<Artifact> {
         out.push(Artifact {
             name,
             sources: vec![src],
+            objects: Vec::new(),
             shared: false,
             cflags: vec!["-pthread"],
             libs: vec!["-pthread", "-lm"],
         });
     }
     out
+}
+
+// ---- Zydis, the runtime's x86-64 decoder (intercept/patch.c) ----
+//
+// The entry hooks on allocators linked into a program (issue 35) decode and relocate the
+// instructions they displace with Zydis, a maintained decoder. It must live inside libmemlens.so:
+// a profiled program (in a container, say) has no libZydis.so, and Debian ships Zydis only as a
+// shared library. The `zydis` crate (a build-dependency, pinned) carries Zydis's C sources; we
+// compile its decoder files ourselves, position-independent and hidden (nothing of Zydis is
+// exported from the runtime), without its formatter and encoder. The decoder allocates nothing.
+
+/// The version of the `zydis` crate in Cargo.toml, whose sources we compile.
+const ZYDIS_CRATE: &str = "zydis-4.1.1";
+/// The decoder's files (the rest of Zydis is the formatter, encoder and disassembler).
+const ZYDIS_FILES: &[&str] = &[
+    "src/Decoder.c",
+    "src/DecoderData.c",
+    "src/SharedData.c",
+    "src/Utils.c",
+    "src/Register.c",
+];
+const ZYDIS_DEFINES: &[&str] = &[
+    "-DZYDIS_STATIC_BUILD",
+    "-DZYCORE_STATIC_BUILD",
+    "-DZYDIS_DISABLE_FORMATTER",
+    "-DZYDIS_DISABLE_ENCODER",
+];
+
+/// Zydis's C tree (`zydis-c/`) inside the `zydis` crate's sources, which cargo unpacked into its
+/// registry because memlens-native has it as a build-dependency. `MEMLENS_ZYDIS_SRC` overrides.
+fn zydis_sources() -> PathBuf {
+    println!("cargo:rerun-if-env-changed=MEMLENS_ZYDIS_SRC");
+    if let Some(p) = env::var_os("MEMLENS_ZYDIS_SRC") {
+        return PathBuf::from(p);
+    }
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .expect("neither CARGO_HOME nor HOME is set: cannot find the zydis crate's sources");
+    let reg = home.join("registry/src");
+    let mut found: Vec<PathBuf> = fs::read_dir(&reg)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .collect::<Vec<PathBuf>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join(ZYDIS_CRATE).join("zydis-c"))
+        .filter(|d| d.join("src/Decoder.c").is_file())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "cannot find {ZYDIS_CRATE}/zydis-c under {}: run `cargo fetch`, or set MEMLENS_ZYDIS_SRC \
+             to a Zydis 4.1 source tree",
+            reg.display()
+        )
+    })
+}
+
+/// What compiling a runtime source that includes Zydis's headers needs (includes and defines).
+fn zydis_args(z: &Path) -> Vec<String> {
+    let mut v: Vec<String> = zydis_includes(z)
+        .iter()
+        .map(|i| format!("-I{}", i.display()))
+        .collect();
+    v.extend(ZYDIS_DEFINES.iter().map(|d| d.to_string()));
+    v
+}
+
+fn zydis_includes(z: &Path) -> Vec<PathBuf> {
+    vec![
+        z.join("include"),
+        z.join("src"),
+        z.join("dependencies/zycore/include"),
+    ]
+}
+
+/// Compile the decoder files into objects for the runtime's link: -fPIC, hidden, its own warnings
+/// (it is not our code: -w, no -Werror).
+fn build_zydis(z: &Path, out_dir: &Path) -> Vec<PathBuf> {
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let dir = out_dir.join("zydis");
+    fs::create_dir_all(&dir).unwrap();
+    let mut objs = Vec::new();
+    for f in ZYDIS_FILES {
+        let src = z.join(f);
+        println!("cargo:rerun-if-changed={}", src.display());
+        let obj = dir
+            .join(Path::new(f).file_stem().unwrap())
+            .with_extension("o");
+        let mut cmd = Command::new(&cc);
+        cmd.args([
+            "-std=gnu11",
+            "-O2",
+            "-g",
+            "-w",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-c",
+        ])
+        .args(ZYDIS_DEFINES)
+        .args(
+            zydis_includes(z)
+                .iter()
+                .map(|i| format!("-I{}", i.display())),
+        )
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj);
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+        if !status.success() {
+            panic!("compiling Zydis's {f} failed: {cmd:?}");
+        }
+        objs.push(obj);
+    }
+    objs
 }
 
 fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
@@ -109,7 +235,14 @@ fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
     } else {
         cmd.arg("-Wl,--build-id");
     }
-    cmd.args(&a.sources).arg("-o").arg(&dest).args(&a.libs);
+    if !a.objects.is_empty() {
+        cmd.args(zydis_args(&zydis_sources()));
+    }
+    cmd.args(&a.sources)
+        .args(&a.objects)
+        .arg("-o")
+        .arg(&dest)
+        .args(&a.libs);
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
@@ -139,7 +272,12 @@ fn main() {
         "/// Every built C artifact: (file name, contents).\nstatic ARTIFACTS: &[(&str, &[u8])] = &[\n",
     );
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for a in artifacts(&root) {
+    let mut extra: Vec<String> = Vec::new();
+    for a in artifacts(&root, &out_dir) {
+        if !a.objects.is_empty() {
+            extra = zydis_args(&zydis_sources());
+            extra.extend(a.objects.iter().map(|o| o.display().to_string()));
+        }
         for s in &a.sources {
             println!("cargo:rerun-if-changed={}", s.display());
         }
@@ -154,6 +292,9 @@ fn main() {
         ));
     }
     table.push_str("];\n");
+    table.push_str(&format!(
+        "/// What a build of the runtime adds to its sources (Zydis's includes, defines and objects).\nconst RUNTIME_EXTRA: &[&str] = &{extra:?};\n"
+    ));
     table.push_str(&format!(
         "/// Hash of all artifacts: names the directory they are written to.\nconst CONTENT_HASH: &str = \"{hash:016x}\";\n"
     ));

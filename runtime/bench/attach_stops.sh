@@ -5,6 +5,9 @@
 # busy-looping processes running meanwhile (default: two per CPU, a saturated machine).
 #   runtime/bench/attach_stops.sh MEMLENS [N] [BUSY]
 # Prints p50, p90, p99 and max of the stop times memlens reports, and the load average.
+# ATTACH_STOPS_ALLOC=jemalloc links the target with libjemalloc_pic.a: memlens then also hooks the
+# allocator's entry points with every thread stopped (docs/allocators.md), and that stop is reported
+# on a second line.
 set -eu
 ML=${1:?usage: attach_stops.sh MEMLENS [N] [BUSY]}
 N=${2:-200}
@@ -14,7 +17,11 @@ HERE=$(dirname "$0")
 busy=""
 cleanup() { for p in $busy; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT INT TERM
-gcc -O2 -pthread -fno-omit-frame-pointer -I"$HERE" "$HERE/attach_wait.c" -o "$DIR/target"
+case ${ATTACH_STOPS_ALLOC:-} in
+jemalloc) LINK="/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a -ldl -lm -lstdc++" ;;
+*) LINK="" ;;
+esac
+gcc -O2 -pthread -fno-omit-frame-pointer -I"$HERE" "$HERE/attach_wait.c" -o "$DIR/target" $LINK
 export MEMLENS_CTL_DIR="$DIR/ctl"; mkdir -m 700 "$MEMLENS_CTL_DIR"
 for _ in $(seq "$BUSY"); do sh -c 'while :; do :; done' & busy="$busy $!"; done
 sleep 1
@@ -25,11 +32,16 @@ for i in $(seq "$N"); do
     pid=$!
     until grep -q waiting "$DIR/out" 2>/dev/null; do sleep 0.01; done
     "$ML" attach "$pid" >"$DIR/att" 2>&1 || cat "$DIR/att" >&2
-    sed -n 's/.* stopped \([0-9.]*\) ms.*/\1/p' "$DIR/att" >>"$DIR/stops"
+    sed -n 's/^[^[]*\[thread [0-9]* stopped \([0-9.]*\) ms.*/\1/p' "$DIR/att" >>"$DIR/stops"
+    sed -n 's/.*every thread stopped \([0-9.]*\) ms.*/\1/p' "$DIR/att" >>"$DIR/hooks"
     kill "$pid"; wait "$pid" 2>/dev/null || true
 done
 printf '\r%60s\r' '' >&2
 load=$(cut -d' ' -f1-3 /proc/loadavg)
-sort -g "$DIR/stops" | awk -v busy="$BUSY" -v load="$load" '{v[NR]=$1} END {
-    printf "attach stop (ms), %d attaches, %d busy loops, load %s: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n",
-        NR, busy, load, v[int(NR*0.50+0.5)], v[int(NR*0.90+0.5)], v[int(NR*0.99+0.5)], v[NR] }'
+pct() {
+    sort -g "$1" | awk -v busy="$BUSY" -v load="$load" -v what="$2" '{v[NR]=$1} END {
+    if (NR) printf "%s (ms), %d attaches, %d busy loops, load %s: p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n",
+        what, NR, busy, load, v[int(NR*0.50+0.5)], v[int(NR*0.90+0.5)], v[int(NR*0.99+0.5)], v[NR] }'
+}
+pct "$DIR/stops" "attach stop"
+if [ -s "$DIR/hooks" ]; then pct "$DIR/hooks" "every thread stopped to hook the allocator"; fi

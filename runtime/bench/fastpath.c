@@ -17,7 +17,12 @@
  *
  * FASTPATH_VIEWS=1 (with libmemlens.so preloaded) pairs the runtime against itself instead: both
  * blocks call malloc/free, "direct" with the peak/lifetime/timeline views switched off
- * (memlens_views(0)) and "interposed" with them on, so delta is what the views add. */
+ * (memlens_views(0)) and "interposed" with them on, so delta is what the views add.
+ *
+ * FASTPATH_HOOKED=1 (one thread; built with an allocator linked in, libmemlens.so preloaded): both
+ * blocks call malloc/free, which the runtime hooked at their entry points; "direct" runs with the
+ * entry points' original bytes put back (memlens_hooks_write(0)), "interposed" with the hooks in,
+ * so delta is what a hook costs over the bare allocator, paired in time. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <linux/perf_event.h>
@@ -83,11 +88,16 @@ struct cost {
 PAIRS_LOOP(run_direct, __libc_malloc, __libc_free)
 PAIRS_LOOP(run_interposed, malloc, free)
 
-/* FASTPATH_VIEWS: the runtime's switch, else NULL. */
+/* FASTPATH_VIEWS: the runtime's switch, else NULL. FASTPATH_HOOKED: the hooks' switch. */
 static void (*views_set)(int);
+static int (*hooks_set)(int);
 
 static struct cost run_a(int fd)
 {
+    if (hooks_set) {
+        hooks_set(0);
+        return run_interposed(fd);
+    }
     if (!views_set)
         return run_direct(fd);
     views_set(0);
@@ -96,6 +106,8 @@ static struct cost run_a(int fd)
 
 static struct cost run_b(int fd)
 {
+    if (hooks_set)
+        hooks_set(1);
     if (views_set)
         views_set(1);
     return run_interposed(fd);
@@ -171,6 +183,15 @@ int main(int argc, char **argv)
         views_set = (void (*)(int))dlsym(RTLD_DEFAULT, "memlens_views");
         if (!views_set) {
             fprintf(stderr, "fastpath: FASTPATH_VIEWS=1 needs libmemlens.so preloaded\n");
+            return 2;
+        }
+    }
+    const char *h = getenv("FASTPATH_HOOKED");
+    if (h && h[0] == '1') {
+        hooks_set = (int (*)(int))dlsym(RTLD_DEFAULT, "memlens_hooks_write");
+        if (!hooks_set || hooks_set(1) <= 0 || threads != 1) {
+            fprintf(stderr, "fastpath: FASTPATH_HOOKED=1 needs one thread, libmemlens.so preloaded and an "
+                            "allocator it hooked\n");
             return 2;
         }
     }

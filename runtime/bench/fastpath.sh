@@ -17,6 +17,15 @@ HERE=$(dirname "$0")
 gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp" -ldl
 gcc -O2 -fPIC -shared "$HERE/forward.c" -o "$DIR/forward.so" -ldl
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+# hk-*: an allocator linked into the program, hooked at its entry points (docs/allocators.md): the
+# same loop over the bare allocator and the hooked one in alternating blocks (FASTPATH_HOOKED).
+# jemalloc from libjemalloc-dev; mimalloc from the libmimalloc-sys crate's sources (MIMALLOC_SRC, else
+# found in cargo's registry, as tests/programs/rust-allocs fetches it).
+JE_A=/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a
+[ -r "$JE_A" ] && gcc -O2 -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" -o "$DIR/fp_je" "$JE_A" -ldl -lm -lstdc++
+MI=${MIMALLOC_SRC:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/libmimalloc-sys-*/c_src/mimalloc/v2 2>/dev/null | tail -1)}
+[ -n "$MI" ] && [ -r "$MI/src/static.c" ] && gcc -O2 -DNDEBUG -DMI_MALLOC_OVERRIDE -pthread -fno-omit-frame-pointer \
+    -I"$MI/include" "$HERE/fastpath.c" "$MI/src/static.c" -o "$DIR/fp_mi" -ldl
 # FASTPATH_CONFIGS picks configurations. Sizes can be overridden (FASTPATH_BLOCKS, FASTPATH_PAIRS, FASTPATH_XBLOCKS, FASTPATH_XPAIRS): the
 # test suite runs this script on tiny ones.
 BLOCKS=${FASTPATH_BLOCKS:-60}; PAIRS=${FASTPATH_PAIRS:-20000}      # 1.2 M pairs each way
@@ -24,9 +33,12 @@ XBLOCKS=${FASTPATH_XBLOCKS:-3}; XPAIRS=${FASTPATH_XPAIRS:-100000}  # exact mode 
                                 # so that heaptrack's pipe stays full (steady state, back-pressure counted)
 configs="none forward off 2M/dwarf 2M/fp 2M/libgcc 2M/libunwind 512K/dwarf 512K/fp 512K/libgcc 512K/libunwind 64K/dwarf 64K/fp 64K/libgcc 64K/libunwind exact exact/libunwind heaptrack je je-prof512K je-prof64K memlens512K+je"
 configs="$configs views512K views64K" # viewsR: the peak/lifetime/timeline views on vs off at interval R (dwarf), paired
+configs="$configs hk-je-off hk-je-512K hk-je-64K hk-mi-off hk-mi-512K hk-mi-64K" # hooked allocators, paired with their bare selves
 configs=${FASTPATH_CONFIGS:-$configs} # a subset, e.g. FASTPATH_CONFIGS="none off 64K/dwarf"
 [ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
 command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
+[ -x "$DIR/fp_je" ] || configs=$(echo "$configs" | sed 's/ hk-je-[^ ]*//g')
+[ -x "$DIR/fp_mi" ] || configs=$(echo "$configs" | sed 's/ hk-mi-[^ ]*//g')
 run() {
     fp="$DIR/fp $THREADS $BLOCKS $PAIRS"
     case $1 in
@@ -41,6 +53,8 @@ run() {
     je-prof64K) LD_PRELOAD=$JE MALLOC_CONF=prof:true,lg_prof_sample:16 $fp ;;
     memlens512K+je) LD_PRELOAD="$LIB $JE" $fp ;;
     views*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1#views} FASTPATH_VIEWS=1 $fp ;;
+    hk-*-off) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 FASTPATH_HOOKED=1 "$DIR/fp_${a%-off}" 1 $BLOCKS $PAIRS ;;
+    hk-*) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_INTERVAL=${a#*-} FASTPATH_HOOKED=1 "$DIR/fp_${a%%-*}" 1 $BLOCKS $PAIRS ;;
     */*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1%/*} MEMLENS_UNWINDER=${1#*/} $fp ;;
     esac
 }
@@ -74,6 +88,7 @@ echo "threads=$THREADS repeats=$REPS unit=$unit per malloc/free pair; load: $(cu
 echo "delta = interposed - glibc called directly, paired in time; wall = the same in TSC ticks;"
 echo "quiet = median delta over the runs whose glibc pair cost <= 1.25 x the lowest ($floor)"
 case " $configs " in *" views"*) echo "viewsR rows: delta = the runtime with its views on - off (both interposed), paired in time" ;; esac
+case " $configs " in *" hk-"*) echo "hk-A-R rows: delta = allocator A linked in and hooked - its entry bytes put back, one thread, paired in time" ;; esac
 printf '%-16s %9s %26s %12s %12s %9s\n' config "$unit" "delta (min..max)" "wall delta" "quiet (n)" "over je"
 for c in $configs; do
     set -- $(med "$c" interposed) $(med "$c" delta) $(med "$c" wall_delta) $(quiet "$c")

@@ -104,6 +104,16 @@ struct memlens_cost {
  * read just now (a switch held their registry for over a millisecond). */
 MEMLENS_API int memlens_cost(struct memlens_cost *c);
 
+/* Report memory your program hands out from arenas or pools of its own (memlens sees only what goes
+ * through an allocator): `size` bytes at `ptr` were allocated; `ptr` is freed. Sampled by the same
+ * byte countdown as malloc, so a report costs a subtraction unless it is sampled; a free costs one
+ * load unless a reported block is live. NULL is ignored, a pointer never reported is ignored by
+ * memlens_report_free. Stacks start at the caller of memlens_report_alloc. Once a program reports,
+ * the hooks memlens put on allocators linked into it stop counting (the reports would count the
+ * same memory twice). In Rust, crates/memlens-alloc wraps any GlobalAlloc with these. */
+MEMLENS_API void memlens_report_alloc(void *ptr, size_t size);
+MEMLENS_API void memlens_report_free(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 //! module: `cargo test --release --test e2e attach::`.
 mod util;
 
+mod allocators;
 mod attach;
 mod bench_alloc;
 mod bench_mem;

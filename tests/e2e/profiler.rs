@@ -872,6 +872,7 @@ fn debug_runtime_holds_its_invariants_on_real_programs() {
         .arg(root().join(memlens_native::RUNTIME_INCLUDE))
         .args(memlens_native::SHARED_LDFLAGS)
         .args(&sources)
+        .args(memlens_native::runtime_extra_args())
         .arg("-o")
         .arg(&lib)
         .args(memlens_native::RUNTIME_LIBS)

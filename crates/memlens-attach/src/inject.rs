@@ -114,7 +114,12 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_long, i32> {
+pub(crate) fn ptrace(
+    req: libc::c_uint,
+    tid: i32,
+    addr: u64,
+    data: u64,
+) -> Result<libc::c_long, i32> {
     // SAFETY: ptrace requests that read or write only the buffers we pass (or none).
     unsafe {
         *libc::__errno_location() = 0;
@@ -131,7 +136,7 @@ fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_l
     }
 }
 
-fn wait(tid: i32) -> Result<i32> {
+pub(crate) fn wait(tid: i32) -> Result<i32> {
     let mut st = 0;
     loop {
         // SAFETY: waitpid writes the status into `st`.
@@ -331,7 +336,7 @@ impl Stopped {
     }
 }
 
-fn write_mem(pid: i32, addr: u64, data: &[u8]) -> Result<()> {
+pub(crate) fn write_mem(pid: i32, addr: u64, data: &[u8]) -> Result<()> {
     let local = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
@@ -352,7 +357,7 @@ fn write_mem(pid: i32, addr: u64, data: &[u8]) -> Result<()> {
 }
 
 /// Read process memory; Err(errno) on failure (EFAULT: not mapped).
-fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, i32> {
+pub(crate) fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, i32> {
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -405,6 +410,9 @@ fn plan(p: &Tracee) -> Result<Plan> {
     let mut order = vec![libc_path.clone()];
     order.extend(modules.iter().filter(|m| **m != libc_path).cloned());
     let interp = file_name(&p.interp).to_string();
+    let exe = std::fs::read_link(format!("{}/exe", p.proc_dir))
+        .ok()
+        .map(|x| x.to_string_lossy().into_owned());
     for m in &order {
         if file_name(m) == interp || m.contains("memfd:") {
             continue;
@@ -412,7 +420,15 @@ fn plan(p: &Tracee) -> Result<Plan> {
         let Ok(syms) = p.symbols(m, &wanted) else {
             continue;
         };
-        if *m != libc_path && syms.contains_key("malloc") {
+        if *m != libc_path && syms.contains_key("malloc") && exe.as_ref() == Some(m) {
+            // the program with an allocator linked in: its locks are taken below its entry points,
+            // which are then on the thread's call chain (the whole program would never be safe)
+            for name in UNSAFE {
+                if let Some(&(addr, size)) = syms.get(name) {
+                    unsafe_spans.push((addr, addr + size.max(1)));
+                }
+            }
+        } else if *m != libc_path && syms.contains_key("malloc") {
             // an allocator library: any point in it may hold its locks
             let path = m.clone();
             unsafe_spans.extend(p.code_of(|q| q == path));
@@ -502,7 +518,7 @@ fn in_unsafe_spot(s: &Stopped, plan: &Plan) -> bool {
 }
 
 /// Live threads of `pid`, the main thread first.
-fn tids(pid: i32) -> Vec<i32> {
+pub(crate) fn tids(pid: i32) -> Vec<i32> {
     let live = |t: &i32| {
         std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat"))
             .map(|s| {
@@ -563,7 +579,7 @@ impl Drop for HoldSignals {
 /// SCHED_RESET_ON_FORK so that the thread our pthread_create makes starts as an ordinary one; both
 /// are put back as they were. Without the privilege (CAP_SYS_NICE, or RLIMIT_RTPRIO) the nice value
 /// is raised instead where allowed, else nothing changes.
-struct Boost {
+pub(crate) struct Boost {
     tid: i32,
     old_policy: Option<(i32, libc::sched_param)>,
     old_nice: Option<i32>,
@@ -586,7 +602,7 @@ fn set_nice(tid: i32, v: i32) -> bool {
 
 impl Boost {
     /// Raise thread `tid` (0: the caller).
-    fn new(tid: i32) -> Boost {
+    pub(crate) fn new(tid: i32) -> Boost {
         let mut b = Boost {
             tid,
             old_policy: None,

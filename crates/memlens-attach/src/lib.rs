@@ -5,6 +5,7 @@
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
 //! and a later attach or detach is a request on that socket (`attach …`, `detach`).
 #![warn(missing_docs)]
+mod hooks;
 mod inject;
 mod tracee;
 mod unwind;
@@ -160,6 +161,9 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
             SOCKET_WAIT.as_secs()
         );
     }
+    // Allocators linked into the program: their entry points hooked with every thread stopped,
+    // before sampling starts, so that it starts over every allocator at once.
+    let hooked = hooks::apply_pending(&p, &lib)?;
     if interval.is_some() {
         t.start(interval).with_context(|| {
             format!(
@@ -180,12 +184,30 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         Some(_) if t.ns_pid != t.pid => format!(", pid {} in its namespace", t.ns_pid),
         _ => String::new(),
     };
-    Ok(format!(
+    let mut label = format!(
         "{} [thread {} stopped {:.3} ms{retries}{place}]",
         p.label(),
         done.tid,
         done.stopped.as_secs_f64() * 1e3
-    ))
+    );
+    if let Some(h) = hooked {
+        for s in h.summary.lines().filter(|s| !s.is_empty()) {
+            println!("memlens: {s}");
+        }
+        if h.hooks > 0 {
+            label += &format!(
+                " [{} entry points hooked: every thread stopped {:.3} ms{}]",
+                h.hooks,
+                h.stopped.as_secs_f64() * 1e3,
+                if h.retries > 0 {
+                    format!(", {} retries: a thread inside one", h.retries)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    Ok(label)
 }
 
 fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {

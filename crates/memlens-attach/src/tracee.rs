@@ -148,8 +148,6 @@ pub struct ExeFacts {
     pub x86_64: bool,
     pub arch: String,
     pub interp: Option<String>,
-    /// The program defines malloc or free itself (an allocator linked in statically).
-    pub own_allocator: bool,
 }
 
 pub fn exe_facts(data: &[u8]) -> Result<ExeFacts> {
@@ -167,19 +165,10 @@ pub fn exe_facts(data: &[u8]) -> Result<ExeFacts> {
             }
         }
     }
-    let own_allocator = file.dynamic_symbols().any(|s| {
-        !s.is_undefined()
-            && s.address() != 0
-            && matches!(
-                s.name(),
-                Ok("malloc") | Ok("free") | Ok("realloc") | Ok("calloc")
-            )
-    });
     Ok(ExeFacts {
         x86_64,
         arch,
         interp,
-        own_allocator,
     })
 }
 
@@ -276,9 +265,8 @@ pub fn check(pid: i32) -> Result<Tracee> {
     let Some(interp) = facts.interp else {
         bail!("cannot attach to {label}: it is statically linked (no dynamic loader to load the runtime with); memlens can only profile dynamically linked programs");
     };
-    if facts.own_allocator {
-        bail!("cannot attach to {label}: its allocator is linked statically into the program (it defines malloc itself, so there is no GOT entry to redirect); link the allocator as a shared library to profile it");
-    }
+    // An allocator linked into the program (it defines malloc itself) is hooked at its entry points
+    // (runtime/src/intercept/finder.c, hooks.rs), or the runtime says why it cannot be.
     let maps = read_maps(&proc_dir)?;
     Ok(Tracee {
         pid,
@@ -342,7 +330,6 @@ mod tests {
         let f = exe_facts(&exe).unwrap();
         assert!(f.x86_64);
         assert!(f.interp.is_some());
-        assert!(!f.own_allocator);
     }
 
     #[test]

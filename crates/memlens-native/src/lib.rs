@@ -21,6 +21,13 @@ pub use flags::{
     SHARED_LDFLAGS,
 };
 
+/// What a build of the runtime needs besides [`runtime_sources`] and the flags: the includes and
+/// defines of its x86-64 decoder (Zydis) and the decoder's objects, as build.rs compiled them. A test
+/// building a variant of the runtime passes them after the sources.
+pub fn runtime_extra_args() -> &'static [&'static str] {
+    RUNTIME_EXTRA
+}
+
 /// File name of the profiler runtime.
 pub const RUNTIME: &str = "libmemlens.so";
 

@@ -112,6 +112,11 @@ pub struct Meta {
     /// account (0 from a runtime that does not keep it): ns in its sampled path, allocation calls
     /// made while sampling (estimated from the samples), and the process's CPU ns.
     pub cost: Cost,
+    /// What the runtime said about what it could and could not see (`note` lines of the dump, the
+    /// profile's `memlens-note:` comments): allocators linked into the program it hooked, those it
+    /// cannot hook, a heap growing where nothing is sampled (runtime/src/base/notes.c).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The runtime's own account of its cost (runtime/src/sample/cost.c).

@@ -305,6 +305,7 @@ fn proto_without_samples(p: &Profile) -> (proto::Profile, SampleEncoder) {
         .collect();
     let mut comments = meta_comments(&p.meta);
     comments.extend(cost_comment(&p.meta.cost));
+    comments.extend(p.meta.notes.iter().map(|n| format!("{NOTE}{n}")));
     if let Some(v) = &p.views {
         comments.extend(views_comments(v));
     }
@@ -521,6 +522,9 @@ fn read_life(
     }
     Some(l)
 }
+
+/// The prefix of a runtime note's comment (`Meta::notes`): what memlens could and could not see.
+const NOTE: &str = "memlens-note: ";
 
 fn meta_comments(m: &Meta) -> Vec<String> {
     let mut view = if m.view.is_empty() {
@@ -759,6 +763,9 @@ pub(crate) fn build(m: &proto::Profile, pending: Pending) -> Result<Profile> {
         let c = s(c)?;
         parse_comment(&mut meta, &c);
         parse_cost_comment(&mut meta, &c);
+        if let Some(n) = c.strip_prefix(NOTE) {
+            meta.notes.push(n.to_string());
+        }
         parse_views_comment(&mut views, &c);
     }
     if let Some(v) = &mut views {
@@ -957,6 +964,7 @@ mod tests {
                     calls: 249_077,
                     cpu_ns: 36_992_568,
                 },
+                notes: vec!["app allocates through jemalloc linked into it (_rjem_*): hooked 14 entry points".into()],
             },
             mappings: vec![Mapping {
                 start: 0x1000,

@@ -332,6 +332,7 @@ fn header(m: &mut crate::model::Meta, seen: &mut Seen, key: &str, v: &str) -> Re
         "cost_ns" => m.cost.sampled_ns = num(v, key)?,
         "cost_calls" => m.cost.calls = num(v, key)?,
         "cpu_ns" => m.cost.cpu_ns = num(v, key)?,
+        "note" => m.notes.push(unescape(v)),
         // A newer runtime may add facts; they are not needed to build the profile.
         _ if !key.is_empty()
             && key

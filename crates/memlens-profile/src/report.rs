@@ -398,6 +398,10 @@ pub(crate) fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
         }
     }
     s += "\n";
+    // What the runtime said it could and could not see (allocators hooked, blind spots).
+    for n in &m.notes {
+        s += &format!("memlens: {n}\n");
+    }
     let t = totals(p);
     let v = |k: usize| {
         let i = SampleIndex::ALL[k];

@@ -31,6 +31,7 @@
 #include "../record/timeline.h"
 #include "../intercept/boot.h"
 #include "../intercept/family.h"
+#include "../intercept/finder.h"
 #include "../intercept/got.h"
 #include "attach.h"
 #include "control.h"
@@ -140,6 +141,7 @@ static int unhook(void)
     while (!lock_patching())
         sched_yield();
     int n = ml_got_apply(ML_GOT_UNHOOK);
+    ml_hooks_counting(0); /* entry hooks on linked-in allocators: their stubs lead to the originals */
     atomic_store(&hooked, 0);
     atomic_store(&patching, 0);
     return n;
@@ -249,6 +251,10 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
         }
         atomic_store(&patching, 0);
     }
+    /* Allocators linked into the program: planned here, written by memlens with every thread
+     * stopped (crates/memlens-attach/src/hooks.rs reads memlens_pending). */
+    if (!why)
+        ml_hooks_scan(ML_HOOK_DEFER, NULL, 0);
     if (!why && start_watcher() != 0) {
         ml_got_apply(ML_GOT_UNHOOK);
         atomic_store(&hooked, 0);
@@ -292,6 +298,7 @@ static void do_attach(const char *arg, struct ml_buf *out)
             return;
         }
         atomic_store(&hooked, 1);
+        ml_hooks_counting(1);
     }
     if (want_active)
         ml_set_active(1);

@@ -8,6 +8,7 @@
 
 #include "../base/config.h"
 #include "../base/fmt.h"
+#include "../base/notes.h"
 #include "../base/out.h"
 #include "../base/proc.h"
 #include "../record/block.h"
@@ -193,6 +194,7 @@ static void write_dump(struct ml_out *o, const char *reason)
     line_u(o, "table_full", ml_stacks_full_drops());
     line_u(o, "untracked", atomic_load(&ml_st->untracked));
     ml_cost_write(o); /* cost_ns, cost_calls, cpu_ns: what profiling has cost so far (cost.c) */
+    ml_notes_write(o); /* `note` lines: allocators hooked, and what memlens cannot see */
     ml_modules_write(o);
     write_maps(o);
     dump_samples = 0;

@@ -38,6 +38,12 @@ struct ml_hook ml_hooks[] = {
 const int ml_nhooks = sizeof ml_hooks / sizeof ml_hooks[0];
 
 static uintptr_t self_base, exe_lo, exe_hi;
+/* The program defines the malloc family itself (an allocator linked in): no GOT slot is patched,
+ * its entry points are hooked instead (finder.c), and everyone's calls reach them (a slot
+ * patched to our realloc as well would count a realloc twice). Only dlclose is patched. */
+static int static_allocator;
+
+int ml_got_static_allocator(void) { return static_allocator; }
 
 static int in_exe(const void *p) { return (uintptr_t)p - exe_lo < exe_hi - exe_lo; }
 
@@ -108,8 +114,8 @@ const char *ml_got_resolve(void)
                 return "the program has no malloc family to attach to";
             continue; /* e.g. no reallocarray in an old libc: nothing binds to it either */
         }
-        if (in_exe(h->real))
-            return "the allocator is linked statically into the program (no GOT entry to patch)";
+        if (in_exe(h->real) && strcmp(h->name, "dlclose"))
+            static_allocator = 1;
     }
     return NULL;
 }
@@ -180,7 +186,7 @@ static int apply_rela(const struct module *m, const ElfW(Rela) *r, size_t n, enu
                      !(type == R_X86_64_64 && r[i].r_addend == 0)))
             continue;
         struct ml_hook *h = hook_named(m->strtab + m->symtab[sym].st_name);
-        if (!h || !h->real)
+        if (!h || !h->real || (static_allocator && strcmp(h->name, "dlclose")))
             continue;
         void **slot = (void **)(m->base + r[i].r_offset);
         void *v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);

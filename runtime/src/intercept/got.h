@@ -38,6 +38,10 @@ int ml_got_retry(void);
 /* After a pass returned -1: the module whose RELRO page could not be made writable, the page,
  * and mprotect's errno. The module's name is the loader's: valid while the module stays loaded. */
 void ml_got_failure(const char **module, uintptr_t *page, int *err);
+/* After ml_got_resolve: 1 if the program defines the malloc family itself (a statically linked
+ * allocator, hooked at its entry points instead: finder.c); allocation slots are then left alone,
+ * so a call is never counted by both. */
+int ml_got_static_allocator(void);
 /* Number of modules ever added to the process (dl_iterate_phdr's dlpi_adds): changes on dlopen. */
 unsigned long long ml_got_adds(void);
 

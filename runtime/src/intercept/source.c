@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../sample/cost.h"
 #include "../sample/sample.h"
@@ -53,9 +54,11 @@ static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
     atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
 }
 
-void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
+/* A sample of `size` bytes (its weights), recorded in a block of `real` bytes from the range: the
+ * block itself (model a, real = size), or a shadow that carries the accounting of memory someone
+ * else owns (model b, real = 1). */
+static void *sample(size_t size, size_t real, size_t align, int zero, uintptr_t ra)
 {
-    (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
     uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
@@ -63,7 +66,7 @@ void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, 
     weights(t, size, t->armed);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = ml_unwind_intern(ra, 1);
-    void *p = ml_block_new(size, align, zero, id, w_fx, w_bytes, ra);
+    void *p = ml_block_new(real, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
      * live tracking. */
@@ -73,6 +76,12 @@ void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, 
     t->busy--;
     ml_cost_end(c0, w_fx, 1);
     return p;
+}
+
+void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
+{
+    (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
+    return sample(size, size, align, zero, ra);
 }
 
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra)
@@ -203,4 +212,124 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
     if (p && d == ML_EXACT)
         ml_src_exact(f->kind, size, ra);
     return p;
+}
+
+/* ---- model (b): observe memory someone else owns ---- */
+
+/* The sampled blocks of observed memory, by address: open addressing over a reserved table, its
+ * stripes locked apart. Consulted only by the observing sources' frees (never by free()). */
+#define OBS_SLOTS (1u << 20)
+#define OBS_STRIPES 64
+struct obs_slot { uintptr_t key; void *shadow; };
+static struct obs_slot *obs;
+static _Atomic int obs_locks[OBS_STRIPES];
+static _Atomic uint64_t obs_live;
+static _Atomic int obs_state; /* 0 not mapped, 1 mapping, 2 mapped, 3 failed */
+
+static int obs_map(void)
+{
+    int st = atomic_load_explicit(&obs_state, memory_order_acquire), z = 0;
+    if (st >= 2)
+        return st == 2;
+    if (!atomic_compare_exchange_strong(&obs_state, &z, 1)) {
+        while ((st = atomic_load(&obs_state)) == 1)
+            __builtin_ia32_pause();
+        return st == 2;
+    }
+    void *p = mmap(NULL, OBS_SLOTS * sizeof *obs, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    obs = p == MAP_FAILED ? NULL : p;
+    atomic_store_explicit(&obs_state, obs ? 2 : 3, memory_order_release);
+    return obs != NULL;
+}
+
+static inline uint32_t obs_hash(uintptr_t k) { return (uint32_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 44); }
+
+/* Probe within one stripe's run of slots (the stripe is locked): the run is the slots whose hash
+ * falls in the stripe, so a key never leaves its stripe. */
+static struct obs_slot *obs_find(uintptr_t k, int insert)
+{
+    uint32_t per = OBS_SLOTS / OBS_STRIPES, h = obs_hash(k), lo = h / per * per;
+    for (uint32_t i = 0; i < per; i++) {
+        struct obs_slot *s = &obs[lo + (h - lo + i) % per];
+        if (s->key == k || (insert && s->key == 0))
+            return s;
+        if (!insert && s->key == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Deletion without tombstones: the run after the freed slot is re-placed (linear probing). */
+static void obs_delete(struct obs_slot *s)
+{
+    uint32_t per = OBS_SLOTS / OBS_STRIPES, at = (uint32_t)(s - obs), lo = at / per * per;
+    s->key = 0;
+    for (uint32_t i = 1; i < per; i++) {
+        struct obs_slot *n = &obs[lo + (at - lo + i) % per];
+        if (n->key == 0)
+            return;
+        struct obs_slot moved = *n;
+        n->key = 0;
+        *obs_find(moved.key, 1) = moved;
+    }
+}
+
+static ML_NOINLINE void observe_slow(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+{
+    int d = ml_src_decide(size ? size : 1);
+    if (d == ML_EXACT)
+        ml_src_exact(kind, size, ra);
+    if (d != ML_SAMPLE || !obs_map())
+        return;
+    void *shadow = sample(size ? size : 1, 1, 0, 0, ra);
+    if (!shadow)
+        return;
+    uintptr_t k = (uintptr_t)p;
+    _Atomic int *l = &obs_locks[obs_hash(k) / (OBS_SLOTS / OBS_STRIPES)];
+    ml_spin_lock(l);
+    struct obs_slot *s = obs_find(k, 1);
+    void *old = s && s->key == k ? s->shadow : NULL;
+    if (s) {
+        if (!old)
+            atomic_fetch_add(&obs_live, 1);
+        s->key = k;
+        s->shadow = shadow;
+    }
+    ml_spin_unlock(l);
+    if (old) /* reported twice without a free: the first is gone */
+        ml_src_free(old);
+    if (!s) { /* this stripe is full: the sample counts as allocated, not live (as `untracked`) */
+        atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
+        ml_src_free(shadow);
+    }
+}
+
+void ml_src_observe_alloc(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+{
+    if (unlikely(!p))
+        return;
+    ML_COUNTDOWN_OR(size, slow);
+    return;
+slow:
+    observe_slow(kind, p, size, ra);
+}
+
+void ml_src_observe_free(enum ml_src_kind kind, void *p)
+{
+    (void)kind;
+    if (likely(atomic_load_explicit(&obs_live, memory_order_relaxed) == 0) || !p)
+        return;
+    uintptr_t k = (uintptr_t)p;
+    _Atomic int *l = &obs_locks[obs_hash(k) / (OBS_SLOTS / OBS_STRIPES)];
+    ml_spin_lock(l);
+    struct obs_slot *s = obs_find(k, 0);
+    void *shadow = s ? s->shadow : NULL;
+    if (s) {
+        obs_delete(s);
+        atomic_fetch_sub(&obs_live, 1);
+    }
+    ml_spin_unlock(l);
+    if (shadow)
+        ml_src_free(shadow);
 }

@@ -16,12 +16,11 @@
  *     ml_src_calloc_slow / ml_src_realloc / ml_src_aligned; ml_src_owns + ml_src_free on free;
  *     ml_src_owns + ml_src_usable for a usable size.
  *
- * (b) "Observe" — the memory belongs to someone else: the report API and anonymous mmap. A sampled
- *     event must be remembered by its address (no header in front of it) and its free recognised
- *     there. TODO(issue 35): ml_src_observe_alloc(kind, p, size, ra) / ml_src_observe_free(kind, p)
- *     here — the countdown as in (a), ml_src_decide, then ml_src_sample's recording into a block
- *     kept in a small lock-striped address table consulted only on that source's free path;
- *     memlens_report_alloc/free (api.c, memlens.h) and mmap (issue 31) call them.
+ * (b) "Observe" — the memory belongs to someone else: the report API (report.c) and, next,
+ *     anonymous mmap (issue 31). The same countdown decides; a sampled event is recorded in a shadow
+ *     block of the range (one byte, with the weights of the memory observed) remembered by the
+ *     memory's address in a striped table consulted only by that source's free
+ *     (ml_src_observe_free): free() of any family never pays for it.
  *
  * Both models end in ml_src_decide and ml_src_sample / ml_src_exact, tagged with the source's kind. */
 #ifndef MEMLENS_SOURCE_H
@@ -100,6 +99,13 @@ static inline void *ml_src_aligned(struct ml_family *f, int how, size_t align, s
         return ml_src_forward_aligned(f, how, align, size, err);
     return ml_src_aligned_slow(f, how, align, size, err, ra);
 }
+
+/* ---- model (b): observed memory ---- */
+
+/* `size` bytes at p, allocated by someone else (NULL is ignored). */
+void ml_src_observe_alloc(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra);
+/* p, observed before, is freed (a p never sampled costs one load). */
+void ml_src_observe_free(enum ml_src_kind kind, void *p);
 
 #pragma GCC visibility pop
 #endif

@@ -5,6 +5,7 @@
  * into this file. */
 #include "../control/ctl.h"
 #include "../intercept/boot.h"
+#include "../intercept/finder.h"
 #include "../store/modules.h"
 #include "../store/state.h"
 #include "../unwind/unwind.h"
@@ -18,6 +19,8 @@ __attribute__((constructor(101))) static void ml_constructor(void)
     atomic_store(&ml_st->unwinder, (uint32_t)ml_cfg.unwinder); /* as setup settled it */
     ml_fork_setup();
     ml_state_modules_init();
+    if (ml_hooks_at_start()) /* allocators linked into the program (issue 35); attach.c plans its own */
+        ml_hooks_scan(ML_HOOK_NOW, NULL, 0);
     ml_tls.busy--;
     ml_cfg.ready = 1;
     ml_ctl_start();

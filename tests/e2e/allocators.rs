@@ -1,0 +1,494 @@
+//! Allocators linked into the program (issue 35): memlens finds them by their symbols and hooks
+//! their entry points, under `run` and under `attach`, and says so; where it cannot, it says that.
+//!
+//! Each program holds 32 MiB at one known site (`hold`) and churns at another; the bytes memlens
+//! shows in use at `hold` must be within ±10 % of the program's own count and of the allocator's
+//! own statistics (jemalloc's `stats.allocated`, gperftools' `generic.current_allocated_bytes`,
+//! each as the program printed it from a run without memlens; a release mimalloc keeps no byte
+//! count, and its committed bytes are only an upper bound). The programs: tests/programs/
+//! alloc_sites.c linked with libjemalloc_pic.a, libtcmalloc_minimal.a and mimalloc's sources;
+//! tests/programs/rust-allocs (tikv-jemallocator, mimalloc, and memlens_alloc::Profiled over
+//! jemalloc, from crates.io), built at test time into a cache outside the clone keyed by content;
+//! and ruff's PyPI wheel (a stripped Rust binary with jemalloc inside), which must get the honest
+//! warning rather than an empty profile.
+use crate::util::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// Interval of the accuracy runs: 32 MiB at 16 KiB is ~2000 samples (±2.2 % one sigma).
+const INTERVAL: &str = "16K";
+const HELD: f64 = 32.0 * 1024.0 * 1024.0;
+
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/memlens-test-programs`: programs built from registries, kept
+/// across runs and clones.
+fn cache_root() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+    let d = base.join("memlens-test-programs");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// FNV-1a over the files under `dirs` (names and bytes, `target/` skipped), as 16 hex digits.
+fn content_hash(dirs: &[PathBuf]) -> String {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() && p.file_name().is_some_and(|n| n != "target") {
+                walk(&p, out);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for d in dirs {
+        walk(d, &mut files);
+    }
+    files.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in files {
+        let rel = f
+            .strip_prefix(root())
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
+        for b in rel.bytes().chain(std::fs::read(&f).unwrap()) {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+fn rust_project() -> PathBuf {
+    root().join("tests/programs/rust-allocs")
+}
+
+/// The Rust programs' directory, built once per test process (cargo's own lock keeps parallel
+/// builds of one target directory apart).
+fn rust_programs() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let hash = content_hash(&[rust_project(), root().join("crates/memlens-alloc")]);
+        let target = cache_root().join(format!("rust-allocs-{hash}"));
+        let bins = target.join("release");
+        if !bins.join("sites-profiled").exists() {
+            eprintln!(
+                "building tests/programs/rust-allocs into {} (cached)",
+                target.display()
+            );
+            Command::new(env!("CARGO"))
+                .args(["build", "--release", "--locked", "--manifest-path"])
+                .arg(rust_project().join("Cargo.toml"))
+                .arg("--target-dir")
+                .arg(&target)
+                .stdout(Stdio::null())
+                .ok();
+        }
+        bins
+    })
+}
+
+/// mimalloc's C sources, as the libmimalloc-sys crate of the Rust programs carries them.
+fn mimalloc_sources() -> PathBuf {
+    rust_programs();
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--manifest-path",
+        ])
+        .arg(rust_project().join("Cargo.toml"))
+        .ok_stdout();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let manifest = v["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "libmimalloc-sys")
+        .and_then(|p| p["manifest_path"].as_str())
+        .expect("libmimalloc-sys in the Rust programs' dependencies")
+        .to_string();
+    Path::new(&manifest)
+        .parent()
+        .unwrap()
+        .join("c_src/mimalloc/v2")
+}
+
+/// tests/programs/alloc_sites.c linked with `alloc` ("jemalloc", "tcmalloc", "mimalloc").
+fn c_program(dir: &Path, alloc: &str) -> PathBuf {
+    let lib = "/usr/lib/x86_64-linux-gnu";
+    let src = root().join("tests/programs/alloc_sites.c");
+    let out = dir.join(format!("sites_{alloc}"));
+    let mut c = Command::new("gcc");
+    c.args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&out);
+    match alloc {
+        "jemalloc" => c
+            .args(["-DUSE_JEMALLOC"])
+            .arg(&src)
+            .arg(format!("{lib}/libjemalloc_pic.a"))
+            .args(["-lpthread", "-ldl", "-lm", "-lstdc++"]),
+        "tcmalloc" => c
+            .args(["-DUSE_TCMALLOC"])
+            .arg(&src)
+            .arg(format!("{lib}/libtcmalloc_minimal.a"))
+            .args(["-lpthread", "-lstdc++", "-lm"]),
+        _ => {
+            let mi = mimalloc_sources();
+            c.args(["-DUSE_MIMALLOC", "-DMI_MALLOC_OVERRIDE", "-DNDEBUG", "-I"])
+                .arg(mi.join("include"))
+                .arg(&src)
+                .arg(mi.join("src/static.c"))
+                .args(["-lpthread"])
+        }
+    };
+    c.ok();
+    out
+}
+
+/// What a program printed: its own count and its allocator's (`allocator_after - _before`).
+struct Said {
+    held: f64,
+    allocator: f64,
+}
+
+fn said(out: &str) -> Said {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("held_bytes="))
+        .unwrap_or_else(|| panic!("no held_bytes line in:\n{out}"));
+    let kv = |k: &str| -> f64 {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+            .unwrap_or("0")
+            .parse()
+            .unwrap()
+    };
+    Said {
+        held: kv("held_bytes"),
+        allocator: kv("allocator_after") - kv("allocator_before"),
+    }
+}
+
+/// Bytes in use at the `hold` site of a profile: stacks with a frame named `hold`, or, in Rust,
+/// inside `rust_allocs::hold` (its closure; `hold` itself tail-calls `collect` and leaves no frame).
+fn inuse_at_hold(file: &Path) -> f64 {
+    let folded = memlens()
+        .arg("report")
+        .arg(file)
+        .args(["--format", "folded", "--sample-index", "inuse_space"])
+        .ok_stdout();
+    folded
+        .lines()
+        .filter(|l| {
+            let (stack, _) = l.rsplit_once(' ').unwrap();
+            stack
+                .split(';')
+                .any(|f| f == "hold" || f.ends_with("::hold") || f.contains("rust_allocs::hold::"))
+        })
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+#[track_caller]
+fn within(what: &str, got: f64, want: f64) {
+    let err = (got - want) / want;
+    assert!(
+        err.abs() <= 0.10,
+        "{what}: {got:.0} bytes at `hold`, {want:.0} expected ({:+.1} %)",
+        err * 100.0
+    );
+}
+
+/// The program's run without memlens: the allocator's own count of what `hold` keeps.
+fn bare(prog: &Path) -> Said {
+    said(&Command::new(prog).ok_stdout())
+}
+
+/// `memlens run` of prog: the profile's bytes at `hold` against both references; the runtime must
+/// have said which allocator it hooked.
+fn check_run(prog: &Path, alloc: &str, label: &str, allocator_counts: bool) {
+    let dir = test_dir();
+    let reference = bare(prog);
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens()
+        .args(["run", "--interval", INTERVAL, "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    let err = stderr(&o);
+    let found = format!("allocates through {alloc} linked into it ({label}): hooked");
+    assert!(err.contains(&found), "no '{found}' in:\n{err}");
+    let s = said(&stdout(&o));
+    let got = inuse_at_hold(&file);
+    within("vs the program's own count", got, s.held);
+    if allocator_counts {
+        within("vs the allocator's statistics", got, reference.allocator);
+    } else {
+        assert!(
+            got <= reference.allocator * 1.10,
+            "{got} > the allocator's committed bytes {}",
+            reference.allocator
+        );
+    }
+    let header = memlens().arg("report").arg(&file).ok_stdout();
+    assert!(
+        header.contains(&found),
+        "the profile's notes lack '{found}':\n{header}"
+    );
+}
+
+/// `memlens attach` to prog while it waits, then its sites run again: the dump's bytes at `hold`.
+fn check_attach(prog: &Path, alloc: &str, label: &str) {
+    let dir = test_dir();
+    let d = dir.path();
+    let (go, end) = (d.join("go"), d.join("end"));
+    let mut child = Command::new(prog)
+        .arg(&go)
+        .arg(&end)
+        .env("MEMLENS_CTL_DIR", ctl_dir(d))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap(); // the first round is done: it waits for `go`
+    let a = memlens()
+        .args(["attach", &pid, "--interval", INTERVAL])
+        .env("MEMLENS_CTL_DIR", ctl_dir(d))
+        .ok_stdout();
+    let found = format!("allocates through {alloc} linked into it ({label})");
+    assert!(
+        a.contains(&found) && a.contains("entry points hooked: every thread stopped"),
+        "{a}"
+    );
+    std::fs::write(&go, "").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap(); // "again …": the sites ran under memlens
+    assert!(line.starts_with("again"), "{line}");
+    let file = d.join("a.pb.gz");
+    memlens()
+        .args(["ctl", &pid, "dump", "-o"])
+        .arg(&file)
+        .env("MEMLENS_CTL_DIR", ctl_dir(d))
+        .ok();
+    std::fs::write(&end, "").unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{prog:?} under attach: {st}");
+    within(
+        "under attach, vs the program's own count",
+        inuse_at_hold(&file),
+        HELD,
+    );
+}
+
+#[test]
+fn c_with_jemalloc_linked_in_run() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "jemalloc");
+    check_run(&p, "jemalloc", "malloc, free, mallocx, …", true);
+}
+
+#[test]
+fn c_with_jemalloc_linked_in_attach() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "jemalloc");
+    check_attach(&p, "jemalloc", "malloc, free, mallocx, …");
+}
+
+#[test]
+fn c_with_tcmalloc_linked_in_run() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "tcmalloc");
+    check_run(&p, "tcmalloc", "tc_*", true);
+}
+
+#[test]
+fn c_with_tcmalloc_linked_in_attach() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "tcmalloc");
+    check_attach(&p, "tcmalloc", "tc_*");
+}
+
+#[test]
+fn c_with_mimalloc_linked_in_run() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "mimalloc");
+    check_run(&p, "mimalloc", "mi_*", false);
+}
+
+#[test]
+fn c_with_mimalloc_linked_in_attach() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "mimalloc");
+    check_attach(&p, "mimalloc", "mi_*");
+}
+
+#[test]
+fn rust_with_tikv_jemallocator_run() {
+    check_run(
+        &rust_programs().join("sites-jemalloc"),
+        "jemalloc",
+        "_rjem_*",
+        true,
+    );
+}
+
+#[test]
+fn rust_with_tikv_jemallocator_attach() {
+    check_attach(
+        &rust_programs().join("sites-jemalloc"),
+        "jemalloc",
+        "_rjem_*",
+    );
+}
+
+#[test]
+fn rust_with_mimalloc_run() {
+    check_run(
+        &rust_programs().join("sites-mimalloc"),
+        "mimalloc",
+        "mi_*",
+        false,
+    );
+}
+
+#[test]
+fn rust_with_mimalloc_attach() {
+    check_attach(&rust_programs().join("sites-mimalloc"), "mimalloc", "mi_*");
+}
+
+/// memlens_alloc::Profiled<Jemalloc>: the program reports through the API, the hooks on jemalloc
+/// stop counting, and `hold` is counted once.
+#[test]
+fn rust_reporting_through_memlens_alloc_is_counted_once() {
+    let prog = rust_programs().join("sites-profiled");
+    let dir = test_dir();
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens()
+        .args(["run", "--interval", INTERVAL, "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    assert!(
+        stderr(&o).contains("reports its allocations itself"),
+        "{}",
+        stderr(&o)
+    );
+    within(
+        "reported, vs the program's own count",
+        inuse_at_hold(&file),
+        said(&stdout(&o)).held,
+    );
+}
+
+/// ruff's wheel from PyPI, cached: its binary.
+fn ruff() -> PathBuf {
+    let dir = cache_root().join("ruff-0.17.6");
+    let bin = dir.join("ruff");
+    if !bin.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "ruff==0.17.6",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-q",
+                "-d",
+            ])
+            .arg(&dir)
+            .ok();
+        let whl = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "whl"))
+            .expect("the ruff wheel");
+        Command::new("python3")
+            .args(["-c", "import sys,zipfile; z=zipfile.ZipFile(sys.argv[1]); open(sys.argv[2],'wb').write(z.read('ruff-0.17.6.data/scripts/ruff'))"])
+            .arg(&whl)
+            .arg(&bin)
+            .ok();
+        Command::new("chmod").arg("+x").arg(&bin).ok();
+    }
+    bin
+}
+
+/// A stripped binary with jemalloc inside cannot be hooked: memlens says so at start and in the
+/// profile, rather than show an empty profile as if it were the truth.
+#[test]
+fn stripped_rust_binary_with_jemalloc_gets_the_honest_warning() {
+    let bin = ruff();
+    let dir = test_dir();
+    let file = dir.path().join("ruff.pb.gz");
+    let py = dir.path().join("lint_me.py");
+    std::fs::write(
+        &py,
+        "import os\n\ndef f(x):\n    return [i * x for i in range(1000)]\n",
+    )
+    .unwrap();
+    let o = memlens()
+        .args(["run", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&bin)
+        .args(["check", "--no-cache", "--isolated", "--exit-zero"])
+        .arg(&py)
+        .output()
+        .unwrap();
+    assert_ok(&bin, &o);
+    let want = "ruff contains jemalloc (its strings) but no symbol table and no debug file: memlens cannot hook it";
+    assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    let header = memlens().arg("report").arg(&file).ok_stdout();
+    assert!(header.contains(want), "{header}");
+}
+
+/// Memory memlens does not see (400 MiB of anonymous mmap, nothing sampled): it says so once, on
+/// stderr and in the profile, rather than show a near-empty profile as the whole truth.
+#[test]
+fn a_heap_growing_unseen_is_said() {
+    let dir = test_dir();
+    let prog = compile(
+        &root().join("tests/programs/blind_heap.c"),
+        dir.path(),
+        "blind_heap",
+        &[],
+    );
+    let file = dir.path().join("blind.pb.gz");
+    let o = memlens()
+        .args(["run", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    let want = "resident memory grew by";
+    assert!(
+        stderr(&o).contains(want) && stderr(&o).contains("cannot see"),
+        "{}",
+        stderr(&o)
+    );
+    let header = memlens().arg("report").arg(&file).ok_stdout();
+    assert!(header.contains(want), "{header}");
+}
