@@ -8,6 +8,8 @@
 #define ML_UNWIND_BUF (ML_MAX_DEPTH + 16 + 1)
 int ml_unwind(uintptr_t *buf, int max, int *truncated, uintptr_t ra, const uintptr_t **out);
 void ml_unwind_setup(void);
+/* Is pc in the runtime's own module (known once ml_unwind_setup ran)? */
+int ml_unwind_is_self(uintptr_t pc);
 /* The stack of the current allocation (ra: the return address into malloc's caller) in the table;
  * ML_NO_STACK if it is full. Counts truncated stacks and fallbacks when `sample`. */
 uint32_t ml_unwind_intern(uintptr_t ra, int sample);
