@@ -13,6 +13,7 @@ mod cli;
 mod containers;
 mod ctl;
 mod hostile;
+mod mmap;
 mod parca;
 mod profiler;
 mod reliability;
