@@ -42,6 +42,9 @@ PKGS=(
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev cmake
   # pip, to fetch the ruff wheel (a stripped binary with jemalloc inside) the allocators test runs
   python3-pip
+  # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
+  # tests/e2e/usdt.rs, as an eBPF profiler would consume them
+  systemtap-sdt-dev bpftrace
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml

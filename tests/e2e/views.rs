@@ -296,7 +296,7 @@ fn first_block_of_a_thread_is_a_leak_seen() {
 }
 
 #[test]
-fn views_off_and_exact_mode_say_so() {
+fn views_off_says_so_and_exact_mode_keeps_the_leak() {
     let dir = test_dir();
     let src = root().join("runtime/tests/first_block.c");
     let exe = compile(&src, dir.path(), "first_block", &[]);
@@ -305,10 +305,17 @@ fn views_off_and_exact_mode_say_so() {
     let o = run(&["report", p.to_str().unwrap(), "--view", "peak"]);
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("MEMLENS_VIEWS=0"), "{}", stderr(&o));
+    // Exact mode keeps the live blocks: its leaks view has the 64 MiB block, to the byte.
     let (p, _) = profile(dir.path(), &["--exact"], &[], &[exe]);
-    let o = run(&["report", p.to_str().unwrap(), "--view", "leaks"]);
-    assert_one_line_error(&o);
-    assert!(stderr(&o).contains("exact mode"), "{}", stderr(&o));
+    let leaks = view_json(&p, "leaks");
+    let held: f64 = leaks["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"][0]["function"] == "first_block_site")
+        .filter_map(|s| s["value"].as_f64())
+        .sum();
+    assert_eq!(held, 64.0 * 1048576.0, "{leaks}");
 }
 
 // ---------- heap numbers you can take at face value (issue 23) ----------

@@ -339,38 +339,91 @@ static int usage(void) {
     return 2;
 }
 
-int main(int argc, char **argv) {
-    struct params p = {0};
-    find_api();
-    if (argc > 1 && strcmp(argv[1], "--paired") == 0) {
-        p.mode = PAIRED;
-        if (argc != 9 || parse_arg(argv[2], 1, &p.threads) || parse_arg(argv[3], 0, &p.size) ||
-            parse_arg(argv[4], 1, &p.depth) || parse_arg(argv[5], 1, &p.block_ms) ||
-            parse_arg(argv[6], 1, &p.rounds) || parse_arg(argv[7], 0, &p.seed))
-            return usage();
-        int e = parse_configs(&p, argv[8]);
-        if (e)
-            return e == -2 ? 1 : usage();
-        p.nblocks = p.rounds * (2 * p.nconfigs + 1);
-    } else if (argc > 1 && strcmp(argv[1], "--window") == 0) {
-        p.mode = WINDOW;
-        if (argc != 7 || parse_arg(argv[2], 1, &p.threads) || parse_arg(argv[3], 0, &p.size) ||
-            parse_arg(argv[4], 1, &p.depth) || parse_arg(argv[5], 1, &p.ops) ||
-            parse_arg(argv[6], 0, &p.interval))
-            return usage();
-        if (!api.reset || !api.set_interval || !api.start) {
-            fprintf(stderr, "malloc_test: --window needs the memlens runtime (memlens run --inactive)\n");
-            return 1;
-        }
-    } else if (argc != 5 || parse_arg(argv[1], 1, &p.threads) || parse_arg(argv[2], 0, &p.size) ||
-               parse_arg(argv[3], 1, &p.depth) || parse_arg(argv[4], 1, &p.ops)) {
+/* --paired THREADS SIZE DEPTH BLOCK_MS ROUNDS SEED CONFIGS into *p: 0, or the exit status. */
+static int parse_paired(int argc, char **argv, struct params *p) {
+    p->mode = PAIRED;
+    if (argc != 9 || parse_arg(argv[2], 1, &p->threads) || parse_arg(argv[3], 0, &p->size) ||
+        parse_arg(argv[4], 1, &p->depth) || parse_arg(argv[5], 1, &p->block_ms) ||
+        parse_arg(argv[6], 1, &p->rounds) || parse_arg(argv[7], 0, &p->seed))
         return usage();
+    int e = parse_configs(p, argv[8]);
+    if (e)
+        return e == -2 ? 1 : usage();
+    p->nblocks = p->rounds * (2 * p->nconfigs + 1);
+    return 0;
+}
+
+/* --window THREADS SIZE DEPTH OPS INTERVAL into *p: 0, or the exit status (1 without the
+ * runtime's API to switch the profiler with). */
+static int parse_window(int argc, char **argv, struct params *p) {
+    p->mode = WINDOW;
+    if (argc != 7 || parse_arg(argv[2], 1, &p->threads) || parse_arg(argv[3], 0, &p->size) ||
+        parse_arg(argv[4], 1, &p->depth) || parse_arg(argv[5], 1, &p->ops) ||
+        parse_arg(argv[6], 0, &p->interval))
+        return usage();
+    if (!api.reset || !api.set_interval || !api.start) {
+        fprintf(stderr, "malloc_test: --window needs the memlens runtime (memlens run --inactive)\n");
+        return 1;
     }
+    return 0;
+}
+
+/* The command line (and MALLOC_TEST_WARMUP_MS) into *p: 0, or the exit status of a bad one
+ * (2: usage, 1: cannot run as asked). */
+static int parse_params(int argc, char **argv, struct params *p) {
+    int bad;
+    if (argc > 1 && strcmp(argv[1], "--paired") == 0)
+        bad = parse_paired(argc, argv, p);
+    else if (argc > 1 && strcmp(argv[1], "--window") == 0)
+        bad = parse_window(argc, argv, p);
+    else if (argc != 5 || parse_arg(argv[1], 1, &p->threads) || parse_arg(argv[2], 0, &p->size) ||
+             parse_arg(argv[3], 1, &p->depth) || parse_arg(argv[4], 1, &p->ops))
+        bad = usage();
+    else
+        bad = 0;
+    if (bad)
+        return bad;
     const char *warm = getenv("MALLOC_TEST_WARMUP_MS");
-    if (warm && *warm && parse_arg(warm, 0, &p.warmup_ms)) {
+    if (warm && *warm && parse_arg(warm, 0, &p->warmup_ms)) {
         fprintf(stderr, "malloc_test: MALLOC_TEST_WARMUP_MS must be a number of milliseconds\n");
         return 2;
     }
+    return 0;
+}
+
+/* --window: the profiler is reset and started once every worker has warmed up, and stopped when
+ * they are done, so its window holds exactly the timed operations. */
+static void window_main(const struct params *p, struct worker *ws, pthread_barrier_t *start) {
+    pthread_barrier_wait(start); /* the workers start */
+    pthread_barrier_wait(start); /* and have warmed up */
+    api.reset();
+    api.set_interval((size_t)p->interval);
+    api.start();
+    pthread_barrier_wait(start);
+    for (long i = 0; i < p->threads; i++)
+        pthread_join(ws[i].tid, NULL);
+    api.stop();
+    printf("malloc_test window threads=%ld ops=%ld interval=%ld\n", p->threads, p->ops, p->interval);
+}
+
+/* The plain run: cycles per pair and per malloc, averaged over the workers. */
+static void plain_main(const struct params *p, struct worker *ws) {
+    double pair = 0, mal = 0;
+    for (long i = 0; i < p->threads; i++) {
+        pthread_join(ws[i].tid, NULL);
+        pair += ws[i].r.pair_cycles;
+        mal += ws[i].r.malloc_cycles;
+    }
+    printf("malloc_test threads=%ld size=%ld depth=%ld ops=%ld cycles_per_pair=%.3f cycles_per_malloc=%.3f\n",
+           p->threads, p->size, p->depth, p->ops, pair / (double)p->threads, mal / (double)p->threads);
+}
+
+int main(int argc, char **argv) {
+    struct params p = {0};
+    find_api();
+    int bad = parse_params(argc, argv, &p);
+    if (bad)
+        return bad;
     struct worker *ws = calloc((size_t)p.threads, sizeof *ws);
     pthread_barrier_t start;
     unsigned parties = (unsigned)p.threads + (p.mode == WINDOW);
@@ -400,26 +453,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (p.mode == WINDOW) {
-        pthread_barrier_wait(&start); /* the workers start */
-        pthread_barrier_wait(&start); /* and have warmed up */
-        api.reset();
-        api.set_interval((size_t)p.interval);
-        api.start();
-        pthread_barrier_wait(&start);
-        for (long i = 0; i < p.threads; i++)
-            pthread_join(ws[i].tid, NULL);
-        api.stop();
-        printf("malloc_test window threads=%ld ops=%ld interval=%ld\n", p.threads, p.ops, p.interval);
+        window_main(&p, ws, &start);
         return 0;
     }
-    double pair = 0, mal = 0;
-    for (long i = 0; i < p.threads; i++) {
-        pthread_join(ws[i].tid, NULL);
-        pair += ws[i].r.pair_cycles;
-        mal += ws[i].r.malloc_cycles;
-    }
-    printf("malloc_test threads=%ld size=%ld depth=%ld ops=%ld cycles_per_pair=%.3f cycles_per_malloc=%.3f\n",
-           p.threads, p.size, p.depth, p.ops, pair / (double)p.threads, mal / (double)p.threads);
+    plain_main(&p, ws);
     free(ws);
     return 0;
 }

@@ -4,12 +4,14 @@
 #![warn(missing_docs)]
 mod allocators;
 mod child;
+mod plan;
 mod report;
 
 use anyhow::{Context, Result};
 use memlens_measure::units::{format_size, parse_count_list, parse_size_list};
 use memlens_measure::usage;
 use memlens_render::progress::Progress;
+use plan::{calibrated_ops, target_ms, Plan};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -154,84 +156,6 @@ fn parse_patterns(s: &str) -> Result<Vec<&'static str>> {
     Ok(out)
 }
 
-/// Objects of the calibration run: a few ms with a fast allocator, fewer for big objects (each may
-/// cost a page fault or a system call).
-fn default_ops(size: u64) -> u64 {
-    (4u64 << 30)
-        .checked_div(size)
-        .unwrap_or(0)
-        .clamp(2_000, 200_000)
-}
-
-/// What one run should last on the calibration allocator (the fastest one is usually glibc on one
-/// thread, so slower allocators and contended runs take longer).
-fn target_ms(quick: bool) -> f64 {
-    if quick {
-        15.0
-    } else {
-        150.0
-    }
-}
-
-/// Objects for a run to last `target` ms, from a calibration run of `ops` objects that took
-/// `took_ms`: never fewer than the calibration's, at most 1000 times more.
-fn calibrated_ops(ops: u64, took_ms: f64, target: f64) -> u64 {
-    let scale = (target / took_ms.max(0.01)).clamp(1.0, 1000.0);
-    ((ops as f64 * scale) as u64).max(ops)
-}
-
-/// Default live objects per thread. split and larson keep 1000 (the study's objects created and
-/// kept), at most 64 MiB (split) or 128 MiB (larson) of them; batch and cross hand over batches of 64.
-fn default_live(pattern: &str, size: u64) -> u64 {
-    match pattern {
-        "larson" => ((128u64 << 20) / size.max(1)).clamp(8, 1000),
-        "split" => ((64u64 << 20) / size.max(1)).clamp(8, 1000),
-        _ => 64,
-    }
-}
-
-/// Everything decided before the first run.
-pub(crate) struct Plan {
-    pub patterns: Vec<&'static str>,
-    pub sizes: Vec<u64>,
-    pub threads: Vec<u64>,
-    pub repeats: u64,
-    pub ncpu: u64,
-    pub ops: Option<u64>,
-    /// Objects per run of each (pattern, size), from --ops or the calibration run.
-    pub calibrated: Vec<(&'static str, u64, u64)>,
-    pub quick: bool,
-    pub live: Option<u64>,
-    pub touch: bool,
-    pub sample_every: u64,
-    pub seed: u64,
-}
-
-impl Plan {
-    fn job(&self, pattern: &'static str, size: u64, threads: u64) -> child::Job {
-        let ops = self
-            .ops
-            .or_else(|| {
-                self.calibrated
-                    .iter()
-                    .find(|c| c.0 == pattern && c.1 == size)
-                    .map(|c| c.2)
-            })
-            .unwrap_or_else(|| default_ops(size))
-            .max(1);
-        child::Job {
-            pattern,
-            size,
-            threads,
-            ops,
-            live: self.live.unwrap_or_else(|| default_live(pattern, size)),
-            touch: self.touch,
-            sample_every: self.sample_every,
-            seed: self.seed,
-        }
-    }
-}
-
 fn plan(args: &AllocOptions) -> Result<Plan> {
     let patterns = parse_patterns(&args.pattern)?;
     let sizes = parse_size_list(&args.sizes)?;
@@ -363,6 +287,41 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
     if plan.ops.is_none() {
         calibrate(&mut plan, &exe, &allocs[0], timeout)?;
     }
+    let (runs, failed) = run_all(&plan, &exe, &mut allocs, timeout);
+    if allocs.is_empty() {
+        anyhow::bail!("every allocator failed (see the warnings above)");
+    }
+    let load = busy.load();
+    let summary = report::summarize(&plan, &allocs, &runs, load);
+    let svgs = report::svgs(&plan, &summary)?;
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, svg) in &svgs {
+            memlens_render::output::write_text(&dir.join(name), svg)?;
+        }
+    }
+    let doc = report::document(&plan, &summary, &missing, &failed, svgs);
+    doc.print();
+    if let Some(p) = &args.out.json {
+        report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
+    }
+    if let Some(p) = &args.out.csv {
+        memlens_render::output::write_csv_rows(p, &report::csv_rows(&summary))?;
+    }
+    if let Some(p) = &args.out.html {
+        memlens_render::output::write_text(p, &doc.to_html())?;
+    }
+    Ok(0)
+}
+
+/// Every measured run of the plan, each in a fresh child. An allocator whose child fails is
+/// dropped, with its earlier runs, and returned among the failed ones.
+fn run_all(
+    plan: &Plan,
+    exe: &std::path::Path,
+    allocs: &mut Vec<allocators::Allocator>,
+    timeout: Duration,
+) -> (Vec<report::Run>, Vec<allocators::Missing>) {
     let total = plan.repeats
         * (plan.patterns.len() * plan.sizes.len() * plan.threads.len() * allocs.len()) as u64;
     let progress = Progress::new(total, "bench alloc");
@@ -383,7 +342,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
                             a.name,
                             format_size(size)
                         ));
-                        match child::run(&exe, a, &job, timeout) {
+                        match child::run(exe, a, &job, timeout) {
                             Ok(m) => {
                                 runs.push(report::Run {
                                     allocator: a.name.clone(),
@@ -419,30 +378,7 @@ pub fn run_alloc(args: AllocArgs) -> Result<i32> {
         }
     }
     progress.finish();
-    if allocs.is_empty() {
-        anyhow::bail!("every allocator failed (see the warnings above)");
-    }
-    let load = busy.load();
-    let summary = report::summarize(&plan, &allocs, &runs, load);
-    let svgs = report::svgs(&plan, &summary)?;
-    if let Some(dir) = &args.svg {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (name, svg) in &svgs {
-            memlens_render::output::write_text(&dir.join(name), svg)?;
-        }
-    }
-    let doc = report::document(&plan, &summary, &missing, &failed, svgs);
-    doc.print();
-    if let Some(p) = &args.out.json {
-        report::write_json(p, &plan, &allocs, &missing, &failed, &runs, &summary)?;
-    }
-    if let Some(p) = &args.out.csv {
-        memlens_render::output::write_csv_rows(p, &report::csv_rows(&summary))?;
-    }
-    if let Some(p) = &args.out.html {
-        memlens_render::output::write_text(p, &doc.to_html())?;
-    }
-    Ok(0)
+    (runs, failed)
 }
 
 #[cfg(test)]
@@ -460,27 +396,5 @@ mod tests {
         assert!(memlens_measure::error::is_usage(
             &parse_patterns("zigzag").unwrap_err()
         ));
-    }
-
-    #[test]
-    fn default_counts_scale_with_size() {
-        assert_eq!(default_ops(128), 200_000);
-        assert_eq!(default_ops(1 << 20), 4096);
-        assert_eq!(default_ops(1 << 30), 2_000);
-        assert_eq!(default_live("larson", 128), 1000);
-        assert_eq!(default_live("larson", 1 << 20), 128);
-        assert_eq!(default_live("split", 128), 1000);
-        assert_eq!(default_live("split", 1 << 20), 64);
-        assert_eq!(default_live("batch-lifo", 128), 64);
-    }
-
-    #[test]
-    fn calibration_scales_runs_to_the_target() {
-        // 200k objects in 10 ms → 3M for 150 ms.
-        assert_eq!(calibrated_ops(200_000, 10.0, 150.0), 3_000_000);
-        // Already long enough: unchanged, never fewer.
-        assert_eq!(calibrated_ops(200_000, 400.0, 150.0), 200_000);
-        // A run too fast to time is scaled at most 1000-fold.
-        assert_eq!(calibrated_ops(2_000, 0.0, 150.0), 2_000_000);
     }
 }

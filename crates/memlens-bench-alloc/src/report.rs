@@ -2,7 +2,7 @@
 //! on one thread (the study's 100%) and to ideal scaling, ties, and the table / JSON / CSV / SVG / HTML.
 use crate::allocators::{Allocator, Missing};
 use crate::child::{Measured, Quantiles};
-use crate::Plan;
+use crate::plan::{target_ms, Plan};
 use anyhow::Result;
 use memlens_measure::stats::{is_tie, Summary};
 use memlens_measure::tsc::Clock;
@@ -257,62 +257,9 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run], load: Load) ->
                 for a in allocs {
                     let rs = of(&a.name, threads);
                     let Some(t) = times(&rs) else { continue };
-                    let rel = base.map(|b| {
-                        let v: Vec<f64> = rs
-                            .iter()
-                            .map(|r| r.m.wall_ns as f64 / 1e6 / b.median * 100.0)
-                            .collect();
-                        Summary::of(&v).expect("non-empty")
-                    });
-                    let eff = |n: u64| n.min(plan.ncpu) as f64;
                     let own1 = times(&of(&a.name, base_threads));
-                    rows.push(Row {
-                        pattern,
-                        size,
-                        threads,
-                        allocator: a.name.clone(),
-                        repeats: rs.len(),
-                        time_ms: t,
-                        mops: median(
-                            rs.iter().map(|r| {
-                                r.m.mallocs as f64 / (r.m.wall_ns.max(1) as f64 / 1e9) / 1e6
-                            }),
-                        ),
-                        rel_pct: rel,
-                        ideal_pct: base.map(|_| 100.0 * eff(base_threads) / eff(threads)),
-                        speedup: own1.map(|o| o.median / t.median),
-                        malloc_ns: latency(
-                            &rs.iter().map(|r| &r.m.malloc_ticks).collect::<Vec<_>>(),
-                            clock,
-                        ),
-                        free_ns: latency(
-                            &rs.iter().map(|r| &r.m.free_ticks).collect::<Vec<_>>(),
-                            clock,
-                        ),
-                        rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
-                        cpu_ms: median(rs.iter().map(|r| r.m.user_ms + r.m.sys_ms)),
-                        cpu_range_ms: Summary::of(
-                            &rs.iter()
-                                .map(|r| r.m.user_ms + r.m.sys_ms)
-                                .collect::<Vec<_>>(),
-                        )
-                        .expect("non-empty"),
-                        sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
-                        on_cpu_pct: median(
-                            rs.iter()
-                                .map(|r| pct(r.m.on_cpu_ns, r.m.thread_ns).min(100.0)),
-                        ),
-                        waited_pct: rs
-                            .iter()
-                            .map(|r| r.m.waiting_ns.map(|w| pct(w, r.m.thread_ns)))
-                            .collect::<Option<Vec<f64>>>()
-                            .map(|v| median(v.into_iter())),
-                        minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
-                        major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
-                        rank: 0,
-                        vs_best_pct: 0.0,
-                        tie_with_best: false,
-                    });
+                    let at = (pattern, size, threads, base_threads);
+                    rows.push(row(plan, at, &a.name, &rs, t, base, own1));
                 }
                 rank(&mut rows[first..]);
             }
@@ -352,6 +299,74 @@ pub fn summarize(plan: &Plan, allocs: &[Allocator], runs: &[Run], load: Load) ->
         } else {
             jitter.max(step)
         }),
+    }
+}
+
+/// The row of one allocator at (pattern, size, threads, baseline threads): its runs `rs`, their
+/// time `t`, the baseline's time `base` and its own time on the baseline's threads `own1`.
+fn row(
+    plan: &Plan,
+    (pattern, size, threads, base_threads): (&'static str, u64, u64, u64),
+    allocator: &str,
+    rs: &[&Run],
+    t: Summary,
+    base: Option<Summary>,
+    own1: Option<Summary>,
+) -> Row {
+    let rel = base.map(|b| {
+        let v: Vec<f64> = rs
+            .iter()
+            .map(|r| r.m.wall_ns as f64 / 1e6 / b.median * 100.0)
+            .collect();
+        Summary::of(&v).expect("non-empty")
+    });
+    let eff = |n: u64| n.min(plan.ncpu) as f64;
+    let clock = Clock::get();
+    Row {
+        pattern,
+        size,
+        threads,
+        allocator: allocator.to_string(),
+        repeats: rs.len(),
+        time_ms: t,
+        mops: median(
+            rs.iter()
+                .map(|r| r.m.mallocs as f64 / (r.m.wall_ns.max(1) as f64 / 1e9) / 1e6),
+        ),
+        rel_pct: rel,
+        ideal_pct: base.map(|_| 100.0 * eff(base_threads) / eff(threads)),
+        speedup: own1.map(|o| o.median / t.median),
+        malloc_ns: latency(
+            &rs.iter().map(|r| &r.m.malloc_ticks).collect::<Vec<_>>(),
+            clock,
+        ),
+        free_ns: latency(
+            &rs.iter().map(|r| &r.m.free_ticks).collect::<Vec<_>>(),
+            clock,
+        ),
+        rss_mib: median(rs.iter().map(|r| r.m.max_rss_kib as f64 / 1024.0)),
+        cpu_ms: median(rs.iter().map(|r| r.m.user_ms + r.m.sys_ms)),
+        cpu_range_ms: Summary::of(
+            &rs.iter()
+                .map(|r| r.m.user_ms + r.m.sys_ms)
+                .collect::<Vec<_>>(),
+        )
+        .expect("non-empty"),
+        sys_ms: median(rs.iter().map(|r| r.m.sys_ms)),
+        on_cpu_pct: median(
+            rs.iter()
+                .map(|r| pct(r.m.on_cpu_ns, r.m.thread_ns).min(100.0)),
+        ),
+        waited_pct: rs
+            .iter()
+            .map(|r| r.m.waiting_ns.map(|w| pct(w, r.m.thread_ns)))
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| median(v.into_iter())),
+        minor_faults: median(rs.iter().map(|r| r.m.minor_faults as f64)),
+        major_faults: median(rs.iter().map(|r| r.m.major_faults as f64)),
+        rank: 0,
+        vs_best_pct: 0.0,
+        tie_with_best: false,
     }
 }
 
@@ -672,7 +687,7 @@ fn objects(plan: &Plan) -> String {
     } else {
         format!(
             "calibrated to ~{:.0} ms on the first allocator",
-            crate::target_ms(plan.quick)
+            target_ms(plan.quick)
         )
     };
     format!("objects per run ({how}): {}", v.join(", "))

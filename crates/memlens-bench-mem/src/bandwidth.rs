@@ -236,30 +236,11 @@ use memlens_render::doc::num;
 /// Run `memlens bench bandwidth`; returns the exit status.
 pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
     let llc = llc_bytes();
-    let bytes = match &a.size {
-        Some(s) => parse_size(s).context("bad --size")?,
-        None => 4 * llc,
-    };
-    if bytes < 4096 {
-        return Err(usage(format!(
-            "--size {} is too small (at least 4K per array)",
-            a.size.as_deref().unwrap_or("")
-        )));
-    }
+    let bytes = array_bytes(&a, llc)?;
     let nproc = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let threads: Vec<usize> = match &a.threads {
-        Some(s) => parse_count_list(s)
-            .context("bad --threads")?
-            .into_iter()
-            .map(|x| x as usize)
-            .collect(),
-        None => (1..=nproc).collect(),
-    };
-    if threads.iter().any(|&t| t == 0 || t > 1024) {
-        return Err(usage("--threads values must be between 1 and 1024"));
-    }
+    let threads = thread_counts(&a, nproc)?;
     if a.repeats == 0 {
         return Err(usage("--repeats must be at least 1"));
     }
@@ -279,6 +260,60 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
         ),
         Some(_) => None,
     };
+    let kernels = kernels(pool.is_some());
+    let busy = memlens_measure::busy::Watch::start("memlens bench bandwidth");
+    let rows = measure_rows(&threads, n, a.repeats, &kernels, pool.as_ref())?;
+    drop(pool);
+    let ind = indirections(&rows);
+    let out = Output {
+        array_bytes: bytes,
+        elements: n as u64,
+        repeats: a.repeats,
+        counting: COUNTING,
+        pmem: pmem_missing,
+        rows,
+        indirection: ind,
+    };
+    emit(&out, &a, llc, &threads, &kernels, nproc)?;
+    if let Some(w) = busy.end_warning(None) {
+        eprintln!("memlens: {w}");
+    }
+    Ok(0)
+}
+
+/// The size of each array: --size, or 4× the last-level cache as STREAM requires.
+fn array_bytes(a: &BandwidthArgs, llc: u64) -> Result<u64> {
+    let bytes = match &a.size {
+        Some(s) => parse_size(s).context("bad --size")?,
+        None => 4 * llc,
+    };
+    if bytes < 4096 {
+        return Err(usage(format!(
+            "--size {} is too small (at least 4K per array)",
+            a.size.as_deref().unwrap_or("")
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The thread counts: --threads, or 1..nproc.
+fn thread_counts(a: &BandwidthArgs, nproc: usize) -> Result<Vec<usize>> {
+    let threads: Vec<usize> = match &a.threads {
+        Some(s) => parse_count_list(s)
+            .context("bad --threads")?
+            .into_iter()
+            .map(|x| x as usize)
+            .collect(),
+        None => (1..=nproc).collect(),
+    };
+    if threads.iter().any(|&t| t == 0 || t > 1024) {
+        return Err(usage("--threads values must be between 1 and 1024"));
+    }
+    Ok(threads)
+}
+
+/// The kernels to run: STREAM's four and the indirection pair, and the libpmemobj ones with a pool.
+fn kernels(with_pool: bool) -> Vec<Kernel> {
     let mut kernels = vec![
         Kernel::Copy,
         Kernel::Scale,
@@ -287,7 +322,7 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
         Kernel::TriadTranslated,
         Kernel::TriadHoisted,
     ];
-    if pool.is_some() {
+    if with_pool {
         kernels.extend([
             Kernel::PmemDirect,
             Kernel::PmemInline,
@@ -295,17 +330,27 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
             Kernel::PmemHoisted,
         ]);
     }
-    let busy = memlens_measure::busy::Watch::start("memlens bench bandwidth");
+    kernels
+}
+
+/// One row per (thread count, kernel): GB/s over the timed repeats and thread 0's share on a CPU.
+fn measure_rows(
+    threads: &[usize],
+    n: usize,
+    repeats: usize,
+    kernels: &[Kernel],
+    pool: Option<&Pool>,
+) -> Result<Vec<Row>> {
     // One step per kernel run (the warm-up pass included), so the bar and its eta move every
     // second or so instead of once per thread count.
     let progress = Progress::new(
-        (threads.len() * (a.repeats + 1) * kernels.len()) as u64,
+        (threads.len() * (repeats + 1) * kernels.len()) as u64,
         "bandwidth",
     );
     let mut rows = Vec::new();
-    for &t in &threads {
+    for &t in threads {
         progress.step(format!("{t} thread(s)"));
-        let times = run_threads(t, n, a.repeats, &kernels, pool.as_ref(), &progress)?;
+        let times = run_threads(t, n, repeats, kernels, pool, &progress)?;
         for (&k, secs) in kernels.iter().zip(times) {
             let moved = k.words() * 8 * n as u64;
             let gbps: Vec<f64> = secs.iter().map(|s| moved as f64 / s.0 / 1e9).collect();
@@ -326,42 +371,33 @@ pub fn run_bandwidth(a: BandwidthArgs) -> Result<i32> {
         }
     }
     progress.finish();
-    drop(pool);
+    Ok(rows)
+}
+
+/// The three indirection cases: plain handle→address, libpmemobj's inline macros, its exported call.
+fn indirections(rows: &[Row]) -> Vec<Indirection> {
     let mut ind = indirection(
-        &rows,
+        rows,
         "handle→address function (not inlined)",
         Kernel::TriadTranslated,
         Kernel::TriadHoisted,
         None,
     );
     ind.extend(indirection(
-        &rows,
+        rows,
         PMEM_INLINE_CASE,
         Kernel::PmemInline,
         Kernel::PmemHoisted,
         Some(Kernel::PmemInlineCached),
     ));
     ind.extend(indirection(
-        &rows,
+        rows,
         "libpmemobj exported pmemobj_direct call",
         Kernel::PmemDirect,
         Kernel::PmemHoisted,
         None,
     ));
-    let out = Output {
-        array_bytes: bytes,
-        elements: n as u64,
-        repeats: a.repeats,
-        counting: COUNTING,
-        pmem: pmem_missing,
-        rows,
-        indirection: ind,
-    };
-    emit(&out, &a, llc, &threads, &kernels, nproc)?;
-    if let Some(w) = busy.end_warning(None) {
-        eprintln!("memlens: {w}");
-    }
-    Ok(0)
+    ind
 }
 
 /// The indirection case that reproduces the study's code (PMDK's D_RO/D_RW macros).
@@ -439,6 +475,35 @@ fn emit(
     kernels: &[Kernel],
     nproc: usize,
 ) -> Result<()> {
+    let svg = bar_chart(&chart(o, threads, kernels))?;
+    let mut doc = Document::new("memlens bench bandwidth");
+    doc.verdict = verdict(o, nproc);
+    doc.sections.push(
+        Section::new("STREAM")
+            .note(format!(
+                "Three arrays of {} ({} doubles) each ({}× the {} last-level cache); each thread owns a slice and touches it first. {} timed repeats after a warm-up pass, kernels interleaved.",
+                format_size(o.array_bytes),
+                o.elements,
+                num(o.array_bytes as f64 / llc as f64),
+                format_size(llc),
+                o.repeats
+            ))
+            .note(format!("{COUNTING}. Cells: best / median GB/s [min–max]."))
+            .table(stream_table(o, threads, kernels))
+            .note(format!("Thread 0 was on a CPU for this share of the timed wall time (median): {}; well below 100% the machine was busy and the GB/s understate the memory.", on_cpu_shares(o, threads)))
+            .plot(svg.clone()),
+    );
+    doc.sections.push(
+        Section::new("Indirection")
+            .note("Triad (a = b + 3·c) with the handle→address translation done on every element access (3 per element) vs hoisted out of the loop (chart: per elem / hoisted; pm call / pm inline / pm cached / pm hoisted on the libpmemobj pool). libpmemobj (a real pool, Debian's libpmemobj1): D_RO/D_RW expand to pmemobj_direct_inline in C programs built with PMDK's headers — a check of the thread's cached pool, then an add — which is the study's code; the exported pmemobj_direct is a call into the library per access.")
+            .table(indirection_table(o)),
+    );
+    doc.print();
+    write_files(o, a, &doc, &svg)
+}
+
+/// STREAM's table: a row per kernel, a column per thread count, best / median GB/s [min–max].
+fn stream_table(o: &Output, threads: &[usize], kernels: &[Kernel]) -> Table {
     let thread_names: Vec<String> = threads
         .iter()
         .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" }))
@@ -465,7 +530,12 @@ fn emit(
         }
         stream.push(row);
     }
-    let busy = threads
+    stream
+}
+
+/// Thread 0's median share on a CPU, per thread count, as one line.
+fn on_cpu_shares(o: &Output, threads: &[usize]) -> String {
+    threads
         .iter()
         .map(|&t| {
             let v: Vec<f64> = o
@@ -480,7 +550,11 @@ fn emit(
             )
         })
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+/// The indirection cases: per-element and hoisted GB/s and their ratio.
+fn indirection_table(o: &Output) -> Table {
     let mut ind = Table::new(&["indirection case", "threads"])
         .topic("per element", &["per element GB/s (median)"])
         .topic(
@@ -500,7 +574,12 @@ fn emit(
             ),
         ]);
     }
-    let chart = BarChart {
+    ind
+}
+
+/// The bar chart: best GB/s of each kernel, a series per thread count.
+fn chart(o: &Output, threads: &[usize], kernels: &[Kernel]) -> BarChart {
+    BarChart {
         title: "STREAM bandwidth (best of repeats)".into(),
         y_label: "GB/s (STREAM counting)".into(),
         categories: kernels.iter().map(|k| bar_label(*k).to_string()).collect(),
@@ -520,33 +599,13 @@ fn emit(
                 (format!("{t} thread(s)"), v)
             })
             .collect(),
-    };
-    let svg = bar_chart(&chart)?;
-    let mut doc = Document::new("memlens bench bandwidth");
-    doc.verdict = verdict(o, nproc);
-    doc.sections.push(
-        Section::new("STREAM")
-            .note(format!(
-                "Three arrays of {} ({} doubles) each ({}× the {} last-level cache); each thread owns a slice and touches it first. {} timed repeats after a warm-up pass, kernels interleaved.",
-                format_size(o.array_bytes),
-                o.elements,
-                num(o.array_bytes as f64 / llc as f64),
-                format_size(llc),
-                o.repeats
-            ))
-            .note(format!("{COUNTING}. Cells: best / median GB/s [min–max]."))
-            .table(stream)
-            .note(format!("Thread 0 was on a CPU for this share of the timed wall time (median): {busy}; well below 100% the machine was busy and the GB/s understate the memory."))
-            .plot(svg.clone()),
-    );
-    doc.sections.push(
-        Section::new("Indirection")
-            .note("Triad (a = b + 3·c) with the handle→address translation done on every element access (3 per element) vs hoisted out of the loop (chart: per elem / hoisted; pm call / pm inline / pm cached / pm hoisted on the libpmemobj pool). libpmemobj (a real pool, Debian's libpmemobj1): D_RO/D_RW expand to pmemobj_direct_inline in C programs built with PMDK's headers — a check of the thread's cached pool, then an add — which is the study's code; the exported pmemobj_direct is a call into the library per access.")
-            .table(ind),
-    );
-    doc.print();
+    }
+}
+
+/// The files asked for: SVG, JSON, CSV, HTML.
+fn write_files(o: &Output, a: &BandwidthArgs, doc: &Document, svg: &str) -> Result<()> {
     if let Some(p) = &a.svg {
-        write_text(p, &svg)?;
+        write_text(p, svg)?;
     }
     if let Some(p) = &a.out.json {
         write_json(p, o)?;

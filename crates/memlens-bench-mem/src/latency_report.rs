@@ -2,7 +2,7 @@
 //! declared caches, counter metrics, the representativeness table next to the published study, and
 //! the correlation of each metric with time.
 use crate::chase::Order;
-use crate::latency::{LatencyArgs, Point, Results};
+use crate::latency_model::{LatencyArgs, Point, Results};
 use crate::levels::{self, Level};
 use anyhow::Result;
 use memlens_measure::stats::pearson;
@@ -547,9 +547,31 @@ fn verdict(
     v
 }
 
+/// The detected levels: the series they were found in, and the levels.
+type Levels = Option<((Order, u64), Vec<Level>)>;
+
 pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
     let cs = caches();
     let tl = tlbs();
+    let svg = line_chart(&chart(r, &cs))?;
+    let mut doc = Document::new("memlens bench latency");
+    doc.sections.push(latency_section(r).plot(svg.clone()));
+    let levels = detect_levels(r, &cs, &tl);
+    if let Some(sec) = levels_section(r, &cs, &tl, &levels) {
+        doc.sections.push(sec);
+    }
+    let corr = correlations(r);
+    let repr = representativeness(r);
+    if let Some(sec) = counters_section(r, &repr, &corr) {
+        doc.sections.push(sec);
+    }
+    doc.verdict = verdict(r, &levels, &corr);
+    doc.print();
+    write_files(r, a, &doc, &svg, &levels, &repr, &corr)
+}
+
+/// The latency table with what it was measured under: threads, pages, repeats, the timing's cost.
+fn latency_section(r: &Results) -> Section {
     let cfg = &r.config;
     let mut lat = Section::new("Latency per element").note(format!(
         "Linked-list chase, reading only the 8-byte next pointer (dependent loads). {} thread(s), {} pages, {} repeats interleaved across orders, ~{:.0} ms per timed chase. \
@@ -581,10 +603,13 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
             if cfg.hugepages { " (--hugepages: MADV_HUGEPAGE)" } else { " (MADV_NOHUGEPAGE)" }
         ));
     }
-    let svg = line_chart(&chart(r, &cs))?;
-    let mut doc = Document::new("memlens bench latency");
-    doc.sections.push(lat.plot(svg.clone()));
+    lat
+}
 
+/// The detected levels beside the caches sysfs declares and the data TLBs of the page size used;
+/// None when no levels were detected.
+fn levels_section(r: &Results, cs: &[Cache], tl: &[Tlb], levels: &Levels) -> Option<Section> {
+    let ((o, e), lv) = levels.as_ref()?;
     let declared = cs
         .iter()
         .map(|c| {
@@ -597,7 +622,6 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let levels = detect_levels(r, &cs, &tl);
     let page = page_bytes(r);
     let tlbs_declared = tl
         .iter()
@@ -613,43 +637,52 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         })
         .collect::<Vec<_>>()
         .join(", ");
-    if let Some(((o, e), lv)) = &levels {
-        doc.sections.push(
-            Section::new("Detected levels")
-                .note(format!(
-                    "Levels (plateaus within ±15%) of the {} series, named by the smallest cache that holds the level's largest working set (DRAM past the last), the TLB reach it exceeds, and the cache size or TLB reach crossed before the next level (what ends it). Caches declared by sysfs: {declared}; data TLBs for the {} pages used, from CPUID: {}.",
-                    series_name(*o, *e),
-                    format_size(page),
-                    if tlbs_declared.is_empty() { "not declared".to_string() } else { tlbs_declared }
-                ))
-                .table(levels_table(lv)),
-        );
-    }
+    Some(
+        Section::new("Detected levels")
+            .note(format!(
+                "Levels (plateaus within ±15%) of the {} series, named by the smallest cache that holds the level's largest working set (DRAM past the last), the TLB reach it exceeds, and the cache size or TLB reach crossed before the next level (what ends it). Caches declared by sysfs: {declared}; data TLBs for the {} pages used, from CPUID: {}.",
+                series_name(*o, *e),
+                format_size(page),
+                if tlbs_declared.is_empty() { "not declared".to_string() } else { tlbs_declared }
+            ))
+            .table(levels_table(lv)),
+    )
+}
 
-    let corr = correlations(r);
-    let repr = representativeness(r);
-    if !r.points.first().is_none_or(|p| p.counters.is_empty()) {
-        let mut sec = Section::new("Counter metrics").note(format!("Counters per element at the {} working set (chaser 0; grouped, scaled by time enabled/running when multiplexed).", format_size(reference_ws(r))));
-        for (ev, note) in &r.counter_probe {
-            sec = sec.note(format!("probe {ev}: {note}"));
-        }
-        sec = sec.table(counters_table(r));
-        for l in na_reasons(r, &COUNTER_COLS) {
-            sec = sec.note(l);
-        }
-        if !repr.is_empty() {
-            sec = sec
-                .note(format!("Representativeness at {}, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf, largest working set 2^28 = 256M; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.", format_size(reference_ws(r))))
-                .table(repr_table(&repr));
-        }
+/// Counter metrics, the representativeness table and the correlations; None when no counters
+/// were collected.
+fn counters_section(r: &Results, repr: &[ReprRow], corr: &[Correlation]) -> Option<Section> {
+    if r.points.first().is_none_or(|p| p.counters.is_empty()) {
+        return None;
+    }
+    let mut sec = Section::new("Counter metrics").note(format!("Counters per element at the {} working set (chaser 0; grouped, scaled by time enabled/running when multiplexed).", format_size(reference_ws(r))));
+    for (ev, note) in &r.counter_probe {
+        sec = sec.note(format!("probe {ev}: {note}"));
+    }
+    sec = sec.table(counters_table(r));
+    for l in na_reasons(r, &COUNTER_COLS) {
+        sec = sec.note(l);
+    }
+    if !repr.is_empty() {
         sec = sec
-            .note("Pearson r of each metric with ns/elem across all measured points (n/a: the metric is missing on some point, or fewer than 3 points).")
-            .table(corr_table(r, &corr));
-        doc.sections.push(sec);
+            .note(format!("Representativeness at {}, normalised to seq/8B = 1, beside the published figures (Sandy Bridge E5-2690, perf, largest working set 2^28 = 256M; docs/published-studies.md, study 3). SCPI = (stalled frontend + backend) / instructions.", format_size(reference_ws(r))))
+            .table(repr_table(repr));
     }
-    doc.verdict = verdict(r, &levels, &corr);
-    doc.print();
+    Some(sec
+        .note("Pearson r of each metric with ns/elem across all measured points (n/a: the metric is missing on some point, or fewer than 3 points).")
+        .table(corr_table(r, corr)))
+}
 
+/// The files asked for: JSON, CSV, SVG, HTML.
+fn write_files(
+    r: &Results,
+    a: &LatencyArgs,
+    doc: &Document,
+    svg: &str,
+    levels: &Levels,
+    repr: &[ReprRow],
+    corr: &[Correlation],
+) -> Result<()> {
     #[derive(Serialize)]
     struct Out<'a> {
         results: &'a Results,
@@ -665,9 +698,9 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
             results: r,
             reference_working_set: reference_ws(r),
             levels: levels.as_ref().map(|((o, e), l)| (series_name(*o, *e), l)),
-            representativeness: &repr,
+            representativeness: repr,
             representativeness_metrics: REPR_METRICS,
-            correlations: &corr,
+            correlations: corr,
         };
         write_json(p, &out)?;
     }
@@ -676,7 +709,7 @@ pub fn emit(r: &Results, a: &LatencyArgs) -> Result<()> {
         write_csv(p, &h.iter().map(String::as_str).collect::<Vec<_>>(), &rows)?;
     }
     if let Some(p) = &a.svg {
-        write_text(p, &svg)?;
+        write_text(p, svg)?;
     }
     if let Some(p) = &a.out.html {
         write_text(p, &doc.to_html())?;

@@ -5,6 +5,7 @@ mod bandwidth;
 mod chase;
 mod counters;
 mod latency;
+mod latency_model;
 mod latency_report;
 mod levels;
 mod measure;
@@ -13,4 +14,5 @@ mod region;
 mod stream;
 
 pub use bandwidth::{run_bandwidth, BandwidthArgs};
-pub use latency::{run_latency, LatencyArgs};
+pub use latency::run_latency;
+pub use latency_model::LatencyArgs;

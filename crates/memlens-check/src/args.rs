@@ -66,8 +66,8 @@ pub struct CheckArgs {
     /// Mean sampling interval (64K, 8K, 1 …) [default: chosen from the limits, see below]
     #[arg(long, value_name = "SIZE")]
     pub(crate) interval: Option<String>,
-    /// Record every allocation (for --max-allocated; exact mode tracks no live blocks, so it
-    /// cannot judge peak or leak limits)
+    /// Record every allocation (every figure exact, at the cost of unwinding each allocation and
+    /// 128 bytes of header per live block)
     #[arg(long, conflicts_with = "interval")]
     pub(crate) exact: bool,
     /// Stack unwinder: dwarf, fp, libgcc, libunwind [default: dwarf]
@@ -157,24 +157,13 @@ impl CheckArgs {
     }
 
     /// The interval asked for: Some(0) for --exact, None when it is to be chosen.
-    pub(crate) fn interval(&self, limits: &[Limit]) -> Result<Option<u64>> {
-        let r = if self.exact {
-            Some(0)
-        } else {
-            self.interval
-                .as_deref()
-                .map(|s| memlens_target::parse_interval(s, "--interval"))
-                .transpose()?
-        };
-        if r == Some(0) {
-            if let Some(l) = limits.iter().find(|l| l.kind != Kind::Allocated) {
-                return Err(usage(format!(
-                    "{} needs live blocks, which exact mode does not track: give an interval \
-                     (e.g. --interval 4K; --interval 1 samples nearly every block)",
-                    l.flag
-                )));
-            }
+    pub(crate) fn interval(&self) -> Result<Option<u64>> {
+        if self.exact {
+            return Ok(Some(0));
         }
-        Ok(r)
+        self.interval
+            .as_deref()
+            .map(|s| memlens_target::parse_interval(s, "--interval"))
+            .transpose()
     }
 }

@@ -224,9 +224,7 @@ impl Figures {
 
 /// Why a profile has no figure of each kind (None: it has it).
 fn absent(p: &Profile) -> [Option<String>; 3] {
-    let live = if p.meta.interval == 0 && p.meta.samples > 0 {
-        Some("exact mode (--exact) tracks no live blocks".to_string())
-    } else if !p.has(SampleIndex::InuseSpace) {
+    let live = if !p.has(SampleIndex::InuseSpace) {
         Some("the profile has no in-use values".to_string())
     } else {
         None

@@ -13,7 +13,7 @@
 //!   large could go unsampled altogether (under ln 40 ≈ 3.7 intervals).
 use crate::estimate::{interval_to_settle, pow2_at_most, Est, Verdict, Z};
 use crate::figures::{Figures, StackFig};
-use crate::limits::{Bound, Kind, Limit};
+use crate::limits::{Bound, Limit};
 use memlens_measure::units::format_size;
 
 /// A stack behind a verdict.
@@ -278,11 +278,7 @@ fn settle_hint(j: &Judged, value: f64, bound: f64, against_base: bool) -> Option
             || "--interval 1 (nearly every block recorded)".to_string(),
             |r| format!("--interval {}", format_size(r)),
         );
-    let exact = if kind == Kind::Allocated {
-        " or --exact"
-    } else {
-        ""
-    };
+    let exact = " or --exact";
     let both = if against_base {
         " (and a baseline made at that interval)"
     } else {
@@ -310,6 +306,7 @@ pub fn compared_with<'a>(procs: &'a [Figures], base: &Figures) -> Vec<&'a Figure
 mod tests {
     use super::*;
     use crate::allow::Allow;
+    use crate::limits::Kind;
     use memlens_profile::{Function, Line, Location, Mapping, Profile, Sample};
     use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! * `figures.rs`: a profile's peak, leak and allocated figures, in total and per stack, known
 //!   stacks set aside (`allow.rs`: `--allow` and suppressions files).
 //! * `judge.rs`: each limit against each process, the stacks behind it, how to settle it.
-//! * `show.rs`: what is printed; `machine.rs`: JSON and JUnit XML.
+//! * `outcome.rs`: what a check found; `show.rs`: what is printed; `machine.rs`: JSON and JUnit XML.
 //!
 //! The run itself is `memlens run`'s ([`memlens_run::run_quietly`]); the profiles it writes are
 //! read back with [`memlens_profile::load`]. Reference: docs/check.md.
@@ -19,6 +19,7 @@ mod figures;
 mod judge;
 mod limits;
 mod machine;
+mod outcome;
 mod show;
 
 pub use args::CheckArgs;
@@ -29,40 +30,11 @@ use estimate::Verdict;
 use figures::Figures;
 use judge::Judged;
 use limits::Limit;
+use outcome::Outcome;
 use std::path::{Path, PathBuf};
 
 /// The exit status of a check whose limit is broken (0: kept, 1: failed to run, 2: usage).
 pub const LIMIT_BROKEN: i32 = 3;
-
-/// What a check found, for the text, JSON and JUnit outputs.
-pub(crate) struct Outcome<'a> {
-    /// The command line checked.
-    pub command: Vec<String>,
-    /// How the program ended (`exit 0`, `SIGSEGV`).
-    pub ending: String,
-    /// Its exit code as a shell reports it.
-    pub exit_code: i32,
-    /// How it failed, when it did.
-    pub program_failed: Option<String>,
-    /// The sampling interval.
-    pub interval: u64,
-    /// Why it was chosen, when it was not given.
-    pub interval_why: Option<String>,
-    /// Every limit on every process it applies to.
-    pub judged: Vec<Judged<'a>>,
-    /// The processes' figures.
-    pub procs: &'a [Figures],
-    /// Profiles kept.
-    pub kept: Vec<PathBuf>,
-    /// `--strict`.
-    pub strict: bool,
-    /// The exit status.
-    pub status: i32,
-    /// What the reader should know.
-    pub notes: Vec<String>,
-    /// How long the run took.
-    pub seconds: f64,
-}
 
 /// What a check is to do, from its command line (and its baseline).
 struct Plan {
@@ -82,7 +54,7 @@ impl Plan {
     fn of(a: &CheckArgs) -> Result<Plan> {
         let limits = a.limits()?;
         let allow = Allow::new(&a.allow, &a.suppressions)?;
-        let asked = a.interval(&limits)?;
+        let asked = a.interval()?;
         let base = match &a.baseline {
             Some(f) => Some(read_figures(f, &allow).context("cannot read the baseline")?),
             None => None,

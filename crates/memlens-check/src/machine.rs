@@ -21,8 +21,8 @@
 use crate::estimate::{Est, Verdict};
 use crate::figures::ShownFrame;
 use crate::judge::{Judged, StackJudged};
+use crate::outcome::Outcome;
 use crate::show::{stack_lines, verdict_line};
-use crate::Outcome;
 use serde::Serialize;
 use std::fmt::Write;
 

@@ -5,7 +5,7 @@ use crate::estimate::{Est, Verdict};
 use crate::figures::StackFig;
 use crate::judge::{Judged, StackJudged};
 use crate::limits::{Bound, Kind};
-use crate::Outcome;
+use crate::outcome::Outcome;
 use memlens_profile::{fmt_value, short_name, SampleIndex};
 use std::fmt::Write;
 

@@ -419,7 +419,8 @@ pub(crate) fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
         v(2)
     );
     if m.interval == 0 && m.samples > 0 && t[3] == 0.0 && idx.name().starts_with("inuse") {
-        s += "note: exact mode does not track live blocks; inuse values are 0\n";
+        s += "note: nothing in use (exact-mode profiles written before exact mode kept live \
+              blocks have none)\n";
     }
     s
 }

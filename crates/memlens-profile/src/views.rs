@@ -62,18 +62,12 @@ fn need_views(p: &Profile, view: View) -> Result<()> {
             "the runtime's views were switched off (MEMLENS_VIEWS=0) when this profile was written"
         );
     }
-    if p.meta.interval == 0 && p.meta.samples > 0 && view != View::Timeline {
-        bail!(
-            "exact mode (--exact) tracks no live blocks: no peak, leaks or lifetimes \
-             (profile with an interval, e.g. the default 512K)"
-        );
-    }
     if p.samples.iter().any(|s| s.life.is_some()) || p.views.is_some() {
         return Ok(());
     }
     bail!(
-        "this profile has no {} data (it was written without lifetimes: by another tool, in \
-         exact mode, with MEMLENS_VIEWS=0, or by an older memlens)",
+        "this profile has no {} data (it was written without lifetimes: by another tool, \
+         with MEMLENS_VIEWS=0, or by an older memlens, whose exact mode tracked no live blocks)",
         match view {
             View::Timeline => "timeline",
             View::Peak => "peak",

@@ -25,7 +25,9 @@ pub struct RunArgs {
     /// Mean sampling interval in bytes (64K, 512KiB, 2M); 0 records every allocation
     #[arg(long, value_name = "SIZE", default_value = "512K")]
     pub(crate) interval: String,
-    /// Record every allocation (same as --interval 0)
+    /// Record every allocation (same as --interval 0): every block is served from memlens's own
+    /// range (128 bytes of header each, and one lock), so the live heap, peak, leaks and
+    /// lifetimes are exact too
     #[arg(long, conflicts_with = "interval")]
     pub(crate) exact: bool,
     /// Stack unwinder: dwarf (memlens's own CFI walker with a stack cache; hands the stacks it cannot

@@ -13,6 +13,7 @@
 #include "../sample/sample.h"
 #include "../store/stacks.h"
 #include "../store/state.h"
+#include "../record/usdt.h"
 #include "../unwind/unwind.h"
 #include "boot.h"
 #include "source.h"
@@ -38,6 +39,10 @@ static void weights(struct ml_thread *t, size_t size, uint64_t R)
     ml_weights(size, R, &t->w_fx, &t->w_bytes);
 }
 
+
+/* The interval this thread's decision was taken at: t->armed, ~0 in exact mode (rt.h), where a
+ * record weighs what a sample at R = 0 would: one object, its size. */
+static inline uint64_t armed_R(const struct ml_thread *t) { return t->armed == UINT64_MAX ? 0 : t->armed; }
 
 /* A sample of `size` bytes with weights (w_fx, w_bytes) on stack `id`: the cumulative counts. */
 static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
@@ -66,14 +71,20 @@ static uint32_t intern(enum ml_src_kind kind, uintptr_t ra)
 
 /* A sample of `size` bytes (its weights), recorded in a block of `real` bytes from the range: the
  * block itself (model a, real = size), or a shadow that carries the accounting of memory someone
- * else owns (model b, real = 1). */
+ * else owns (model b, real = 1). ML_SAMPLE and ML_EXACT both come here for the malloc family:
+ * exact mode serves every block from the range too, so that its frees are seen and the live heap,
+ * peak, lifetimes and timeline are exact as well (a block costs the range's header, 128 bytes, and
+ * the range lock). */
 static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t align, int zero, uintptr_t ra)
 {
-    uint64_t c0 = ml_cost_begin();
     struct ml_thread *t = &ml_tls;
+    /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
+    uint64_t R = armed_R(t), times = R ? 1 : ML_COST_EXACT_EVERY;
+    int timed = R || t->samples % ML_COST_EXACT_EVERY == 0;
+    uint64_t c0 = timed ? ml_cost_begin() : 0;
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
-    weights(t, size, t->armed);
+    weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = intern(kind, ra);
     void *p = ml_block_new(real, align, zero, id, w_fx, w_bytes, ra);
@@ -83,8 +94,10 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t alig
     count_alloc(id, w_fx, w_bytes);
     if (!p)
         atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
+    ml_usdt_alloc(p, size, w_bytes);
     t->busy--;
-    ml_cost_end(c0, w_fx, 1);
+    if (timed)
+        ml_cost_end(c0, w_fx, times);
     return p;
 }
 
@@ -114,17 +127,12 @@ ML_NOINLINE void *ml_src_malloc_slow(struct ml_family *f, size_t size, uintptr_t
     switch (ml_src_decide(size)) {
     case ML_BOOT:
         return ml_boot_alloc(size);
-    case ML_SAMPLE: {
+    case ML_SAMPLE:
+    case ML_EXACT: {
         void *p = ml_src_sample(f->kind, size, 0, 0, ra);
         if (p)
             return p;
         break;
-    }
-    case ML_EXACT: {
-        void *p = f->malloc(size);
-        if (p)
-            ml_src_exact(f->kind, size, ra);
-        return p;
     }
     }
     return f->malloc(size);
@@ -135,20 +143,26 @@ ML_NOINLINE void *ml_src_calloc_slow(struct ml_family *f, size_t n, size_t s, si
     switch (ml_src_decide(total)) {
     case ML_BOOT:
         return ml_boot_alloc(total); /* boot memory is fresh, hence zero */
-    case ML_SAMPLE: {
+    case ML_SAMPLE:
+    case ML_EXACT: {
         void *p = ml_src_sample(f->kind, total, 0, 1, ra);
         if (p)
             return p;
         break;
     }
-    case ML_EXACT: {
-        void *p = f->calloc(n, s);
-        if (p)
-            ml_src_exact(f->kind, total, ra);
-        return p;
-    }
     }
     return f->calloc(n, s);
+}
+
+/* A sampled block p reallocated to q, n bytes: to the probes, the free of p and, while q stays in
+ * the range and sampling is on, an allocation of n bytes of weight n — block.c counts every
+ * reallocation of a block in the range exactly in alloc_space. One that had to leave a full range
+ * is the family's now, unsampled. */
+static void usdt_realloc(void *p, void *q, size_t n)
+{
+    ml_usdt_free(p);
+    if (ml_src_owns(q) && atomic_load_explicit(&ml_cfg.active, memory_order_relaxed))
+        ml_usdt_alloc(q, n, n);
 }
 
 /* realloc of a block in our range: block.c resizes it in place or moves it within the range, and
@@ -170,6 +184,8 @@ static void *realloc_owned(struct ml_family *f, void *p, size_t n, uintptr_t ra)
     uint64_t c0 = ml_cost_begin(); /* the runtime's own account (cost.c) */
     void *q = ml_block_realloc(p, n, ra, f->malloc);
     ml_cost_end(c0, 0, 1);
+    if (q)
+        usdt_realloc(p, q, n);
     return q;
 }
 
@@ -184,7 +200,7 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
     int d = ml_src_decide(n);
     if (d == ML_BOOT)
         return NULL;
-    if (d == ML_SAMPLE) {
+    if (d == ML_SAMPLE || d == ML_EXACT) {
         void *q = ml_src_sample(f->kind, n, 0, 0, ra);
         if (q) {
             size_t old = f->malloc_usable_size(p);
@@ -193,10 +209,7 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
             return q;
         }
     }
-    void *q = f->realloc(p, n);
-    if (q && d == ML_EXACT)
-        ml_src_exact(f->kind, n, ra);
-    return q;
+    return f->realloc(p, n);
 }
 
 ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align, size_t size, int *err,
@@ -208,7 +221,7 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
             *err = ENOMEM;
         return NULL;
     }
-    if (d == ML_SAMPLE) {
+    if (d == ML_SAMPLE || d == ML_EXACT) {
         size_t a = align;
         if (a & (a - 1)) /* memalign rounds odd alignments up, like glibc */
             a = (size_t)1 << (64 - __builtin_clzll(a));
@@ -216,10 +229,7 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
         if (p)
             return p;
     }
-    void *p = ml_src_forward_aligned(f, how, align, size, err);
-    if (p && d == ML_EXACT)
-        ml_src_exact(f->kind, size, ra);
-    return p;
+    return ml_src_forward_aligned(f, how, align, size, err);
 }
 
 /* ---- model (b): observe memory someone else owns ---- */

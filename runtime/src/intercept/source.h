@@ -37,10 +37,13 @@
  * `size` bytes: ML_FORWARD, ML_SAMPLE, ML_EXACT or ML_BOOT (sample.h; ML_BOOT: ml_init is running
  * on this thread, serve from the boot arena). */
 int ml_src_decide(size_t size);
-/* ML_SAMPLE: serve a sampled block from the private range and record it; NULL if the range is
- * exhausted (the caller forwards; the sample still counts, as `untracked`). */
+/* ML_SAMPLE or ML_EXACT: serve a sampled block from the private range, record it and fire
+ * otel_memory:alloc (record/usdt.h); NULL if the range is exhausted (the caller forwards; the
+ * sample still counts, as `untracked`). */
 void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra);
-/* ML_EXACT: record an allocation the source served itself (cumulative counts only). */
+/* Record an allocation the source served itself, in exact mode (cumulative counts only: its free is
+ * not seen). The malloc family's exact mode goes through ml_src_sample instead, which keeps the
+ * live heap. */
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra);
 
 /* ---- model (a): any family's malloc family ---- */

@@ -46,6 +46,7 @@
 #include "peak.h"
 #include "range.h"
 #include "timeline.h"
+#include "usdt.h"
 
 #define PEND_MAX (1u << 20) /* reallocations waiting in a header before they are counted anyway */
 
@@ -288,6 +289,7 @@ void ml_sampled_free(void *p)
     struct ml_block *b = ml_block_of(p);
     if (b->kind != ML_KIND_SAMPLED)
         return; /* boot arena blocks are never freed */
+    ml_usdt_free(p);
     uint64_t c0 = ml_cost_begin();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     uint64_t now = tick(b);
