@@ -335,6 +335,81 @@ fn redis_load(port: &str) -> String {
     format!("redis-benchmark -h 127.0.0.1 -p {port} -n 2000 -c 4 -P 16 -t set,get -r 1000 -d 64 -q")
 }
 
+/// Run a service study (`cmd`), which must succeed within `secs`. Its own limits end a load that
+/// hangs (the probe run after 120 s); this is the backstop, so that whatever hangs fails the test
+/// with the state of every process under the study (`ps`: state, CPU time, kernel wait) and of
+/// the connections to `port` (`ss`), instead of holding CI until its own timeout.
+fn study_within(cmd: &mut std::process::Command, secs: u64, port: &str) -> std::process::Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let o = match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(o) => o.expect("cannot read memlens study's output"),
+        Err(_) => {
+            let ps = std::process::Command::new("ps")
+                .args(["-eo", "pid,ppid,stat,time,wchan:24,args"])
+                .output()
+                .map(|o| stdout(&o))
+                .unwrap_or_default();
+            let tree = descendants(&ps, pid);
+            let ss = std::process::Command::new("ss")
+                .args(["-tnpi", &format!("( sport = :{port} or dport = :{port} )")])
+                .output()
+                .map(|o| stdout(&o))
+                .unwrap_or_default();
+            for line in tree.iter().rev() {
+                let p = line.split_whitespace().next().unwrap_or("0");
+                std::process::Command::new("kill")
+                    .args(["-9", p])
+                    .status()
+                    .ok();
+            }
+            let o = rx.recv_timeout(std::time::Duration::from_secs(10));
+            let printed = o.ok().and_then(|o| o.ok()).map(|o| printed(&o));
+            panic!(
+                "memlens study hung for {secs} s: {cmd:?}\n--- its processes ---\n{}\n\
+                 --- connections to :{port} ---\n{ss}{}",
+                tree.join("\n"),
+                printed.unwrap_or_default()
+            );
+        }
+    };
+    assert_ok(cmd, &o);
+    o
+}
+
+/// The lines of `ps -eo pid,ppid,…` for `root` and every process below it.
+fn descendants(ps: &str, root: u32) -> Vec<String> {
+    let mut pids = vec![root.to_string()];
+    let mut out = Vec::new();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for l in ps.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() > 1 && pids.iter().any(|p| p == f[1]) && !pids.iter().any(|p| p == f[0]) {
+                pids.push(f[0].to_string());
+                grew = true;
+            }
+        }
+    }
+    for l in ps.lines() {
+        if l.split_whitespace()
+            .next()
+            .is_some_and(|p| pids.iter().any(|q| q == p))
+        {
+            out.push(l.to_string());
+        }
+    }
+    out
+}
+
 /// A redis-server a test started (directly or under `memlens run`): shut down and reaped when the
 /// test ends, also when it fails.
 struct Redis {
@@ -439,14 +514,15 @@ fn service_study_of_redis_under_redis_benchmark() {
     let dir = test_dir();
     let j = dir.join("s.json");
     let port = free_port().to_string();
-    let o = memlens()
+    let mut study = memlens();
+    study
         .env("MEMLENS_CTL_DIR", ctl_dir(&dir))
         .env("COLUMNS", "100")
         .args(["study", "--load", &redis_load(&port)])
         .args(["--intervals", "64K,2M", "--rounds", "4", "--max-time", "0"])
         .args(["--window-loads", "1", "--json", j.to_str().unwrap(), "--"])
-        .args(redis_args(&port))
-        .ok();
+        .args(redis_args(&port));
+    let o = study_within(&mut study, 300, &port);
     let out = stdout(&o);
     assert!(
         out.starts_with("ANSWER") && out.contains("recommended on redis-server"),
@@ -512,12 +588,13 @@ fn service_study_of_a_running_process_by_pid() {
             server.child.id().to_string()
         };
         let j = dir.join("s.json");
-        let o = memlens()
+        let mut study = memlens();
+        study
             .env("MEMLENS_CTL_DIR", &ctl)
             .args(["study", "--pid", &pid, "--load", &redis_load(&port)])
             .args(["--intervals", "64K,2M", "--rounds", "4", "--max-time", "0"])
-            .args(["--window-loads", "1", "--json", j.to_str().unwrap()])
-            .ok();
+            .args(["--window-loads", "1", "--json", j.to_str().unwrap()]);
+        let o = study_within(&mut study, 300, &port);
         let out = stdout(&o);
         assert!(out.contains("one process per configuration"), "{out}");
         let v = json(&j);

@@ -15,6 +15,7 @@
 //! allows, further processes narrow the intervals still wider than their target (`plan.rs`).
 mod blocks;
 mod launch;
+mod listen;
 mod plan;
 mod processes;
 mod service;

@@ -14,6 +14,7 @@
 //! jemalloc's profiler is switched by the runtime (`jemalloc start LG` / `jemalloc stop` on the
 //! socket), where the process runs jemalloc with `prof:true`.
 use super::launch::{cost, cost_block, jemalloc_conf, last_line, regex_of, runtime, scale_of};
+use super::listen;
 use crate::model::{Key, Part, ProcOut, Service, Settings, PORT};
 use crate::profilers::{lg_of, SCRUB};
 use anyhow::{anyhow, bail, Context, Result};
@@ -118,11 +119,17 @@ impl Server {
         let target = Target::find(pid)?;
         let child = std::cell::RefCell::new(child);
         let alive = std::cell::Cell::new(true);
-        let ready = target.wait_ready(Duration::from_secs(15), || {
+        let up = || {
             let up = matches!(child.borrow_mut().try_wait(), Ok(None));
             alive.set(up);
             up
-        });
+        };
+        let ready = target.wait_ready(Duration::from_secs(15), up);
+        // Its control socket answers before main() runs, its own port may open later: the first
+        // load waits for it (listen.rs says why a load refused is not always retried).
+        if ready {
+            listen::wait_listening(pid, &target.sock, Duration::from_secs(15), up);
+        }
         let child = child.into_inner();
         let s = Server {
             target,
@@ -133,7 +140,7 @@ impl Server {
             restore: None,
             log: Some(log),
         };
-        if !ready {
+        if !ready || !alive.get() {
             let why = if alive.get() {
                 "its control socket did not answer within 15 s".to_string()
             } else {
@@ -268,7 +275,7 @@ impl Load<'_> {
     fn run(&self, pid: i32) -> Result<Run> {
         let cpu0 = cpu_ns(pid)?;
         let t0 = Instant::now();
-        let out = self.spawn()?;
+        let out = self.spawn(pid)?;
         let wall = t0.elapsed();
         let cpu = cpu_ns(pid)?.saturating_sub(cpu0);
         let cost = cost(
@@ -286,9 +293,10 @@ impl Load<'_> {
         })
     }
 
-    /// One run of `sh -c LOAD`; its output (stdout, then stderr). A failure is an error with its
-    /// exit status and last line.
-    fn spawn(&self) -> Result<String> {
+    /// One run of `sh -c LOAD` against the server `server`; its output (stdout, then stderr). A
+    /// failure is an error with its exit status and last line; a run past the limit, one that says
+    /// what the load's processes and the server were doing.
+    fn spawn(&self, server: i32) -> Result<String> {
         use std::os::unix::process::CommandExt;
         // its own process group, so that a load that hangs is stopped whole (sh and what it ran)
         let child = Command::new("sh")
@@ -306,10 +314,26 @@ impl Load<'_> {
         let out = match rx.recv_timeout(self.limit) {
             Ok(o) => o.context("cannot read the load's output")?,
             Err(_) => {
+                // What its processes were doing says whether it spins (running, its CPU time near
+                // the limit) or waits (for the server, in the kernel function named).
+                let doing = listen::group(pid).join("; ");
+                let srv = listen::describe(server).unwrap_or_else(|| format!("{server} gone"));
                 // SAFETY: a signal to the process group of our own child (sh and its children).
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
+                let printed = match rx.recv_timeout(Duration::from_secs(5)) {
+                    Ok(Ok(o)) => {
+                        let (out, err) = (o.stdout, o.stderr);
+                        let text =
+                            String::from_utf8_lossy(if err.is_empty() { &out } else { &err });
+                        last_line(&text.replace('\r', "\n"))
+                            .unwrap_or("nothing")
+                            .to_string()
+                    }
+                    _ => "(its output could not be read)".into(),
+                };
                 bail!(
-                    "the load did not finish within {:.0} s: {}",
+                    "the load did not finish within {:.0} s: {}; its processes then: {doing}; \
+                     the server: {srv}; it printed last: {printed}",
                     self.limit.as_secs_f64(),
                     self.cmd
                 );
