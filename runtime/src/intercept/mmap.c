@@ -78,7 +78,9 @@ static ML_NOINLINE void unmapped(uintptr_t lo, uintptr_t hi)
         struct map *m = &maps[i];
         if (m->hi <= lo || m->lo >= hi) {
             i++;
-        } else if (lo <= m->lo && hi >= m->hi && ngone < 64) {
+        } else if (lo <= m->lo && hi >= m->hi) {
+            if (ngone == 64) /* the shadows are freed outside the lock: the rest in another pass */
+                break;
             gone[ngone++] = m->shadow;
             *m = maps[--nmaps];
         } else {
@@ -93,6 +95,8 @@ static ML_NOINLINE void unmapped(uintptr_t lo, uintptr_t hi)
     ml_spin_unlock(&lock);
     for (int i = 0; i < ngone; i++)
         ml_src_free(gone[i]);
+    if (ngone == 64)
+        unmapped(lo, hi);
 }
 
 /* A sampled mapping at old moved to q and now spans len bytes. */
