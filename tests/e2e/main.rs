@@ -15,6 +15,7 @@ mod ctl;
 mod exact;
 mod harmless;
 mod hostile;
+mod mmap;
 mod parca;
 mod profiler;
 mod reach;
