@@ -51,6 +51,8 @@ PKGS=(
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml
+  # musl-gcc: tests/e2e/reach.rs builds a musl program (memlens run says it cannot profile it, runs it)
+  musl-tools
   # headless Chromium: the tests click, type and search in `memlens report --html` (report_page.rs)
   chromium
 )

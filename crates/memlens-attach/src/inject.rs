@@ -159,15 +159,15 @@ fn is_event_stop(st: i32) -> bool {
 
 /// A seized, stopped thread. Dropping it without `release` (an early return, a panic) still puts
 /// the thread back and lets it go: the target must never be left stopped or with our registers.
-struct Stopped {
+pub(crate) struct Stopped {
     released: bool,
-    tid: i32,
+    pub(crate) tid: i32,
     regs: libc::user_regs_struct,
     xstate: Vec<u8>,
     /// A signal that arrived while we held the thread: delivered when we let it go.
     pending: i32,
     /// The thread our pthread_create made (PTRACE_O_TRACECLONE reports it, traced from birth).
-    clone_tid: Option<i32>,
+    pub(crate) clone_tid: Option<i32>,
     /// When it stopped.
     since: Instant,
 }
@@ -223,7 +223,7 @@ fn set_xstate(tid: i32, buf: &mut [u8]) -> Result<()> {
 /// Seize `tid` and stop it. Err(errno) if ptrace refused. The thread it creates for us is traced
 /// from birth (PTRACE_O_TRACECLONE), so memlens keeps it running even if the process is stopped
 /// (SIGSTOP) and can always make it leave.
-fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
+pub(crate) fn stop(tid: i32) -> Result<Result<Stopped, i32>> {
     if let Err(e) = ptrace(libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACECLONE as u64) {
         return Ok(Err(e));
     }
@@ -266,7 +266,7 @@ impl Drop for Stopped {
 
 impl Stopped {
     /// Put the thread back as it was and let it go (also on every error path).
-    fn release(mut self) -> Result<()> {
+    pub(crate) fn release(mut self) -> Result<()> {
         self.restore()
     }
 
@@ -280,7 +280,7 @@ impl Stopped {
     }
 
     /// Call `func(args…)` in the stopped thread and return its rax.
-    fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+    pub(crate) fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let mut r = self.regs;
         // Below the red zone, 16-byte aligned, then a return address of 0.
         let sp = ((self.regs.rsp - 1024) & !15) - 8;
@@ -375,7 +375,7 @@ pub(crate) fn read_mem(pid: i32, addr: u64, buf: &mut [u8]) -> Result<usize, i32
 }
 
 /// Addresses in the process that matter for the injection.
-struct Plan {
+pub(crate) struct Plan {
     funcs: HashMap<String, u64>,
     /// Code a thread must not be stopped in (or return into).
     unsafe_spans: Vec<(u64, u64)>,
@@ -389,7 +389,7 @@ fn file_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-fn plan(p: &Tracee) -> Result<Plan> {
+pub(crate) fn plan(p: &Tracee) -> Result<Plan> {
     let modules = p.modules();
     let is_libc = |m: &str| {
         let f = file_name(m);
@@ -479,7 +479,7 @@ fn read_word(tid: i32, addr: u64) -> Option<u64> {
 /// CFI. Where the walk cannot go on, the rest of the top 16 KiB of its stack is scanned for return
 /// addresses (words right after a call instruction) into that code, and a dlopen or dlclose under
 /// way (the loader's `r_state`) counts as unsafe too.
-fn in_unsafe_spot(s: &Stopped, plan: &Plan) -> bool {
+pub(crate) fn in_unsafe_spot(s: &Stopped, plan: &Plan) -> bool {
     let hit = |v: u64| plan.unsafe_spans.iter().any(|&(lo, hi)| v >= lo && v < hi);
     if hit(s.regs.rip) {
         return true;
@@ -540,10 +540,10 @@ pub(crate) fn tids(pid: i32) -> Vec<i32> {
 
 /// Block the signals that would kill us while a thread of the target runs with borrowed
 /// registers: dying then would leave it to crash.
-struct HoldSignals(libc::sigset_t);
+pub(crate) struct HoldSignals(libc::sigset_t);
 
 impl HoldSignals {
-    fn new() -> HoldSignals {
+    pub(crate) fn new() -> HoldSignals {
         // SAFETY: plain sigset manipulation on local values.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();

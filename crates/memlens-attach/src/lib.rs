@@ -4,13 +4,18 @@
 //! The first attach loads the runtime with ptrace (`inject.rs`, after the checks of `tracee.rs` and,
 //! for a process under a seccomp filter, `seccomp.rs`);
 //! from then on the process has a control socket like one started with `memlens run --inactive`,
-//! and a later attach or detach is a request on that socket (`attach …`, `detach`).
+//! and a later attach or detach is a request on that socket (`attach …`, `detach`). A process that
+//! maps the runtime but has no socket (a fork child that has not allocated) is made to open one
+//! (`wake.rs`), which `memlens ctl` asks for through `memlens_target::set_socket_opener`.
 #![warn(missing_docs)]
 mod hooks;
 mod inject;
 mod seccomp;
 mod tracee;
 mod unwind;
+mod wake;
+
+pub use wake::{install_socket_opener, open_control};
 
 use anyhow::{bail, Context, Result};
 use memlens_measure::error::usage;

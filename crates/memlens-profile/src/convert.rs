@@ -301,11 +301,15 @@ fn build(
             warnings.push(w);
         }
     }
+    let mut mmap_loc = None;
     for s in &d.stacks {
-        let mut locations = Vec::with_capacity(s.pcs.len());
+        let mut locations = Vec::with_capacity(s.pcs.len() + 1);
+        if s.flags & STACK_MMAP != 0 {
+            locations.push(*mmap_loc.get_or_insert_with(|| b.mmap_location()));
+        }
         for &pc in &s.pcs {
             let own = module_of[&pc].is_some_and(|i| is_own_module(&d.modules[i].path));
-            if own && locations.is_empty() {
+            if own && locations.len() == usize::from(s.flags & STACK_MMAP != 0) {
                 continue; // the runtime's own frames above the allocation call
             }
             let id = match loc_of.get(&pc) {
@@ -340,6 +344,11 @@ fn build(
     b.p.views = d.views.as_ref().map(crate::life::views_of);
     b.p
 }
+
+/// A stack's flag (raw dump, `stack` line): its memory is anonymous mmap, not the heap (issue 31).
+pub const STACK_MMAP: u64 = 2;
+/// The name of the frame that marks such a stack (innermost, above its call site).
+pub const MMAP_FRAME: &str = "[anonymous mmap]";
 
 fn find_module(mods: &[RawModule], pc: u64) -> Option<usize> {
     // A later entry for the same range is the more recent load (dlopen after dlclose).
@@ -397,6 +406,24 @@ impl Builder {
         let id = self.p.functions.len() as u64;
         self.functions.insert(key, id);
         id
+    }
+
+    /// The innermost frame of every stack of anonymous mmap (the runtime's flag ML_STACK_MMAP): a
+    /// function of its own, so that every view, diff and engine shows that memory as its own kind,
+    /// under the call site that mapped it, apart from the heap.
+    fn mmap_location(&mut self) -> u64 {
+        let f = SymFrame {
+            name: Arc::from(MMAP_FRAME),
+            file: Arc::from(""),
+            line: 0,
+        };
+        let function = self.function(&f);
+        self.p.locations.push(Location {
+            mapping: 0,
+            address: 0,
+            lines: vec![Line { function, line: 0 }],
+        });
+        self.p.locations.len() as u64
     }
 
     fn location(&mut self, m: &RawModule, pc: u64, frames: &[SymFrame]) -> u64 {

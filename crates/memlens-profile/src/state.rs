@@ -351,7 +351,7 @@ fn stacks(s: &State, o: &mut String) -> Result<u64> {
             "stack {samples} {afx} {ab} {} {} {}",
             ifx.max(0),
             ib.max(0),
-            v("flags")? & 1
+            v("flags")? & 3 // truncated, anonymous mmap
         );
         for k in 0..depth {
             let _ = write!(o, " {:#x}", num(r, pcs_at + k * 8, 8)?);

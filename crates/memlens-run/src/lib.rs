@@ -6,6 +6,7 @@
 //!   `/dev/shm`, an unwritable HOME).
 //! * `collect.rs`: a profile for every process of a run, or why there is none (also `memlens report
 //!   RUNDIR`); `members.rs`: which files of a run directory are the run's.
+//! * `loader.rs`: the C library a program runs on (its `PT_INTERP`): musl programs run unprofiled.
 //! * `ctl.rs`: `memlens ctl` (its client is `memlens_target::Target`).
 //! * `live.rs`: the options of profiling on demand (`--inactive`, `--start-on-growth`,
 //!   `--profile-for`, `--dump-every`) and their plan.
@@ -14,6 +15,7 @@
 mod collect;
 mod ctl;
 mod live;
+mod loader;
 mod members;
 mod places;
 mod run;

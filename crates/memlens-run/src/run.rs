@@ -132,6 +132,26 @@ fn prepare(name: &str) -> Result<(Places, Runtime, RunDir)> {
     Ok((places, runtime, dir))
 }
 
+/// [`prepare`], or None (said in one line) when the program is to run without the runtime: its
+/// C library is one the runtime cannot be loaded into (musl), or no place could be prepared.
+fn prepare_for(prog: &OsString, name: &str) -> Option<(Places, Runtime, RunDir)> {
+    if let Some((libc, loader)) = crate::loader::unsupported_libc(prog) {
+        eprintln!(
+            "memlens: {} runs on {libc} (its loader is {loader}), a C library memlens does not support yet: it runs unprofiled",
+            prog.to_string_lossy()
+        );
+        return None;
+    }
+    prepare(name)
+        .map_err(|e| {
+            eprintln!(
+                "memlens: cannot profile {}: {e:#}; it runs without memlens",
+                prog.to_string_lossy()
+            )
+        })
+        .ok()
+}
+
 /// One line when a usual place could not be used: why, and where the run went instead.
 fn fallback_note(places: &Places, runtime: &Runtime) -> Option<String> {
     let mut why: Vec<&str> = Vec::new();
@@ -170,8 +190,8 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
         .unwrap_or_else(|| "prog".into());
     let mut cmd = Command::new(prog);
     cmd.args(&args.command[1..]);
-    let (dir, runtime) = match prepare(&name) {
-        Ok((places, runtime, dir)) => {
+    let (dir, runtime) = match prepare_for(prog, &name) {
+        Some((places, runtime, dir)) => {
             if let Some(note) = fallback_note(&places, &runtime) {
                 eprintln!("{note}");
             }
@@ -195,13 +215,7 @@ pub fn spawn(args: &RunArgs, env: &[(&str, String)]) -> Result<Launch> {
             }
             (Some(dir), Some(runtime))
         }
-        Err(e) => {
-            eprintln!(
-                "memlens: cannot profile {}: {e:#}; it runs without memlens",
-                prog.to_string_lossy()
-            );
-            (None, None)
-        }
+        None => (None, None),
     };
     install_forwarding();
     // SAFETY: prctl on ourselves; a failure only means orphans go to init as before.

@@ -9,6 +9,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// What makes a process that maps the runtime but has no control socket open one (memlens-attach's
+/// ptrace call of the runtime's `memlens_ctl_open`): registered by the binary with
+/// [`set_socket_opener`], since this crate is below memlens-attach. Ok(true): opened now.
+type Opener = fn(i32) -> Result<bool>;
+static OPENER: std::sync::OnceLock<Opener> = std::sync::OnceLock::new();
+
+/// Register how [`Target`] makes a runtime without a socket open one (once; later calls are
+/// ignored). Without it, such a process is an error that says why it has none.
+pub fn set_socket_opener(open: Opener) {
+    let _ = OPENER.set(open);
+}
+
 /// A process running the memlens runtime that we may control, and where its control socket is.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -99,7 +111,7 @@ impl Target {
         match connect(&self.sock, self.connect_uid) {
             Ok(s) => Ok(s),
             Err(e) if e.kind() == ErrorKind::NotFound && runtime_loaded(self.pid) => {
-                Err(anyhow!("{}", self.no_socket_reason()))
+                self.open_and_connect()
             }
             Err(e) if e.kind() == ErrorKind::NotFound => bail!(
                 "process {} ({}) is not running under memlens (no control socket {}); start it with `memlens run`",
@@ -123,6 +135,35 @@ impl Target {
         }
     }
 
+    /// The process runs the runtime but has no socket (a fork child that has not allocated since
+    /// it lived 200 ms): have it open one now through the opener the binary registered (ptrace,
+    /// memlens-attach), and connect once it listens.
+    fn open_and_connect(&self) -> Result<UnixStream> {
+        let Some(open) = OPENER.get() else {
+            bail!("{}", self.no_socket_reason());
+        };
+        if let Err(e) = open(self.pid) {
+            bail!(
+                "{}; memlens could not make it open one: {e:#}",
+                self.no_socket_reason()
+            );
+        }
+        // The runtime's new thread binds the socket itself: wait for it to listen.
+        let t0 = Instant::now();
+        loop {
+            match connect(&self.sock, self.connect_uid) {
+                Ok(s) => return Ok(s),
+                Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => bail!(
+                    "{}; made to open one, it did not listen within 5 s: {e}",
+                    self.no_socket_reason()
+                ),
+            }
+        }
+    }
+
     /// Why a process that runs the runtime has no socket where we look: a child forked from a
     /// process under memlens that has not opened its own yet, or a runtime that could not open
     /// one (its directory missing or refused: the program's stderr says why).
@@ -140,8 +181,9 @@ impl Target {
         if parent_has_runtime {
             return format!(
                 "{who} runs the memlens runtime but has no control socket {}{place}: a child forked \
-                 from a process under memlens opens its own once it has lived 200 ms and allocates \
-                 (or the program closed the runtime's descriptor); try again when it is busy",
+                 from a process under memlens opens its own once it has lived 200 ms and allocates, \
+                 or when memlens makes it (ptrace: its owner or root), or the program closed the \
+                 runtime's descriptor",
                 self.sock.display()
             );
         }

@@ -25,7 +25,7 @@ mod proc;
 mod reply;
 mod socket;
 
-pub use client::Target;
+pub use client::{set_socket_opener, Target};
 pub use discover::socket_hosts;
 pub use dumps::{default_dump_name, raw_dumps, Dump};
 pub use interval::parse_interval;

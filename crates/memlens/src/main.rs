@@ -181,6 +181,8 @@ fn install_panic_hook() {
 
 fn main() -> ExitCode {
     install_panic_hook();
+    // `ctl`, `dump`, `serve`…: a fork child without its socket yet is made to open one (ptrace).
+    memlens_attach::install_socket_opener();
     // The test suite's way to check the hook above with a real panic.
     if std::env::var_os("MEMLENS_DEBUG_PANIC").is_some() {
         panic!("MEMLENS_DEBUG_PANIC is set");

@@ -46,6 +46,9 @@ struct ml_thread {
      * on the sampled path); summed over the registry when read, folded into a total at exit. */
     uint64_t cost_ns, cost_calls_fx;
     uint64_t cost_wait; /* TSC ticks spent waiting for the range lock (range.c), not counted */
+    /* ML_STACK_* bits (stacks.h) the stack being interned gets besides its frames: the kind of
+     * source being sampled (source.c sets it around the unwind), so an mmap stack is its own. */
+    uint32_t stack_flags;
 };
 extern __thread struct ml_thread ml_tls;
 

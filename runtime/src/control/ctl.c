@@ -18,7 +18,8 @@
  *   ml_ctl_pause ends it (woken through the eventfd, joined) and ml_ctl_resume starts a new one,
  *   created by the caller after its call, so it has the caller's credentials, never older ones;
  * - fork: the child closes its copies of our descriptors and, after 200 ms (lazily: most children
- *   exec or exit first), listens on its own `<childpid>.<pidns>.sock`;
+ *   exec or exit first), listens on its own `<childpid>.<pidns>.sock`; a child that never allocates
+ *   is made to open it at once by `memlens ctl` (ml_ctl_open_now, reach.c);
  * - the socket file is unlinked at exit by the process that created it. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -372,6 +373,31 @@ void ml_ctl_child_poll(void)
     ml_tls.busy++;
     ctl_spawn(1, 1);
     ml_tls.busy--;
+}
+
+/* Called from outside (reach.c's memlens_ctl_open, made by `memlens ctl` through ptrace in a
+ * stopped thread of the process): open the channel now, in a fork child that has not (it need not
+ * allocate first), or after the program closed our socket. What it starts is what the lazy start
+ * would have: the same thread, the same socket, paused around set*id and unshare alike. */
+int ml_ctl_open_now(void)
+{
+    if (atomic_load(&thread_state) != T_NONE && ml_fd_get(&ctl_f) >= 0)
+        return 0; /* open already */
+    /* The stopped thread may be the one holding the lock (ml_ctl_pause around its setuid): waiting
+     * would never end. Then the caller tries again later. */
+    if (atomic_exchange_explicit(&life_lock, 1, memory_order_acquire))
+        return -2;
+    int r = -1;
+    ml_tls.busy++;
+    if (atomic_exchange(&ml_cfg.ctl_pending, 0))
+        ctl_spawn_locked(1, 1); /* the thread binds its socket itself, as in ml_ctl_child_poll */
+    else if (atomic_load(&thread_state) == T_NONE && listen_now(1) >= 0)
+        ctl_spawn_locked(0, 1);
+    if (atomic_load(&thread_state) == T_RUNNING)
+        r = 1;
+    ml_tls.busy--;
+    ml_spin_unlock(&life_lock);
+    return r;
 }
 
 __attribute__((destructor)) static void ctl_fini(void)

@@ -33,6 +33,10 @@ int ml_ctl_pause(int keep_socket);
 void ml_ctl_resume(void);
 /* attach.c: the thread must run (its module watcher), with or without a socket. */
 void ml_ctl_need_thread(void);
+/* Open the control socket and start the thread now, wherever the process is (reach.c): 1 started,
+ * 0 open already, -1 could not (no socket could be bound, or no thread created), -2 busy (the
+ * calling thread holds the thread's life lock: try again). */
+int ml_ctl_open_now(void);
 void ml_ctl_child_poll(void) __attribute__((weak));
 int ml_ctl_thread_running(void) __attribute__((weak));
 

@@ -59,13 +59,23 @@ static void count_alloc(uint32_t id, uint64_t w_fx, uint64_t w_bytes)
     atomic_fetch_add_explicit(&st->alloc_bytes, w_bytes, memory_order_relaxed);
 }
 
+/* The stack of a sample or an exact record: an mmap source's stacks are their own (ML_STACK_MMAP),
+ * so the profile can show them as a kind of their own beside the heap. */
+static uint32_t intern(enum ml_src_kind kind, uintptr_t ra)
+{
+    ml_tls.stack_flags = kind == ML_SRC_MMAP ? ML_STACK_MMAP : 0;
+    uint32_t id = ml_unwind_intern(ra, 1);
+    ml_tls.stack_flags = 0;
+    return id;
+}
+
 /* A sample of `size` bytes (its weights), recorded in a block of `real` bytes from the range: the
  * block itself (model a, real = size), or a shadow that carries the accounting of memory someone
  * else owns (model b, real = 1). ML_SAMPLE and ML_EXACT both come here for the malloc family:
  * exact mode serves every block from the range too, so that its frees are seen and the live heap,
  * peak, lifetimes and timeline are exact as well (a block costs the range's header, 128 bytes, and
  * the range lock). */
-static void *sample(size_t size, size_t real, size_t align, int zero, uintptr_t ra)
+static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t align, int zero, uintptr_t ra)
 {
     struct ml_thread *t = &ml_tls;
     /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
@@ -76,7 +86,7 @@ static void *sample(size_t size, size_t real, size_t align, int zero, uintptr_t 
     t->busy++;
     weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
-    uint32_t id = ml_unwind_intern(ra, 1);
+    uint32_t id = intern(kind, ra);
     void *p = ml_block_new(real, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
@@ -93,20 +103,18 @@ static void *sample(size_t size, size_t real, size_t align, int zero, uintptr_t 
 
 void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
 {
-    (void)kind; /* TODO(issue 31): record ML_SRC_MMAP as a sample kind of its own */
-    return sample(size, size, align, zero, ra);
+    return sample(kind, size, size, align, zero, ra);
 }
 
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra)
 {
-    (void)kind; /* TODO(issue 31): as in ml_src_sample */
     struct ml_thread *t = &ml_tls;
     int timed = t->samples % ML_COST_EXACT_EVERY == 0; /* cost.c: one record in 64 */
     uint64_t c0 = timed ? ml_cost_begin() : 0;
     ml_state_own();
     t->busy++;
     weights(t, size, 0);
-    count_alloc(ml_unwind_intern(ra, 1), t->w_fx, t->w_bytes);
+    count_alloc(intern(kind, ra), t->w_fx, t->w_bytes);
     t->busy--;
     if (timed)
         ml_cost_end(c0, t->w_fx, ML_COST_EXACT_EVERY);
@@ -285,14 +293,21 @@ static void obs_delete(struct obs_slot *s)
     }
 }
 
-static ML_NOINLINE void observe_slow(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+void *ml_src_observe_sample(enum ml_src_kind kind, size_t size, uintptr_t ra)
 {
     int d = ml_src_decide(size ? size : 1);
     if (d == ML_EXACT)
         ml_src_exact(kind, size, ra);
-    if (d != ML_SAMPLE || !obs_map())
+    if (d != ML_SAMPLE)
+        return NULL;
+    return sample(kind, size ? size : 1, 1, 0, 0, ra);
+}
+
+static ML_NOINLINE void observe_slow(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)
+{
+    if (!obs_map())
         return;
-    void *shadow = sample(size ? size : 1, 1, 0, 0, ra);
+    void *shadow = ml_src_observe_sample(kind, size, ra);
     if (!shadow)
         return;
     uintptr_t k = (uintptr_t)p;

@@ -107,6 +107,10 @@ static inline void *ml_src_aligned(struct ml_family *f, int how, size_t align, s
 
 /* `size` bytes at p, allocated by someone else (NULL is ignored). */
 void ml_src_observe_alloc(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra);
+/* The countdown ran out for `size` observed bytes: decide, and on a sample return its shadow block
+ * (ml_src_free gives it back) for a source that keeps its own index of what it observes (mmap.c:
+ * ranges, which munmap may cut). An exact record is counted here; NULL otherwise. */
+void *ml_src_observe_sample(enum ml_src_kind kind, size_t size, uintptr_t ra);
 /* p, observed before, is freed (a p never sampled costs one load). */
 void ml_src_observe_free(enum ml_src_kind kind, void *p);
 

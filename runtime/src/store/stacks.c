@@ -133,8 +133,8 @@ static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc);
  * it). Debug builds only: the hash walks the frames. */
 static inline int record_ok(const struct ml_stack *r)
 {
-    return r->depth <= ML_MAX_DEPTH && (r->flags & ~1u) == 0 &&
-           r->hash == hash_pcs(r->pcs, (int)r->depth, (int)(r->flags & 1)) &&
+    return r->depth <= ML_MAX_DEPTH && (r->flags & ~ML_STACK_FLAGS) == 0 &&
+           r->hash == hash_pcs(r->pcs, (int)r->depth, (int)r->flags) &&
            atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) >= 0 &&
            atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed) >= 0 &&
            atomic_load_explicit(&r->peak_fx, memory_order_relaxed) >= 0 &&
@@ -176,7 +176,7 @@ static uint64_t hash_pcs(const uintptr_t *pcs, int depth, int trunc)
 static int same(const struct ml_stack *r, uint64_t h, const uintptr_t *pcs, int depth, int trunc)
 {
     ML_ASSERT(record_ok(r));
-    if (r->hash != h || r->depth != (uint32_t)depth || (r->flags & 1) != (uint32_t)trunc)
+    if (r->hash != h || r->depth != (uint32_t)depth || r->flags != (uint32_t)trunc)
         return 0;
     for (int i = 0; i < depth; i++)
         if (r->pcs[i] != pcs[i])
@@ -240,7 +240,7 @@ uint32_t ml_stack_intern(const uintptr_t *pcs, int depth, int trunc)
 {
     if (!slot_space)
         return ML_NO_STACK;
-    trunc = !!trunc;
+    trunc = (trunc ? (int)ML_STACK_TRUNC : 0) | (int)ml_tls.stack_flags; /* from here on: the flags */
     ML_ASSERT(depth >= 0 && depth <= ML_MAX_DEPTH && (pcs || !depth));
     uint64_t h = hash_pcs(pcs, depth, trunc);
     uint32_t mine = ML_NO_STACK;

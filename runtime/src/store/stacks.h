@@ -6,6 +6,11 @@
 #pragma GCC visibility push(hidden)
 
 #define ML_NO_STACK 0xffffffffu
+/* A stack's flags, part of its identity: truncated, and recorded for anonymous mmap (issue 31). */
+#define ML_STACK_TRUNC 1u
+#define ML_STACK_MMAP 2u
+#define ML_STACK_FLAGS (ML_STACK_TRUNC | ML_STACK_MMAP)
+
 struct ml_stack {
     uint64_t hash;
     uint32_t depth, flags;

@@ -32,6 +32,8 @@ static int (*unw_backtrace_fn)(void **, int);
 
 static int is_self(uintptr_t pc) { return pc - self_lo < self_hi - self_lo; }
 
+int ml_unwind_is_self(uintptr_t pc) { return is_self(pc); }
+
 /* Where the rbp chain breaks, the frame above was built without a frame pointer (typically libc's
  * start-up code after main: its rbp holds anything). The walk goes on from there with the DWARF
  * rules, which know where such a frame keeps its return address, so a stack is truncated only when
