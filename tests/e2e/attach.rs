@@ -241,16 +241,27 @@ fn loop_program(dir: &Path, name: &str, extra: &str, flags: &[&str]) -> PathBuf 
     compile(&src, dir, name, flags)
 }
 
-#[test]
-fn refusals_are_one_line_and_leave_the_target_alone() {
-    let dir = test_dir();
-    // statically linked
-    let stat = loop_program(&dir, "static", "", &["-static"]);
-    let mut c = spawn(&dir, &mut Command::new(&stat));
-    refused(&dir, &mut c, "statically linked");
+/// A target that runs `prog` (a [`loop_program`]) is refused with `expect`, then killed.
+fn refused_and_killed(dir: &Path, prog: &Path, expect: &str) {
+    let mut c = spawn(dir, &mut Command::new(prog));
+    refused(dir, &mut c, expect);
     c.kill().ok();
     c.wait().ok();
-    // an allocator linked into the program
+}
+
+// The refusals, one scenario each: one error line naming the reason, the target left running
+// (and never stopped).
+
+#[test]
+fn refuses_a_statically_linked_program() {
+    let dir = test_dir();
+    let stat = loop_program(&dir, "static", "", &["-static"]);
+    refused_and_killed(&dir, &stat, "statically linked");
+}
+
+#[test]
+fn attaches_to_a_program_with_its_own_allocator_and_says_so() {
+    let dir = test_dir();
     let own = loop_program(
         &dir,
         "own_malloc",
@@ -273,32 +284,46 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     assert!(alive(c.id()), "the target died");
     c.kill().ok();
     c.wait().ok();
-    // already traced (strace holds it; a minute of run time, so that a loaded machine cannot end
-    // it before the attach — it is killed below)
-    let long = loop_program(&dir, "plain_long", "", &["-DROUNDS=6000"]);
-    let mut c = spawn(
-        &dir,
-        Command::new("strace").args(["-o", "/dev/null"]).arg(&long),
-    );
-    // The program is the child of strace that exec'd plain_long while traced. Not just any traced
-    // child: strace first forks children of its own to probe what ptrace can do, traces them for a
-    // moment and kills them (the test once took one of those for the program, and found it dead).
+}
+
+/// The program strace runs: the child of strace that exec'd `name` while traced. Not just any
+/// traced child: strace first forks children of its own to probe what ptrace can do, traces them
+/// for a moment and kills them (the test once took one of those for the program, and found it dead).
+fn traced_child(strace: &Child, name: &str) -> u32 {
     let mut traced = 0;
     wait_for("strace to run the program", 10, || {
-        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", c.id(), c.id()))
-            .unwrap_or_default();
+        let kids = std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            strace.id(),
+            strace.id()
+        ))
+        .unwrap_or_default();
         traced = kids
             .split_whitespace()
             .filter_map(|k| k.parse::<u32>().ok())
             .find(|k| {
                 let st = std::fs::read_to_string(format!("/proc/{k}/status")).unwrap_or_default();
-                st.lines().any(|l| l == "Name:\tplain_long")
+                st.lines().any(|l| l == format!("Name:\t{name}"))
                     && st.contains("TracerPid:\t")
                     && !st.contains("TracerPid:\t0")
             })
             .unwrap_or(0);
         traced != 0
     });
+    traced
+}
+
+#[test]
+fn refuses_a_process_already_traced() {
+    let dir = test_dir();
+    // strace holds it; a minute of run time, so that a loaded machine cannot end it before the
+    // attach — it is killed below
+    let long = loop_program(&dir, "plain_long", "", &["-DROUNDS=6000"]);
+    let mut c = spawn(
+        &dir,
+        Command::new("strace").args(["-o", "/dev/null"]).arg(&long),
+    );
+    let traced = traced_child(&c, "plain_long");
     let o = ml(&dir, &["attach", &traced.to_string()]).out();
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("already traced"), "{}", stderr(&o));
@@ -312,6 +337,11 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         // SAFETY: the pid still names our program (checked just above).
         unsafe { libc::kill(traced as i32, libc::SIGKILL) };
     }
+}
+
+#[test]
+fn refuses_a_stopped_process_which_then_finishes() {
+    let dir = test_dir();
     // stopped (Ctrl+Z)
     let plain = loop_program(&dir, "plain", "", &[]);
     let mut c = spawn(&dir, &mut Command::new(&plain));
@@ -325,20 +355,33 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
         c.wait().unwrap().success(),
         "the stopped target did not finish"
     );
+}
+
+#[test]
+fn refuses_a_process_of_another_user() {
     // no ptrace permission: another user
-    if root_or_skip("refusing another user's attach") {
-        let mut c = spawn(&dir, &mut Command::new(&plain));
-        let o = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(memlens_path())
-            .args(["attach", &c.id().to_string()])
-            .out();
-        assert_one_line_error(&o);
-        assert!(stderr(&o).contains("belongs to uid 0"), "{}", stderr(&o));
-        assert!(alive(c.id()));
-        assert!(c.wait().unwrap().success());
+    if !root_or_skip("refusing another user's attach") {
+        return;
     }
+    let dir = test_dir();
+    let plain = loop_program(&dir, "plain", "", &[]);
+    let mut c = spawn(&dir, &mut Command::new(&plain));
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(memlens_path())
+        .args(["attach", &c.id().to_string()])
+        .out();
+    assert_one_line_error(&o);
+    assert!(stderr(&o).contains("belongs to uid 0"), "{}", stderr(&o));
+    assert!(alive(c.id()));
+    assert!(c.wait().unwrap().success());
+}
+
+#[test]
+fn refuses_a_program_started_under_memlens_run() {
+    let dir = test_dir();
     // started under memlens run: nothing to attach
+    let plain = loop_program(&dir, "plain", "", &[]);
     let mut c = memlens()
         .env("MEMLENS_CTL_DIR", ctl_dir(&dir))
         .args(["run", "--inactive", "-o"])
@@ -371,7 +414,11 @@ fn refusals_are_one_line_and_leave_the_target_alone() {
     assert_one_line_error(&o);
     assert!(stderr(&o).contains("memlens run"), "{}", stderr(&o));
     assert!(c.wait().unwrap().success());
-    // not a process
+}
+
+#[test]
+fn refuses_what_is_not_a_process() {
+    let dir = test_dir();
     let o = ml(&dir, &["attach", "999999999"]).out();
     assert_one_line_error(&o);
 }

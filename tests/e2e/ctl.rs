@@ -113,62 +113,46 @@ fn ask(pid: i32, line: &str) -> String {
     r
 }
 
-/// Live control: a program loaded inactive survives 100 start → dump → stop cycles while two
-/// threads allocate; every dump reads back; dumps are consistent; inactive dumps add nothing; the
-/// leaking site dominates the diff around the leak phase. (ctl_leaker leaves after 120 s: the
-/// cycles go through the control protocol, one in ten through `memlens ctl`, and the dumps are
-/// read back once the program is done.)
-#[test]
-fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
-    let tmp = test_dir();
-    let dir = tmp.path();
-    let out = dir.join("run.pb.gz");
-    let r = Running::start(dir, &["--inactive", "-o", out.to_str().unwrap()], &[]);
-    let pid = r.pid;
-    let st = ctl_ok(pid, &["status"]);
-    assert!(st.contains("inactive"), "{st}");
-
-    let mut dumps = Vec::new();
-    for i in 0..100 {
-        if i % 10 == 0 {
-            let s = ctl_ok(pid, &["start", "--interval", "64K"]);
-            assert!(s.contains("sampling started"), "{s}");
-            // Raw dumps taken while both threads allocate: totals equal the sum of the stacks.
-            let raw = dir.join(format!("cycle-{i}.raw"));
-            ctl_ok(pid, &["dump", "--raw", "-o", raw.to_str().unwrap()]);
-            let (header, sum) = raw_samples(&raw);
-            assert_eq!(
-                header,
-                sum,
-                "{}: header samples vs sum of stacks",
-                raw.display()
-            );
-            let pb = dir.join(format!("cycle-{i}.pb.gz"));
-            ctl_ok(pid, &["dump", "-o", pb.to_str().unwrap()]);
-            dumps.push(pb);
-            ctl_ok(pid, &["stop"]);
-            continue;
-        }
-        let s = ask(pid, "start 65536");
-        assert!(s.starts_with("ok"), "start: {s}");
-        // the runtime writes a dump into its control directory, under a name given
-        let name = format!("{pid}.dump-cycle-{i}.raw");
-        let s = ask(pid, &format!("dump {name}"));
-        assert!(s.starts_with("ok"), "dump: {s}");
+/// Cycle `i` of the live-control test: start, dump, stop; the dump's path. One cycle in ten goes
+/// through `memlens ctl` (a pprof dump, after a raw one whose totals must equal the sum of its
+/// stacks, taken while both threads allocate); the others through the control protocol itself.
+fn cycle(pid: i32, dir: &Path, i: usize) -> PathBuf {
+    if i.is_multiple_of(10) {
+        let s = ctl_ok(pid, &["start", "--interval", "64K"]);
+        assert!(s.contains("sampling started"), "{s}");
         let raw = dir.join(format!("cycle-{i}.raw"));
-        let written = socket_of(pid).with_file_name(&name);
-        std::fs::copy(&written, &raw).unwrap();
-        std::fs::remove_file(&written).unwrap();
-        dumps.push(raw);
-        let s = ask(pid, "stop");
-        assert!(s.starts_with("ok"), "stop: {s}");
+        ctl_ok(pid, &["dump", "--raw", "-o", raw.to_str().unwrap()]);
+        let (header, sum) = raw_samples(&raw);
+        assert_eq!(
+            header,
+            sum,
+            "{}: header samples vs sum of stacks",
+            raw.display()
+        );
+        let pb = dir.join(format!("cycle-{i}.pb.gz"));
+        ctl_ok(pid, &["dump", "-o", pb.to_str().unwrap()]);
+        ctl_ok(pid, &["stop"]);
+        return pb;
     }
-    let st = ctl_ok(pid, &["status"]);
-    assert!(st.contains("inactive"), "{st}");
+    let s = ask(pid, "start 65536");
+    assert!(s.starts_with("ok"), "start: {s}");
+    // the runtime writes a dump into its control directory, under a name given
+    let name = format!("{pid}.dump-cycle-{i}.raw");
+    let s = ask(pid, &format!("dump {name}"));
+    assert!(s.starts_with("ok"), "dump: {s}");
+    let raw = dir.join(format!("cycle-{i}.raw"));
+    let written = socket_of(pid).with_file_name(&name);
+    std::fs::copy(&written, &raw).unwrap();
+    std::fs::remove_file(&written).unwrap();
+    let s = ask(pid, "stop");
+    assert!(s.starts_with("ok"), "stop: {s}");
+    raw
+}
 
-    // Inactive: threads notice the stop within ~1 MiB of their own allocation (about 250 ms here,
-    // longer on a loaded machine); once the count has settled, dumps taken while they keep
-    // allocating add no samples. A runtime that kept sampling would never settle.
+/// Wait until the sample count of `pid`, inactive, has settled: threads notice the stop within
+/// ~1 MiB of their own allocation (about 250 ms here, longer on a loaded machine). A runtime that
+/// kept sampling would never settle.
+fn settle(pid: i32) {
     let samples = || status_samples(&ctl_ok(pid, &["status"]));
     let t0 = Instant::now();
     let mut last = samples();
@@ -186,6 +170,27 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
             "samples kept growing for 2 minutes while inactive"
         );
     }
+}
+
+/// Live control: a program loaded inactive survives 100 start → dump → stop cycles while two
+/// threads allocate; every dump reads back; dumps are consistent; once stopped, dumps taken while
+/// the threads keep allocating add nothing. (ctl_leaker leaves after 120 s: the cycles go through
+/// the control protocol, one in ten through `memlens ctl`, and the dumps are read back once the
+/// program is done.)
+#[test]
+fn inactive_program_survives_100_cycles_and_adds_nothing_when_stopped() {
+    let tmp = test_dir();
+    let dir = tmp.path();
+    let out = dir.join("run.pb.gz");
+    let r = Running::start(dir, &["--inactive", "-o", out.to_str().unwrap()], &[]);
+    let pid = r.pid;
+    let st = ctl_ok(pid, &["status"]);
+    assert!(st.contains("inactive"), "{st}");
+    let dumps: Vec<PathBuf> = (0..100).map(|i| cycle(pid, dir, i)).collect();
+    let st = ctl_ok(pid, &["status"]);
+    assert!(st.contains("inactive"), "{st}");
+
+    settle(pid);
     let (a, b) = (dir.join("idle-a.raw"), dir.join("idle-b.raw"));
     ctl_ok(pid, &["dump", "--raw", "-o", a.to_str().unwrap()]);
     // on purpose: 400 ms of the threads allocating while inactive, which must add no sample
@@ -195,71 +200,6 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
     let (sb, _) = raw_samples(&b);
     assert!(sa > 0, "the cycles recorded nothing");
     assert_eq!(sa, sb, "samples grew while inactive");
-
-    // The leak phase, between two dumps.
-    ctl_ok(pid, &["reset"]);
-    ctl_ok(pid, &["start"]);
-    let at_start = samples();
-    wait_for("samples after start", 20, || samples() > at_start);
-    let base = dir.join("base.pb.gz");
-    let new = dir.join("new.pb.gz");
-    ctl_ok(pid, &["dump", "-o", base.to_str().unwrap()]);
-    // Leak until the sampled live heap holds 64 MiB more than at the base dump (the other threads
-    // keep a ring of small blocks: the live heap grows only by what leak_site leaks).
-    let inuse = || {
-        let t = memlens_target::Target::find(pid).unwrap();
-        t.status().unwrap().num("inuse_bytes").unwrap()
-    };
-    let before = inuse();
-    std::fs::write(dir.join("leak"), "").unwrap();
-    wait_for("leak_site to leak 64 MiB under sampling", 30, || {
-        inuse() >= before + (64 << 20)
-    });
-    std::fs::remove_file(dir.join("leak")).unwrap();
-    ctl_ok(pid, &["dump", "-o", new.to_str().unwrap()]);
-    ctl_ok(pid, &["stop"]);
-    go_pprof_top(&new, Some("inuse_space"), dir);
-    for index in ["inuse_space", "alloc_space"] {
-        let d = memlens()
-            .args([
-                "diff",
-                base.to_str().unwrap(),
-                new.to_str().unwrap(),
-                "--sample-index",
-                index,
-            ])
-            .ok_stdout();
-        assert_eq!(
-            first_of(&d, &["leak_site", "steady_site"]),
-            Some("leak_site"),
-            "diff by {index}:\n{d}"
-        );
-        // Dominates: the leaking function holds most of the growth.
-        let o = memlens()
-            .args([
-                "diff",
-                base.to_str().unwrap(),
-                new.to_str().unwrap(),
-                "--sample-index",
-                index,
-                "--format",
-                "json",
-            ])
-            .ok();
-        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        let total = j["delta"].as_f64().unwrap();
-        let leak = j["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["function"] == "leak_site")
-            .and_then(|f| f["flat_delta"].as_f64())
-            .unwrap_or(0.0);
-        assert!(
-            total > 0.0 && leak / total > 0.6,
-            "leak_site has {leak} of {total} ({index})"
-        );
-    }
 
     let (code, err) = r.finish();
     assert_eq!(code, 0, "memlens run: {err}");
@@ -271,6 +211,77 @@ fn inactive_program_survives_100_cycles_and_diff_finds_the_leak() {
             go_pprof_top(d, Some("alloc_space"), dir);
         }
     }
+}
+
+/// The diff of the dumps around the leak phase by `index`: leak_site comes first and holds most of
+/// the growth.
+fn leak_dominates(base: &Path, new: &Path, index: &str) {
+    let diff = |more: &[&str]| {
+        memlens()
+            .args(["diff", base.to_str().unwrap(), new.to_str().unwrap()])
+            .args(["--sample-index", index])
+            .args(more)
+            .ok()
+    };
+    let d = stdout(&diff(&[]));
+    assert_eq!(
+        first_of(&d, &["leak_site", "steady_site"]),
+        Some("leak_site"),
+        "diff by {index}:\n{d}"
+    );
+    // Dominates: the leaking function holds most of the growth.
+    let j: serde_json::Value = serde_json::from_slice(&diff(&["--format", "json"]).stdout).unwrap();
+    let total = j["delta"].as_f64().unwrap();
+    let leak = j["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "leak_site")
+        .and_then(|f| f["flat_delta"].as_f64())
+        .unwrap_or(0.0);
+    assert!(
+        total > 0.0 && leak / total > 0.6,
+        "leak_site has {leak} of {total} ({index})"
+    );
+}
+
+/// A program loaded inactive, sampling started by `memlens ctl`: the leaking site dominates the
+/// diff of the dumps around its leak phase, by live and by allocated bytes.
+#[test]
+fn diff_of_live_dumps_finds_the_leak() {
+    let tmp = test_dir();
+    let dir = tmp.path();
+    let out = dir.join("run.pb.gz");
+    let r = Running::start(dir, &["--inactive", "-o", out.to_str().unwrap()], &[]);
+    let pid = r.pid;
+    let samples = || status_samples(&ctl_ok(pid, &["status"]));
+    ctl_ok(pid, &["reset"]);
+    ctl_ok(pid, &["start"]);
+    let at_start = samples();
+    wait_for("samples after start", 20, || samples() > at_start);
+    let base = dir.join("base.pb.gz");
+    let new = dir.join("new.pb.gz");
+    ctl_ok(pid, &["dump", "-o", base.to_str().unwrap()]);
+    // Leak until the sampled live heap holds 64 MiB more than at the base dump (the other threads
+    // keep a ring of small blocks: the live heap grows only by what leak_site leaks).
+    let inuse = || {
+        let t = memlens_target::Target::find(pid).unwrap();
+        t.status().unwrap().inuse_bytes.unwrap()
+    };
+    let before = inuse();
+    std::fs::write(dir.join("leak"), "").unwrap();
+    wait_for("leak_site to leak 64 MiB under sampling", 30, || {
+        inuse() >= before + (64 << 20)
+    });
+    std::fs::remove_file(dir.join("leak")).unwrap();
+    ctl_ok(pid, &["dump", "-o", new.to_str().unwrap()]);
+    ctl_ok(pid, &["stop"]);
+    go_pprof_top(&new, Some("inuse_space"), dir);
+    for index in ["inuse_space", "alloc_space"] {
+        leak_dominates(&base, &new, index);
+    }
+    let (code, err) = r.finish();
+    assert_eq!(code, 0, "memlens run: {err}");
 }
 
 /// Unattended profiling: --start-on-growth starts sampling in the growth phase and the profile it

@@ -446,20 +446,19 @@ pub(crate) fn targets_json(server: &Server) -> Vec<serde_json::Value> {
     v.as_array().expect("/targets is a JSON array").clone()
 }
 
+/// The test program in its `steady` phase, loaded inactive, its control socket in `ctl`.
+fn steady_inactive(dir: &Path, ctl: &Path) -> Target {
+    let prog = program(dir);
+    Target::start(ctl, &dir.join("a"), &prog, "steady", &["--inactive"])
+}
+
 /// A program loaded inactive, `go tool pprof` on the allocs window and on the heap, curl of
 /// /targets and /metrics; the window leaves the program inactive again.
 #[test]
 fn go_pprof_reads_a_window_and_the_heap_and_targets_and_metrics_parse() {
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
-    let prog = program(tmp.path());
-    let t = Target::start(
-        &ctl,
-        &tmp.path().join("a"),
-        &prog,
-        "steady",
-        &["--inactive"],
-    );
+    let t = steady_inactive(tmp.path(), &ctl);
     let server = Server::start(&ctl, &[]);
 
     let list = targets_json(&server);
@@ -578,20 +577,13 @@ fn the_window_holds_only_allocations_made_inside_it() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Bad requests, and processes a server does not show (not under memlens, another user's to a
-/// server of an ordinary user), get an HTTP error with a one-line reason.
+/// Bad requests, and processes a server does not show (not under memlens, another user's), get an
+/// HTTP error with a one-line reason that names no process it does not show.
 #[test]
-fn bad_requests_and_other_users_processes_are_refused() {
+fn bad_requests_get_a_one_line_error() {
     let tmp = test_dir();
     let ctl = ctl_dir(tmp.path());
-    let prog = program(tmp.path());
-    let t = Target::start(
-        &ctl,
-        &tmp.path().join("a"),
-        &prog,
-        "steady",
-        &["--inactive"],
-    );
+    let t = steady_inactive(tmp.path(), &ctl);
     let server = Server::start(&ctl, &[]);
     let me = std::process::id();
     let cases: Vec<(String, u16, String)> = vec![
@@ -647,6 +639,13 @@ fn bad_requests_and_other_users_processes_are_refused() {
             assert!(!body.contains(c.as_str()), "{path} names '{c}': {body}");
         }
     }
+    drop(t);
+}
+
+#[test]
+fn methods_other_than_get_are_refused_with_an_allow_header() {
+    let tmp = test_dir();
+    let server = Server::start(&ctl_dir(tmp.path()), &[]);
     // Methods: POST only where Go takes one (the symbol endpoint), with an Allow header.
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
     write!(
@@ -659,6 +658,13 @@ fn bad_requests_and_other_users_processes_are_refused() {
     s.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 405 "), "{raw}");
     assert!(raw.contains("\r\nAllow: GET, HEAD\r\n"), "{raw}");
+}
+
+#[test]
+fn serve_command_line_refusals_are_one_line() {
+    let tmp = test_dir();
+    let ctl = ctl_dir(tmp.path());
+    let me = std::process::id();
     // The command line's own refusals: one line, exit 2 for usage, 1 for a process we cannot serve.
     let me_s = me.to_string();
     for (args, code, why) in [
@@ -689,12 +695,19 @@ fn bad_requests_and_other_users_processes_are_refused() {
             .error(code);
         assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
     }
-    // A server of another user (uid 65534; acting as one needs root, as CI runs) never shows our
-    // process, nor says whose it is or what it runs. (A server of root is the node agent and shows
-    // every user's: docs/containers.md.)
+}
+
+#[test]
+fn another_user_s_server_never_shows_our_process() {
     if !root_or_skip("a server of another user") {
         return;
     }
+    let tmp = test_dir();
+    let ctl = ctl_dir(tmp.path());
+    let t = steady_inactive(tmp.path(), &ctl);
+    // A server of another user (uid 65534; acting as one needs root, as CI runs) never shows our
+    // process, nor says whose it is or what it runs. (A server of root is the node agent and shows
+    // every user's: docs/containers.md.)
     use std::os::unix::fs::PermissionsExt;
     let open = tmp.path().join("nobody");
     std::fs::create_dir(&open).unwrap();

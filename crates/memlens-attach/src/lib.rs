@@ -250,7 +250,7 @@ pub fn run_detach(a: DetachArgs) -> Result<i32> {
         "process {} ({}): detached, sampling stopped ({} allocation hooks removed; free-side hooks stay)",
         t.pid,
         t.comm,
-        r.num("unhooked").unwrap_or(0)
+        r.unhooked.unwrap_or(0)
     );
     Ok(0)
 }

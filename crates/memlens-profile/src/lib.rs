@@ -5,7 +5,8 @@
 //!
 //! * the profile every input becomes and every output is made from ([`Profile`] and its parts);
 //! * reading: [`load`] (any profile file, bounded), [`convert_raw`] (raw dump → symbolized pprof,
-//!   what `memlens run` calls), the raw dump itself ([`read_raw`], [`RawDump`]), a state file
+//!   what `memlens run` calls), the raw dump itself ([`read_raw`], [`RawDump`]; only its header: [`read_raw_head`]; whether the
+//!   runtime finished it: [`raw_is_complete`]), a state file
 //!   ([`read_state_info`], [`render_state`]), symbolization ([`Symbolizer`]) from the files of
 //!   the process wherever they are ([`ProcessFiles`]: a container's root, its mapped files), and
 //!   the one door for files memlens did not create and the user did not name ([`open_regular`],
@@ -55,7 +56,10 @@ pub use convert::{
     symbolize_dumps, ConvertSummary,
 };
 pub use lookup::ProcessFiles;
-pub use raw::{parse as parse_raw, read as read_raw, RawDump, RawModule, RawStack};
+pub use raw::{
+    is_complete as raw_is_complete, parse as parse_raw, read as read_raw,
+    read_head as read_raw_head, RawDump, RawHead, RawModule, RawStack,
+};
 pub use state::{
     read_info as read_state_info, render as render_state, StateInfo, Status as StateStatus,
 };

@@ -136,6 +136,12 @@ pub struct RawDump {
 /// Read and parse a raw dump file that memlens asked for (a run directory's, a control
 /// directory's): a regular file only, not a link (bounded like every input: [`crate::input`]).
 pub fn read(path: &Path) -> Result<RawDump> {
+    read_from(open(path)?.reader()).with_context(|| format!("{}", path.display()))
+}
+
+/// Open a raw dump file that memlens asked for: a regular file only, not a link, and a raw dump by
+/// its first bytes.
+fn open(path: &Path) -> Result<crate::input::Input> {
     let input = crate::input::open_regular_input(path, crate::input::Links::Refuse)?;
     if !looks_raw(&input.head) {
         bail!(
@@ -143,7 +149,7 @@ pub fn read(path: &Path) -> Result<RawDump> {
             path.display()
         );
     }
-    read_from(input.reader()).with_context(|| format!("{}", path.display()))
+    Ok(input)
 }
 
 /// The longest line a raw dump may have (a stack of 128 frames is about 2.5 KB, a path 4 KB).
@@ -151,8 +157,54 @@ pub const MAX_LINE: usize = 1 << 20;
 
 /// Parse a raw dump from a reader, a line at a time.
 pub fn read_from(r: impl Read) -> Result<RawDump> {
-    let mut r = BufReader::with_capacity(1 << 16, r);
     let mut p = Parser::default();
+    if each_line(r, |n, line| p.line(n, line))? {
+        return Ok(p.d);
+    }
+    p.end()
+}
+
+/// The header of a raw dump (its process and sampling facts) and whether a `stack` line follows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawHead {
+    /// Process and sampling facts.
+    pub meta: crate::model::Meta,
+    /// The dump has at least one `stack` line.
+    pub has_stacks: bool,
+}
+
+/// Read a raw dump only up to its first `stack` line (a regular file, not a link, as [`read`]):
+/// what `memlens run` needs to tell whether a dump is worth a profile, without reading its stacks.
+/// The lines read are checked as [`read`] checks them; a dump that ends before any stack (its
+/// `end` line or not) has no stacks.
+pub fn read_head(path: &Path) -> Result<RawHead> {
+    let (mut p, mut has_stacks) = (Parser::default(), false);
+    each_line(open(path)?.reader(), |n, line| {
+        has_stacks = line.starts_with("stack ");
+        Ok(has_stacks || p.line(n, line)?)
+    })
+    .with_context(|| format!("{}", path.display()))?;
+    Ok(RawHead {
+        meta: p.d.meta,
+        has_stacks,
+    })
+}
+
+/// Does the raw dump at `path` end with its `end` line, that is, did the runtime finish writing
+/// it? A regular file only, not a link; only its last bytes are read.
+pub fn is_complete(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok((f, meta)) = crate::input::open_regular(path, crate::input::Links::Refuse) else {
+        return false;
+    };
+    let mut tail = [0u8; 4];
+    meta.len() >= 4 && f.read_exact_at(&mut tail, meta.len() - 4).is_ok() && &tail == b"end\n"
+}
+
+/// Feed `take` each line of `r` (numbered from 1, without its newline; bytes that are not UTF-8
+/// as U+FFFD) until it answers true; whether it did.
+fn each_line(r: impl Read, mut take: impl FnMut(usize, &str) -> Result<bool>) -> Result<bool> {
+    let mut r = BufReader::with_capacity(1 << 16, r);
     let mut buf = Vec::new();
     for n in 1.. {
         buf.clear();
@@ -172,11 +224,11 @@ pub fn read_from(r: impl Read) -> Result<RawDump> {
         line = line.strip_suffix(b"\n").unwrap_or(line);
         line = line.strip_suffix(b"\r").unwrap_or(line);
         // A path that is not UTF-8 must not cost the whole profile: such bytes become U+FFFD.
-        if p.line(n, &String::from_utf8_lossy(line))? {
-            return Ok(p.d);
+        if take(n, &String::from_utf8_lossy(line))? {
+            return Ok(true);
         }
     }
-    p.end()
+    Ok(false)
 }
 
 /// True when `bytes` start like a raw dump (used to pick the reader).
@@ -564,6 +616,42 @@ end
             0x1000
         );
         assert!(d.modules[0].segment_of(0x555555558000).is_none());
+    }
+
+    #[test]
+    fn the_head_alone_and_whether_the_dump_is_complete() {
+        let d = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let good = file("good.raw", GOOD);
+        let h = read_head(&good).unwrap();
+        assert!(h.has_stacks);
+        assert_eq!(h.meta, parse(GOOD).unwrap().meta);
+        assert!(is_complete(&good));
+        // Cut inside the stacks: the head is all there, the dump is not complete.
+        let cut = file("cut.raw", &GOOD[..GOOD.find("stack 1 65536").unwrap()]);
+        assert!(read_head(&cut).unwrap().has_stacks);
+        assert!(!is_complete(&cut));
+        // No stack at all, with or without the `end` line.
+        let head = &GOOD[..GOOD.find("module").unwrap()];
+        assert!(
+            !read_head(&file("none.raw", &format!("{head}end\n")))
+                .unwrap()
+                .has_stacks
+        );
+        assert!(!read_head(&file("short.raw", head)).unwrap().has_stacks);
+        // The head is checked as the whole dump is.
+        let bad = file("bad.raw", &GOOD.replace("samples 3", "samples x"));
+        let e = format!("{:#}", read_head(&bad).unwrap_err());
+        assert!(e.contains("bad.raw") && e.contains("samples"), "{e}");
+        assert!(read_head(&file("other.txt", "hello\n")).is_err());
+        assert!(!is_complete(&d.path().join("missing.raw")));
+        let link = d.path().join("link.raw");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert!(!is_complete(&link) && read_head(&link).is_err());
     }
 
     #[test]

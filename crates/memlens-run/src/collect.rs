@@ -7,7 +7,6 @@ use anyhow::{Context, Result};
 use memlens_profile::{Links, StateStatus};
 use memlens_target::Dump;
 use std::collections::BTreeMap;
-use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 /// The profile of `pid` (of its image `seq`, when it is not the last): `main_out` for the main
@@ -61,28 +60,14 @@ fn convert(raw: &Path, text: Option<&String>, out: &Path) -> Result<String> {
 
 /// Is this (non-main) dump worth a profile of its own? Not when the image recorded nothing, nor when
 /// it is the image a forked child replaced by exec without a sample of its own: what it held was
-/// inherited from its parent (already in the parent's profile) and the exec discards it. Read up
-/// to its first `stack` line (a regular file only: [`memlens_profile::open_regular`]).
+/// inherited from its parent (already in the parent's profile) and the exec discards it. Only its
+/// header is read ([`memlens_profile::read_raw_head`]); a dump that cannot be read is worth the
+/// attempt (the conversion says what is wrong with it).
 pub(crate) fn worth_a_profile(raw: &Path) -> bool {
-    let Ok((f, _)) = memlens_profile::open_regular(raw, Links::Refuse) else {
-        return true; // let the conversion report the problem
-    };
-    let (mut samples, mut reason) = (None, String::new());
-    for line in std::io::BufReader::new(f.take(1 << 30))
-        .split(b'\n')
-        .map_while(|l| l.ok())
-    {
-        let line = String::from_utf8_lossy(&line);
-        if line.starts_with("stack ") {
-            return samples != Some(0) || reason != "exec";
-        }
-        if let Some(v) = line.strip_prefix("samples ") {
-            samples = v.trim().parse::<u64>().ok();
-        } else if let Some(v) = line.strip_prefix("reason ") {
-            reason = v.trim().to_string();
-        }
+    match memlens_profile::read_raw_head(raw) {
+        Ok(h) => h.has_stacks && (h.meta.samples != 0 || h.meta.reason != "exec"),
+        Err(_) => true,
     }
-    false
 }
 
 /// How a process ended, from its raw wait status: `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
@@ -247,7 +232,7 @@ fn read_states(dir: &RunDir, plan: &Plan, files: &[StateFile], notes: &mut Notes
         };
         let alive = last && start_ticks(*pid) == Some(info.start_ticks);
         match info.status {
-            StateStatus::Dumped(seq) if complete(&dump(seq)) => {
+            StateStatus::Dumped(seq) if memlens_profile::raw_is_complete(&dump(seq)) => {
                 r.done.insert(dump(seq), path.clone());
                 continue;
             }
@@ -345,7 +330,7 @@ pub fn collect(
             // at once) leaves an empty dump; only the main program's profile is written even when
             // empty.
             let keep_empty = main && last;
-            if !states.texts.contains_key(&d.path) && !complete(&d.path) {
+            if !states.texts.contains_key(&d.path) && !memlens_profile::raw_is_complete(&d.path) {
                 cut_short.push(pid);
                 forget(d);
                 continue;
@@ -415,7 +400,7 @@ fn the_dumps(dir: &RunDir, plan: &Plan, files: RunFiles, states: &FromStates) ->
     // file, rendered above, is.
     dumps.retain(|d| {
         let keep = states.texts.contains_key(&d.path)
-            || complete(&d.path)
+            || memlens_profile::raw_is_complete(&d.path)
             || !files.states.iter().any(|s| s.pid == d.pid);
         if !keep {
             std::fs::remove_file(&d.path).ok();
@@ -508,23 +493,15 @@ fn pid_list(pids: &[u32]) -> String {
     format!("{}{more}", shown.join(", "))
 }
 
-/// Does the dump at `path` end with its `end` line (a regular file the runtime finished)?
-fn complete(path: &Path) -> bool {
-    use std::os::unix::fs::FileExt;
-    let Ok((f, meta)) = memlens_profile::open_regular(path, Links::Refuse) else {
-        return false;
-    };
-    let mut tail = [0u8; 4];
-    meta.len() >= 4 && f.read_exact_at(&mut tail, meta.len() - 4).is_ok() && &tail == b"end\n"
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn dump(reason: &str, samples: u64, stack: bool) -> tempfile::NamedTempFile {
         let f = tempfile::NamedTempFile::new().unwrap();
-        let mut t = format!("memlens-raw 1\npid 7\nreason {reason}\nsamples {samples}\n");
+        let mut t = format!(
+            "memlens-raw 1\npid 7\nexe /bin/x\ninterval 65536\nreason {reason}\nsamples {samples}\n"
+        );
         if stack {
             t.push_str("stack 0 0 0 65536 4096 0 0x1234\n");
         }
@@ -541,6 +518,11 @@ mod tests {
         // A forked child that exits without exec keeps its inherited blocks in its own profile.
         assert!(worth_a_profile(dump("fork-child-exit", 0, true).path()));
         assert!(!worth_a_profile(dump("exit", 0, false).path()));
+        // One the conversion must judge: unreadable, or not a dump at all.
+        let odd = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(odd.path(), "memlens-raw 1\npid x\n").unwrap();
+        assert!(worth_a_profile(odd.path()));
+        assert!(worth_a_profile(Path::new("/nonexistent/memlens.1.0.raw")));
     }
 
     #[test]

@@ -64,15 +64,12 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
                 .map(|s| memlens_target::parse_interval(s, "--interval"))
                 .transpose()?;
             let r = t.start(iv)?;
-            let was = if r.get("was") == Some("1") {
+            let was = if r.was == Some(true) {
                 " (it was already on)"
             } else {
                 ""
             };
-            let iv = r
-                .num("interval")
-                .map(format_size)
-                .unwrap_or_else(|| "?".into());
+            let iv = r.interval.map(format_size).unwrap_or_else(|| "?".into());
             println!(
                 "process {} ({}): sampling started, interval {iv}{was}",
                 t.pid, t.comm
@@ -80,7 +77,7 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
         }
         CtlAction::Stop => {
             let r = t.stop()?;
-            let was = if r.get("was") == Some("0") {
+            let was = if r.was == Some(false) {
                 " (it was already off)"
             } else {
                 ""
@@ -127,13 +124,9 @@ pub fn run_ctl(args: CtlArgs) -> Result<i32> {
 }
 
 fn print_status(t: &Target, r: &Reply) {
-    let n = |k: &str| {
-        r.num(k)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| "n/a".into())
-    };
-    let samples = r.num("samples").unwrap_or(0);
-    let truncated = r.num("truncated").unwrap_or(0);
+    let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into());
+    let samples = r.samples.unwrap_or(0);
+    let truncated = r.truncated.unwrap_or(0);
     let share = if samples > 0 {
         format!(
             "{:.1}% of samples",
@@ -142,12 +135,12 @@ fn print_status(t: &Target, r: &Reply) {
     } else {
         "no samples yet".into()
     };
-    let state = if r.get("active") == Some("1") {
+    let state = if r.active == Some(true) {
         "active"
     } else {
         "inactive"
     };
-    let iv = match r.num("interval") {
+    let iv = match r.interval {
         Some(0) => "exact (every allocation)".to_string(),
         Some(v) => format!("{} ({v} bytes)", format_size(v)),
         None => "n/a".into(),
@@ -155,28 +148,28 @@ fn print_status(t: &Target, r: &Reply) {
     println!("process {} ({})", t.pid, t.comm);
     println!("  sampling       {state}");
     println!("  interval       {iv}");
-    println!("  samples        {}", n("samples"));
+    println!("  samples        {}", n(r.samples));
     let bytes = r
-        .num("alloc_bytes")
+        .alloc_bytes
         .map(format_size)
         .unwrap_or_else(|| "n/a".into());
     println!("  allocated      {bytes} (estimated from the samples)");
     let limit = r
-        .num("max_stacks")
+        .max_stacks
         .map_or(String::new(), |m| format!(" (table holds {m})"));
-    println!("  stacks         {}{limit}", n("stacks"));
-    println!("  truncated      {} ({share})", n("truncated"));
-    let dropped_bytes = match r.num("dropped_bytes") {
+    println!("  stacks         {}{limit}", n(r.stacks));
+    println!("  truncated      {} ({share})", n(r.truncated));
+    let dropped_bytes = match r.dropped_bytes {
         Some(b) if b > 0 => format!(" ({} not in the profile)", format_size(b)),
         _ => String::new(),
     };
-    let full = match r.num("table_full") {
+    let full = match r.table_full {
         Some(f) if f > 0 => format!("; {f} because the stack table was full (raise --max-stacks)"),
         _ => String::new(),
     };
-    println!("  dropped        {}{dropped_bytes}{full}", n("dropped"));
+    println!("  dropped        {}{dropped_bytes}{full}", n(r.dropped));
     // the runtime's own account of what profiling has cost so far (runtime/src/sample/cost.c)
-    if let (Some(ns), Some(cpu)) = (r.num("cost_ns"), r.num("cpu_ns")) {
+    if let (Some(ns), Some(cpu)) = (r.cost_ns, r.cpu_ns) {
         let share = if cpu > 0 {
             format!("{:.2}%", ns as f64 / cpu as f64 * 100.0)
         } else {
@@ -189,7 +182,7 @@ fn print_status(t: &Target, r: &Reply) {
         );
         println!(
             "  calls          {} allocations while sampling (estimated from the samples)",
-            n("cost_calls")
+            n(r.cost_calls)
         );
     }
 }

@@ -177,7 +177,7 @@ pub fn facts(t: &Target, service: Option<&str>, show_cmdline: bool) -> Facts {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(format!("{e:#}"))),
     };
-    let num = |k: &str| st.as_ref().and_then(|r| r.num(k));
+    let num = |f: fn(&Reply) -> Option<u64>| st.as_ref().and_then(f);
     Facts {
         pid: t.pid,
         place: Place::of(t),
@@ -186,15 +186,15 @@ pub fn facts(t: &Target, service: Option<&str>, show_cmdline: bool) -> Facts {
         service: service
             .map(str::to_string)
             .unwrap_or_else(|| service_of(t.pid, &t.comm)),
-        interval: num("interval"),
-        active: st.as_ref().and_then(|r| r.get("active")).map(|v| v == "1"),
-        samples: num("samples"),
-        alloc_bytes: num("alloc_bytes"),
-        inuse_bytes: num("inuse_bytes"),
-        dropped: num("dropped"),
+        interval: num(|r| r.interval),
+        active: st.as_ref().and_then(|r| r.active),
+        samples: num(|r| r.samples),
+        alloc_bytes: num(|r| r.alloc_bytes),
+        inuse_bytes: num(|r| r.inuse_bytes),
+        dropped: num(|r| r.dropped),
         rss_bytes: rss_bytes(t.pid),
-        cost_ns: num("cost_ns"),
-        cpu_ns: num("cpu_ns"),
+        cost_ns: num(|r| r.cost_ns),
+        cpu_ns: num(|r| r.cpu_ns),
         error,
     }
 }

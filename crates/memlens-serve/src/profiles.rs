@@ -147,10 +147,10 @@ impl Profiler {
             let mut w = lock(&slot.window);
             if w.open == 0 {
                 let st = t.status()?;
-                if st.get("active") != Some("1") {
+                if st.active != Some(true) {
                     let r = t.start(None)?;
                     // Someone else started it between our status and start: theirs to stop.
-                    w.restore_off = r.get("was") != Some("1");
+                    w.restore_off = r.was != Some(true);
                 }
             }
             w.open += 1;

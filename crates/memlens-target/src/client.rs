@@ -1,5 +1,6 @@
 //! The client of a target's control socket: one request line, one reply line (`ok …` / `error …`).
 use crate::proc::{runtime_loaded, ProcStatus};
+use crate::reply::Reply;
 use crate::socket::{connect, locate};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::{ErrorKind, Read, Write};
@@ -18,26 +19,6 @@ static OPENER: std::sync::OnceLock<Opener> = std::sync::OnceLock::new();
 /// ignored). Without it, such a process is an error that says why it has none.
 pub fn set_socket_opener(open: Opener) {
     let _ = OPENER.set(open);
-}
-
-/// A reply line `ok key=value …` split into its fields.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The whole line.
-    pub text: String,
-}
-
-impl Reply {
-    /// The value of `key=value`.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.text
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-    }
-    /// The value of `key=value` as a number.
-    pub fn num(&self, key: &str) -> Option<u64> {
-        self.get(key)?.parse().ok()
-    }
 }
 
 /// A process running the memlens runtime that we may control, and where its control socket is.
@@ -87,7 +68,8 @@ impl Target {
         })
     }
 
-    /// Send one request line and return the `ok` reply; an `error` reply becomes an error.
+    /// Send one request line and return the `ok` reply, parsed; an `error` reply (or one that
+    /// cannot be parsed) becomes an error.
     pub fn request(&self, line: &str) -> Result<Reply> {
         let mut s = self.connect()?;
         s.set_read_timeout(Some(Duration::from_secs(120))).ok();
@@ -112,9 +94,8 @@ impl Target {
         })?;
         let text = text.trim();
         if let Some(rest) = text.strip_prefix("ok") {
-            return Ok(Reply {
-                text: rest.trim().to_string(),
-            });
+            return Reply::parse(rest)
+                .map_err(|e| anyhow!("process {}: malformed reply '{text}': {e}", self.pid));
         }
         match text.strip_prefix("error ") {
             Some(e) => bail!("process {}: {e}", self.pid),
@@ -311,21 +292,5 @@ impl Target {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.ready()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reply_fields() {
-        let r = Reply {
-            text: "pid=12 active=1 interval=65536 samples=7".into(),
-        };
-        assert_eq!(r.get("active"), Some("1"));
-        assert_eq!(r.num("interval"), Some(65536));
-        assert_eq!(r.num("pid"), Some(12));
-        assert_eq!(r.get("missing"), None);
     }
 }

@@ -167,9 +167,7 @@ impl Server {
             attached = true;
         }
         let st = target.status()?;
-        let restore = (st.num("active") == Some(1))
-            .then(|| st.num("interval"))
-            .flatten();
+        let restore = st.interval.filter(|_| st.active == Some(true));
         Ok(Server {
             target,
             load: load.to_string(),
@@ -354,7 +352,7 @@ impl Load<'_> {
 /// The runtime's own account of its cost so far: (sampled-path ns, fast-path calls), where this
 /// runtime reports it.
 fn own_cost(r: &Reply) -> Option<u64> {
-    r.num("cost_ns")
+    r.cost_ns
 }
 
 /// How the process is switched to one configuration, as control requests.
@@ -383,8 +381,8 @@ fn jemalloc_ready(srv: &Server) -> std::result::Result<(), String> {
                 .into(),
         ),
         Err(e) => Err(format!("{e:#}")),
-        Ok(r) => match (r.get("allocator"), r.num("prof")) {
-            (Some("jemalloc"), Some(1)) => Ok(()),
+        Ok(r) => match (r.allocator.as_deref(), r.prof) {
+            (Some("jemalloc"), Some(true)) => Ok(()),
             (Some("jemalloc"), _) => Err(
                 "it runs jemalloc without its profiler (start it with MALLOC_CONF=prof:true,prof_active:false)"
                     .into(),
