@@ -260,141 +260,195 @@ static void restore_reg(struct cfa_state *s, const struct cfa_state *init, uint6
     }
 }
 
+/* DW_CFA_advance_loc1, 2, 4: a little-endian operand of 1, 2 or 4 bytes, which must fit. */
+static uintptr_t advance_op(uint8_t op, const uint8_t **pp, const uint8_t *end,
+                            const struct cie_info *ci, struct cfa_state *s)
+{
+    size_t w = op == 0x02 ? 1 : op == 0x03 ? 2 : 4;
+    const uint8_t *p = *pp;
+    if ((size_t)(end - p) < w) {
+        s->bad = 1;
+        return 0;
+    }
+    uint32_t d = 0;
+    for (size_t i = 0; i < w; i++)
+        d |= (uint32_t)p[i] << (8 * i);
+    *pp = p + w;
+    return d * ci->code_align;
+}
+
+/* The CFA's own rule (def_cfa and its variants): 1 when `op` is one of them. */
+static int cfa_op(uint8_t op, const uint8_t **pp, const uint8_t *end, const struct cie_info *ci,
+                  struct cfa_state *s)
+{
+    switch (op) {
+    case 0x0c: /* def_cfa */
+        s->cfa_reg = (int)uleb(pp, end);
+        s->cfa_off = (int64_t)uleb(pp, end);
+        return 1;
+    case 0x12: /* def_cfa_sf */
+        s->cfa_reg = (int)uleb(pp, end);
+        s->cfa_off = mul(sleb(pp, end), ci->data_align);
+        return 1;
+    case 0x0d: /* def_cfa_register */
+        s->cfa_reg = (int)uleb(pp, end);
+        return 1;
+    case 0x0e: /* def_cfa_offset */
+        s->cfa_off = (int64_t)uleb(pp, end);
+        return 1;
+    case 0x13: /* def_cfa_offset_sf */
+        s->cfa_off = mul(sleb(pp, end), ci->data_align);
+        return 1;
+    }
+    return 0;
+}
+
+/* A rule for a register whose value is a location we cannot follow (undefined, same value, another
+ * register, an expression, a value offset): only rbp and the return address matter to us. */
+static int other_rule_op(uint8_t op, const uint8_t **pp, const uint8_t *end, struct cfa_state *s)
+{
+    uint64_t reg = uleb(pp, end);
+    int ours = reg == DW_REG_RBP || reg == DW_REG_RA;
+    switch (op) {
+    case 0x07: /* undefined */
+        if (reg == DW_REG_RA)
+            s->ra_undefined = 1;
+        else if (reg == DW_REG_RBP)
+            s->rbp_saved = 0;
+        return 1;
+    case 0x08: /* same_value */
+        if (reg == DW_REG_RBP)
+            s->rbp_saved = 0;
+        else if (reg == DW_REG_RA)
+            s->bad = 1;
+        return 1;
+    case 0x09: /* register */
+        uleb(pp, end);
+        s->bad |= ours;
+        return 1;
+    case 0x10:   /* expression */
+    case 0x16: { /* val_expression */
+        uint64_t len = uleb(pp, end);
+        if (len > (uint64_t)(end - *pp) || ours)
+            s->bad = 1;
+        else
+            *pp += len;
+        return 1;
+    }
+    case 0x14: /* val_offset */
+        uleb(pp, end);
+        s->bad |= ours;
+        return 1;
+    case 0x15: /* val_offset_sf */
+        sleb(pp, end);
+        s->bad |= ours;
+        return 1;
+    }
+    return 0;
+}
+
+/* A register's rule (offset, restore and the ones other_rule_op reads): 1 when `op` is one. */
+static int reg_op(uint8_t op, const uint8_t **pp, const uint8_t *end, const struct cie_info *ci,
+                  struct cfa_state *s, const struct cfa_state *init)
+{
+    switch (op) {
+    case 0x05: { /* offset_extended */
+        uint64_t reg = uleb(pp, end);
+        set_reg_offset(s, reg, mul((int64_t)uleb(pp, end), ci->data_align));
+        return 1;
+    }
+    case 0x11: { /* offset_extended_sf */
+        uint64_t reg = uleb(pp, end);
+        set_reg_offset(s, reg, mul(sleb(pp, end), ci->data_align));
+        return 1;
+    }
+    case 0x06: /* restore_extended */
+        restore_reg(s, init, uleb(pp, end));
+        return 1;
+    case 0x07:
+    case 0x08:
+    case 0x09:
+    case 0x10:
+    case 0x14:
+    case 0x15:
+    case 0x16:
+        return other_rule_op(op, pp, end, s);
+    }
+    return 0;
+}
+
+/* remember_state / restore_state: a stack of states MAX_REMEMBERED deep. */
+struct remembered {
+    struct cfa_state st[MAX_REMEMBERED];
+    int depth;
+};
+
+static void state_op(uint8_t op, struct remembered *r, struct cfa_state *s)
+{
+    if (op == 0x0a) { /* remember_state */
+        if (r->depth == MAX_REMEMBERED)
+            s->bad = 1;
+        else
+            r->st[r->depth++] = *s;
+        ML_ASSERT(r->depth <= MAX_REMEMBERED);
+    } else { /* restore_state */
+        if (r->depth == 0)
+            s->bad = 1;
+        else
+            *s = r->st[--r->depth];
+        ML_ASSERT(r->depth >= 0);
+    }
+}
+
+/* An instruction with no operand in its opcode byte; returns how far it advances the location. */
+static uintptr_t extended_op(uint8_t op, const uint8_t **pp, const uint8_t *end,
+                             const struct cie_info *ci, struct cfa_state *s,
+                             const struct cfa_state *init, struct remembered *r)
+{
+    switch (op) {
+    case 0x00: /* nop */
+        return 0;
+    case 0x02: /* advance_loc1, 2, 4 */
+    case 0x03:
+    case 0x04:
+        return advance_op(op, pp, end, ci, s);
+    case 0x0a: /* remember_state, restore_state */
+    case 0x0b:
+        state_op(op, r, s);
+        return 0;
+    case 0x2e: /* GNU_args_size */
+        uleb(pp, end);
+        return 0;
+    }
+    if (!cfa_op(op, pp, end, ci, s) && !reg_op(op, pp, end, ci, s, init))
+        s->bad = 1; /* def_cfa_expression, set_loc, vendor ops: not ours to interpret */
+    return 0;
+}
+
 /* Executes the CFA program [p, end) until the location passes `target`, keeping in `s` only what
  * the unwinder needs; init = the state after the CIE (for the restore ops). */
 static void execute_cfa_program(const uint8_t *p, const uint8_t *end, const struct cie_info *ci,
                                 uintptr_t loc, uintptr_t target, struct cfa_state *s,
                                 const struct cfa_state *init)
 {
-    struct cfa_state stack[MAX_REMEMBERED];
-    int depth = 0;
+    struct remembered r; /* not cleared: only what remember_state pushed is read */
+    r.depth = 0;
     while (p < end && !s->bad) {
         uint8_t op = *p++, low = op & 0x3f;
         uintptr_t adv = 0;
         switch (op & 0xc0) {
-        case 0x40:
+        case 0x40: /* advance_loc */
             adv = low * ci->code_align;
             break;
-        case 0x80:
+        case 0x80: /* offset */
             set_reg_offset(s, low, mul((int64_t)uleb(&p, end), ci->data_align));
             continue;
-        case 0xc0:
+        case 0xc0: /* restore */
             restore_reg(s, init, low);
             continue;
         default:
-            switch (op) {
-            case 0x00: /* nop */
-                break;
-            case 0x02: /* advance_loc1, 2, 4: the operand must fit */
-            case 0x03:
-            case 0x04: {
-                size_t w = op == 0x02 ? 1 : op == 0x03 ? 2 : 4;
-                uint32_t d = 0;
-                if ((size_t)(end - p) < w) {
-                    s->bad = 1;
-                    break;
-                }
-                for (size_t i = 0; i < w; i++) /* little-endian */
-                    d |= (uint32_t)p[i] << (8 * i);
-                p += w;
-                adv = d * ci->code_align;
-                break;
-            }
-            case 0x05: { /* offset_extended */
-                uint64_t reg = uleb(&p, end);
-                set_reg_offset(s, reg, mul((int64_t)uleb(&p, end), ci->data_align));
-                break;
-            }
-            case 0x11: { /* offset_extended_sf */
-                uint64_t reg = uleb(&p, end);
-                set_reg_offset(s, reg, mul(sleb(&p, end), ci->data_align));
-                break;
-            }
-            case 0x06: /* restore_extended */
-                restore_reg(s, init, uleb(&p, end));
-                break;
-            case 0x07: { /* undefined */
-                uint64_t reg = uleb(&p, end);
-                if (reg == DW_REG_RA)
-                    s->ra_undefined = 1;
-                else if (reg == DW_REG_RBP)
-                    s->rbp_saved = 0;
-                break;
-            }
-            case 0x08: { /* same_value */
-                uint64_t reg = uleb(&p, end);
-                if (reg == DW_REG_RBP)
-                    s->rbp_saved = 0;
-                else if (reg == DW_REG_RA)
-                    s->bad = 1;
-                break;
-            }
-            case 0x09: { /* register */
-                uint64_t reg = uleb(&p, end);
-                uleb(&p, end);
-                if (reg == DW_REG_RBP || reg == DW_REG_RA)
-                    s->bad = 1;
-                break;
-            }
-            case 0x0a: /* remember_state */
-                if (depth == MAX_REMEMBERED)
-                    s->bad = 1;
-                else
-                    stack[depth++] = *s;
-                ML_ASSERT(depth <= MAX_REMEMBERED);
-                break;
-            case 0x0b: /* restore_state */
-                if (depth == 0)
-                    s->bad = 1;
-                else
-                    *s = stack[--depth];
-                ML_ASSERT(depth >= 0);
-                break;
-            case 0x0c: /* def_cfa */
-                s->cfa_reg = (int)uleb(&p, end);
-                s->cfa_off = (int64_t)uleb(&p, end);
-                break;
-            case 0x12: /* def_cfa_sf */
-                s->cfa_reg = (int)uleb(&p, end);
-                s->cfa_off = mul(sleb(&p, end), ci->data_align);
-                break;
-            case 0x0d: /* def_cfa_register */
-                s->cfa_reg = (int)uleb(&p, end);
-                break;
-            case 0x0e: /* def_cfa_offset */
-                s->cfa_off = (int64_t)uleb(&p, end);
-                break;
-            case 0x13: /* def_cfa_offset_sf */
-                s->cfa_off = mul(sleb(&p, end), ci->data_align);
-                break;
-            case 0x10:   /* expression */
-            case 0x16: { /* val_expression */
-                uint64_t reg = uleb(&p, end);
-                uint64_t len = uleb(&p, end);
-                if (len > (uint64_t)(end - p) || reg == DW_REG_RBP || reg == DW_REG_RA)
-                    s->bad = 1;
-                else
-                    p += len;
-                break;
-            }
-            case 0x14: /* val_offset */
-            case 0x15: { /* val_offset_sf */
-                uint64_t reg = uleb(&p, end);
-                if (op == 0x14)
-                    uleb(&p, end);
-                else
-                    sleb(&p, end);
-                if (reg == DW_REG_RBP || reg == DW_REG_RA)
-                    s->bad = 1;
-                break;
-            }
-            case 0x2e: /* GNU_args_size */
-                uleb(&p, end);
-                break;
-            default: /* def_cfa_expression, set_loc, vendor ops: not ours to interpret */
-                s->bad = 1;
-                break;
-            }
+            adv = extended_op(op, &p, end, ci, s, init, &r);
+            break;
         }
         loc += adv;
         if (loc > target)
