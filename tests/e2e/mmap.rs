@@ -33,6 +33,7 @@ fn a_kept_mapping_shows_at_its_call_site() {
     );
     let prof = dir.path().join("p.pb.gz");
     memlens()
+        .env("MEMLENS_MMAP", "1")
         .arg("run")
         .arg("-o")
         .arg(&prof)
@@ -110,6 +111,7 @@ fn python_dict_heap_and_mmap_cover_its_rss() {
     let (rss, _) = growth(&stdout(&plain));
     let prof = dir.path().join("p.pb.gz");
     let o = memlens()
+        .env("MEMLENS_MMAP", "1")
         .arg("run")
         .arg("-o")
         .arg(&prof)

@@ -68,6 +68,10 @@ void ml_config_read(void)
         else
             ml_cfg.interval = (uint64_t)v;
     }
+    /* Anonymous mmap is opt-in: an allocator of the program's own (jemalloc, tcmalloc) maps its
+     * arenas through the same call, and those bytes are already counted as its allocations. */
+    s = getenv("MEMLENS_MMAP");
+    ml_cfg.mmap = s && s[0] == '1';
     s = getenv("MEMLENS_ACTIVE");
     if (s && *s)
         ml_cfg.active = *s != '0';

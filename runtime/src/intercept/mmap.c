@@ -32,7 +32,7 @@ static _Atomic int lock;
 
 static int ours(int flags, int prot, uintptr_t ra)
 {
-    return (flags & MAP_ANONYMOUS) && prot != PROT_NONE && !ml_tls.busy && !ml_tls.in_init && ml_cfg.ready &&
+    return ml_cfg.mmap && (flags & MAP_ANONYMOUS) && prot != PROT_NONE && !ml_tls.busy && !ml_tls.in_init && ml_cfg.ready &&
            !ml_unwind_is_self(ra);
 }
 
