@@ -190,10 +190,10 @@ fn memlens_run_in_its_own_namespaces_is_reached_from_the_host() {
     }
     let tmp = test_dir();
     let prog = target_program(&tmp);
-    let inner = format!(
-        "exec {} run --inactive --interval 32K -o /mnt/exit.pb.gz -- $P /mnt/a",
-        memlens_path().display()
-    );
+    // memlens itself through the test directory (/mnt inside): a clone under /tmp (CI's) would be
+    // hidden by the namespace's own /tmp.
+    std::fs::copy(memlens_path(), tmp.join("memlens")).unwrap();
+    let inner = "exec /mnt/memlens run --inactive --interval 32K -o /mnt/exit.pb.gz -- $P /mnt/a";
     let mut ns = Namespaced::start(&tmp, &prog, &inner, None);
     let (pid, inside) = ns.pids(&tmp);
     assert_ne!(
