@@ -194,7 +194,7 @@ fn memlens_run_in_its_own_namespaces_is_reached_from_the_host() {
     // hidden by the namespace's own /tmp.
     std::fs::copy(memlens_path(), tmp.join("memlens")).unwrap();
     let inner = "exec /mnt/memlens run --inactive --interval 32K -o /mnt/exit.pb.gz -- $P /mnt/a";
-    let mut ns = Namespaced::start(&tmp, &prog, &inner, None);
+    let mut ns = Namespaced::start(&tmp, &prog, inner, None);
     let (pid, inside) = ns.pids(&tmp);
     assert_ne!(
         pid, inside,

@@ -482,6 +482,16 @@ fn dwarf_unwinder_finds_the_same_stacks_as_libunwind() {
             "{cmd:?}: only {} stacks",
             dwarf.len()
         );
+        // A stack cut at the depth limit (64 frames) keeps whichever 64 frames its unwinder reached
+        // first; where the two count a leaf frame differently the cut falls one frame apart. Whole
+        // stacks must agree line for line.
+        let whole = |v: &[String]| -> Vec<String> {
+            v.iter()
+                .filter(|l| l.split(';').count() < 64)
+                .cloned()
+                .collect()
+        };
+        let (dwarf, libunwind) = (whole(&dwarf), whole(&libunwind));
         let differ: Vec<_> = dwarf
             .iter()
             .filter(|l| !libunwind.contains(l))
