@@ -22,7 +22,7 @@ const HELD: f64 = 32.0 * 1024.0 * 1024.0;
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/memlens-test-programs`: programs built from registries, kept
 /// across runs and clones.
-fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -491,4 +491,67 @@ fn a_heap_growing_unseen_is_said() {
     );
     let header = memlens().arg("report").arg(&file).ok_stdout();
     assert!(header.contains(want), "{header}");
+}
+
+/// tests/programs/dlopen_alloc.c: the program, and the library it loads with dlopen, which links
+/// libjemalloc_pic.a and keeps its symbols to itself (`--exclude-libs`: its malloc is local).
+fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = root().join("tests/programs/dlopen_alloc.c");
+    let lib = dir.join("libheld.so");
+    Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fPIC",
+            "-shared",
+            "-DLIB",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(&src)
+        .arg("/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a")
+        .args(["-Wl,--exclude-libs,ALL", "-lpthread", "-lm", "-lstdc++"])
+        .ok();
+    (compile(&src, dir, "dlopen_alloc", &["-ldl"]), lib)
+}
+
+/// jemalloc's initial-exec TLS needs more of the static TLS block than glibc keeps for libraries
+/// loaded later (without it, dlopen fails: "cannot allocate memory in static TLS block").
+const STATIC_TLS: (&str, &str) = ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
+
+/// A library loaded with dlopen after start, with jemalloc linked into it: memlens finds it and
+/// hooks it while the loader maps it, before its code runs (the loader's r_brk notification), and
+/// the bytes it holds are counted.
+#[test]
+fn library_dlopened_with_jemalloc_linked_in_run() {
+    let dir = test_dir();
+    let (prog, lib) = dlopen_programs(dir.path());
+    let reference = said(
+        &Command::new(&prog)
+            .arg(&lib)
+            .env(STATIC_TLS.0, STATIC_TLS.1)
+            .ok_stdout(),
+    );
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens()
+        .args(["run", "--interval", INTERVAL, "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&prog)
+        .arg(&lib)
+        .env(STATIC_TLS.0, STATIC_TLS.1)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    let found =
+        "libheld.so (a library) allocates through jemalloc linked into it (malloc, free, mallocx, …): hooked";
+    assert!(
+        stderr(&o).contains(found),
+        "no '{found}' in:\n{}",
+        stderr(&o)
+    );
+    let got = inuse_at_hold(&file);
+    within("vs the program's own count", got, said(&stdout(&o)).held);
+    within("vs jemalloc's stats.allocated", got, reference.allocator);
 }
