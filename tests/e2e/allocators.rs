@@ -197,6 +197,25 @@ fn inuse_at_hold(file: &Path) -> f64 {
         .sum()
 }
 
+/// `memlens run --interval INTERVAL -o file -- prog`, for the caller to add arguments and run.
+fn memlens_run(file: &Path, prog: &Path) -> Command {
+    let mut c = memlens();
+    c.args(["run", "--interval", INTERVAL, "-o"])
+        .arg(file)
+        .arg("--")
+        .arg(prog);
+    c
+}
+
+/// `memlens ctl PID dump -o file`, with the test's private control directory.
+pub(crate) fn ctl_dump(pid: &str, file: &Path, dir: &Path) {
+    memlens()
+        .args(["ctl", pid, "dump", "-o"])
+        .arg(file)
+        .env("MEMLENS_CTL_DIR", ctl_dir(dir))
+        .ok();
+}
+
 #[track_caller]
 fn within(what: &str, got: f64, want: f64) {
     let err = (got - want) / want;
@@ -218,13 +237,7 @@ fn check_run(prog: &Path, alloc: &str, label: &str, allocator_counts: bool) {
     let dir = test_dir();
     let reference = bare(prog);
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--interval", INTERVAL, "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(prog)
-        .output()
-        .unwrap();
+    let o = memlens_run(&file, prog).output().unwrap();
     assert_ok(&prog, &o);
     let err = stderr(&o);
     let found = format!("allocates through {alloc} linked into it ({label}): hooked");
@@ -280,11 +293,7 @@ fn check_attach(prog: &Path, alloc: &str, label: &str) {
     out.read_line(&mut line).unwrap(); // "again …": the sites ran under memlens
     assert!(line.starts_with("again"), "{line}");
     let file = d.join("a.pb.gz");
-    memlens()
-        .args(["ctl", &pid, "dump", "-o"])
-        .arg(&file)
-        .env("MEMLENS_CTL_DIR", ctl_dir(d))
-        .ok();
+    ctl_dump(&pid, &file, d);
     std::fs::write(&end, "").unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "{prog:?} under attach: {st}");
@@ -378,13 +387,7 @@ fn rust_reporting_through_memlens_alloc_is_counted_once() {
     let prog = rust_programs().join("sites-profiled");
     let dir = test_dir();
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--interval", INTERVAL, "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
+    let o = memlens_run(&file, &prog).output().unwrap();
     assert_ok(&prog, &o);
     assert!(
         stderr(&o).contains("reports its allocations itself"),
@@ -534,11 +537,7 @@ fn library_dlopened_with_jemalloc_linked_in_run() {
             .ok_stdout(),
     );
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--interval", INTERVAL, "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
+    let o = memlens_run(&file, &prog)
         .arg(&lib)
         .env(STATIC_TLS.0, STATIC_TLS.1)
         .output()

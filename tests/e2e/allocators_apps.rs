@@ -5,7 +5,7 @@
 //! source package (`apt-get source --download-only` with a private sources list: only package
 //! registries are reachable), built once with `make MALLOC=jemalloc` into a cache outside the clone
 //! keyed by the tarball's hash; a test that cannot have it prints one `SKIPPED:` line.
-use crate::allocators::cache_root;
+use crate::allocators::{cache_root, ctl_dump};
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -295,11 +295,7 @@ fn redis_with_its_bundled_jemalloc_run() {
     benchmark(bins, port);
     let used = info(bins, port, "used_memory");
     let pid = redis_pid(bins, port);
-    memlens()
-        .args(["ctl", &pid, "dump", "-o"])
-        .arg(&file)
-        .env("MEMLENS_CTL_DIR", ctl_dir(d))
-        .ok();
+    ctl_dump(&pid, &file, d);
     let got = inuse_total(&file);
     let err = {
         Command::new(bins.join("redis-cli"))
@@ -354,11 +350,7 @@ fn redis_with_its_bundled_jemalloc_attach() {
     benchmark(bins, port);
     let used = info(bins, port, "used_memory") - used0;
     let file = d.join("a.pb.gz");
-    memlens()
-        .args(["ctl", &pid, "dump", "-o"])
-        .arg(&file)
-        .env("MEMLENS_CTL_DIR", ctl_dir(d))
-        .ok();
+    ctl_dump(&pid, &file, d);
     shutdown(bins, port, child);
     let got = inuse_total(&file);
     within(
