@@ -113,7 +113,8 @@ void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, 
 #define ROOM_PROBE_MAX (64u << 10)
 
 /* The usable size family f gives a block of n bytes (block.h, ml_block_usable: why), found by asking
- * it: one malloc, malloc_usable_size and free of the real allocator, on sampled events only. Exact
+ * it: one malloc, malloc_usable_size and free of the real allocator, on sampled events of a size
+ * other than the thread's last (cached: programs allocate few distinct sizes) only. Exact
  * mode serves every block from the range, so no block there sees another's slack: no probe. */
 static size_t room_of(const struct ml_family *f, size_t n)
 {
@@ -121,12 +122,18 @@ static size_t room_of(const struct ml_family *f, size_t n)
         return n;
     if (n > ROOM_PROBE_MAX)
         return (n + 4095) & ~(size_t)4095;
+    struct ml_thread *th = &ml_tls;
+    if (th->room_fam == f && th->room_size == n)
+        return th->room;
     void *t = f->malloc(n);
     if (!t)
         return n;
     size_t u = f->malloc_usable_size(t);
     f->free(t);
-    return u > n && u - n < n ? u : n;
+    th->room_fam = f;
+    th->room_size = n;
+    th->room = u > n && u - n < n ? u : n;
+    return th->room;
 }
 
 void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int zero, uintptr_t ra)
