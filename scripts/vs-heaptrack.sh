@@ -122,7 +122,7 @@ workload() {
     perl) run "$tool" "$out" perl "$W/work.pl" ;;
     gcc) (cd "$W" && run "$tool" "$out" "$CC1" -quiet -imultiarch x86_64-linux-gnu -D_GNU_SOURCE -O2 big.cc -o big.s) ;;
     redis)
-        run "$tool" "$out" redis-server --port "$PORT" --save '' --appendonly no --daemonize no \\
+        run "$tool" "$out" redis-server --port "$PORT" --save '' --appendonly no --daemonize no \
             --jemalloc-bg-thread no &
         local pid=$! i
         for i in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -232,7 +232,7 @@ for r in $(seq "$ROUNDS"); do
             printf '\rvs-heaptrack: run %d of %d (%s, %s)   ' "$n" "$total" "$w" "$tool" >&2
             out=$W/$w.$tool.$r
             workload "$w" "$tool" "$out" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
-            cpu=$(awk '{print $1 + $2}' "$W/cpu")
+            cpu=$(tail -n 1 "$W/cpu" | awk '{print $1 + $2}') # after "exited with non-zero status" (rg: no match)
             echo -e "$w\t$tool\t$r\t$cpu\t$(figures "$tool" "$out" | tr ' ' '\t')" >>"$TSV"
             rm -f "$out".*
         done
