@@ -37,6 +37,10 @@ struct ml_thread {
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
+    /* The last usable size asked of an allocator (source.c, room_of), for (room_fam, room_size): a
+     * probe of the allocator saved on most samples, as the weights above save an expm1. */
+    const void *room_fam;
+    uint64_t room_size, room;
     /* Fast switch (switch.c): the last switch epoch this thread's slow path saw (written by this
      * thread, read by the switcher), whether it is in the switch registry, and its sample count. */
     _Atomic uint64_t epoch;

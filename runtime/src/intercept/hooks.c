@@ -60,7 +60,7 @@ static ML_NOINLINE void *alloc_slow(struct hk_slot *s, int id, size_t size, size
     size_t sz = size ? size : 1;
     int d = ml_src_decide(sz);
     if (d == ML_SAMPLE) {
-        void *p = ml_src_sample(ML_SRC_HOOKED, sz, align, zero, ra);
+        void *p = ml_src_sample_of(&s->fam, sz, align, zero, ra);
         if (p)
             return p;
     }
@@ -125,13 +125,13 @@ static ML_NOINLINE void *realloc_slow(struct hk_slot *s, int id, void *p, size_t
         return realloc_owned(s, p, n, align, zero, ra);
     int d = n ? ml_src_decide(n) : ML_FORWARD;
     if (d == ML_SAMPLE && !p) { /* realloc(NULL, n) allocates */
-        void *q = ml_src_sample(ML_SRC_HOOKED, n, align, zero, ra);
+        void *q = ml_src_sample_of(&s->fam, n, align, zero, ra);
         if (q)
             return q;
     }
     void *q = call_realloc(s->orig[id], shape, p, a1, a2);
     if (q && d == ML_SAMPLE && p) {
-        void *r = ml_src_sample(ML_SRC_HOOKED, n, align, 0, ra);
+        void *r = ml_src_sample_of(&s->fam, n, align, 0, ra);
         if (r) {
             memcpy(r, q, n);
             slot_free_sized(s, q, n, shape == SH_RALLOCX ? (int)a2 : 0);

@@ -33,7 +33,8 @@ struct ml_block {
     struct ml_block *prev, *next; /* the list of live sampled blocks */
     struct ml_block *deferred; /* block.c: the next block whose free waits (a free from a signal
                                   handler that interrupted the runtime) */
-    uint64_t spare_;           /* keeps the header a multiple of 16 bytes */
+    uint64_t usable;           /* block.c: the usable size the program is told (the family's class
+                                  for `size`; 0: `size`). Also keeps the header 16-byte sized */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
