@@ -31,6 +31,33 @@ pub fn runtime_extra_args() -> &'static [&'static str] {
 /// File name of the profiler runtime.
 pub const RUNTIME: &str = "libmemlens.so";
 
+/// File name of the runtime built for musl (with musl-gcc; absent when the build had none).
+pub const RUNTIME_MUSL: &str = "libmemlens.musl.so";
+
+/// What `LD_PRELOAD` names below a runtime directory laid out by [`preload_layout`]. glibc's loader
+/// expands `$LIB` in LD_PRELOAD (to `lib/x86_64-linux-gnu` on Debian, `lib64` on Fedora, `lib` on
+/// Arch), musl's takes it literally: each loader finds its own build of the runtime, so a glibc
+/// program that execs a musl one (or the reverse) is profiled in both. Without a musl build the
+/// literal directory is empty, and musl's loader, which skips a preload it cannot find, runs the
+/// program unprofiled (never `Error relocating …`, rc 127).
+pub const PRELOAD_NAME: &str = "$LIB/libmemlens.so";
+
+/// The files of a runtime directory: (path below it, bytes). The glibc runtime under every
+/// directory glibc's `$LIB` may be, the musl runtime (when built) under a literal `$LIB`.
+pub fn preload_layout() -> Vec<(PathBuf, &'static [u8])> {
+    let mut v = Vec::new();
+    if let Some(glibc) = bytes(RUNTIME) {
+        let multiarch = format!("lib/{}-linux-gnu", std::env::consts::ARCH);
+        for d in [multiarch.as_str(), "lib64", "lib"] {
+            v.push((Path::new(d).join(RUNTIME), glibc));
+        }
+    }
+    if let Some(musl) = bytes(RUNTIME_MUSL) {
+        v.push((Path::new(PRELOAD_NAME).to_path_buf(), musl));
+    }
+    v
+}
+
 /// Names of every embedded artifact.
 pub fn names() -> impl Iterator<Item = &'static str> {
     ARTIFACTS.iter().map(|(n, _)| *n)
@@ -129,19 +156,27 @@ pub fn path(name: &str) -> Result<PathBuf> {
         check_private_dir(d)?;
     }
     let dest = dir.join(name);
-    if fs::read(&dest).is_ok_and(|b| b == *bytes) {
-        return Ok(dest);
+    write_checked(&dest, bytes)?;
+    Ok(dest)
+}
+
+/// `dest` with exactly `bytes` in it: kept when it already has them, else (re)written.
+fn write_checked(dest: &Path, bytes: &[u8]) -> Result<()> {
+    if fs::read(dest).is_ok_and(|b| b == *bytes) {
+        return Ok(());
     }
     // Write to a private temporary name and rename, so concurrent memlens processes never see a
     // half-written library.
+    let name = dest.file_name().context("a file name")?.to_string_lossy();
+    let dir = dest.parent().context("a directory")?;
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let mut f =
         fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     f.write_all(bytes)?;
     f.set_permissions(fs::Permissions::from_mode(0o755))?;
     drop(f);
-    fs::rename(&tmp, &dest).with_context(|| format!("cannot create {}", dest.display()))?;
-    Ok(dest)
+    fs::rename(&tmp, dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    Ok(())
 }
 
 /// The embedded bytes of an artifact (to check a copy of it made elsewhere).
@@ -152,4 +187,23 @@ pub fn bytes(name: &str) -> Option<&'static [u8]> {
 /// Path of `libmemlens.so`.
 pub fn runtime() -> Result<PathBuf> {
     path(RUNTIME)
+}
+
+/// What `LD_PRELOAD` names for a program of either C library: the cache's runtime directory laid
+/// out by [`preload_layout`] (written, and checked as [`path`] checks), then [`PRELOAD_NAME`].
+pub fn preload() -> Result<PathBuf> {
+    let dir = path(RUNTIME)?
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the runtime's directory")?;
+    for (rel, bytes) in preload_layout() {
+        let dest = dir.join(&rel);
+        for d in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+            let d = dir.join(d);
+            create_private_dir(&d)?;
+            check_private_dir(&d)?;
+        }
+        write_checked(&dest, bytes)?;
+    }
+    Ok(dir.join(PRELOAD_NAME))
 }
