@@ -214,11 +214,19 @@ fn copy_beside_runs(root: &Path) -> Result<PathBuf> {
     };
     let dir = root.join(format!("lib-{hash:016x}"));
     make_own_dir(&dir)?;
+    // the glibc runtime under each of its names is one file (hard links): the runs' place is
+    // usually a tmpfs, i.e. memory
+    let mut first: Option<(&[u8], PathBuf)> = None;
     for (rel, bytes) in &layout {
         for d in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
             make_own_dir(&dir.join(d))?;
         }
-        write_copy(&dir.join(rel), bytes)?;
+        let dest = dir.join(rel);
+        let same = first.as_ref().filter(|(b, _)| b.as_ptr() == bytes.as_ptr());
+        write_copy(&dest, bytes, same.map(|(_, p)| p.as_path()))?;
+        if first.is_none() {
+            first = Some((bytes, dest));
+        }
     }
     Ok(dir.join(memlens_native::PRELOAD_NAME))
 }
@@ -234,8 +242,9 @@ fn make_own_dir(dir: &Path) -> Result<()> {
 }
 
 /// `dest` holding exactly `bytes`: kept when it does (read without following a link), else
-/// written under a private name and renamed over it.
-fn write_copy(dest: &Path, bytes: &[u8]) -> Result<()> {
+/// written under a private name (a hard link to `same`, a file already holding them, when it can
+/// be made) and renamed over it.
+fn write_copy(dest: &Path, bytes: &[u8], same: Option<&Path>) -> Result<()> {
     if memlens_profile::read_regular(dest, memlens_profile::Links::Refuse, bytes.len() as u64)
         .is_ok_and(|b| b == bytes)
     {
@@ -248,8 +257,10 @@ fn write_copy(dest: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id()
     ));
     fs::remove_file(&tmp).ok();
-    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    if !same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok()) {
+        fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    }
     fs::rename(&tmp, dest).with_context(|| format!("cannot write {}", dest.display()))?;
     Ok(())
 }
