@@ -141,7 +141,12 @@ fn musl_runtime(root: &Path, out_dir: &Path) -> Option<Artifact> {
     let mut sources = runtime_sources(root);
     sources.extend(c_files(&root.join("runtime/musl")));
     let mut cflags = RUNTIME_CFLAGS.to_vec();
-    cflags.extend(["-include", "runtime/musl/compat.h", "-I", "runtime/musl/include"]);
+    cflags.extend([
+        "-include",
+        "runtime/musl/compat.h",
+        "-I",
+        "runtime/musl/include",
+    ]);
     Some(Artifact {
         name: "libmemlens.musl.so".into(),
         sources,
@@ -277,10 +282,9 @@ fn build_zydis_with(z: &Path, dir: &Path, cc: &str) -> Vec<PathBuf> {
 }
 
 fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
-    let cc = a
-        .cc
-        .clone()
-        .unwrap_or_else(|| env::var("CC").unwrap_or_else(|_| "cc".into()));
+    let cc =
+        a.cc.clone()
+            .unwrap_or_else(|| env::var("CC").unwrap_or_else(|_| "cc".into()));
     let dest = out_dir.join(&a.name);
     let mut cmd = Command::new(&cc);
     cmd.current_dir(root)

@@ -151,12 +151,7 @@ fn an_exec_chain_across_c_libraries_is_profiled_in_every_process() {
     let Some((musl, glibc)) = servers(&dir) else {
         return;
     };
-    let chain = format!(
-        "{} {} {}",
-        glibc.display(),
-        musl.display(),
-        glibc.display()
-    );
+    let chain = format!("{} {} {}", glibc.display(), musl.display(), glibc.display());
     let o = memlens()
         .args(["run", "--interval", INTERVAL, "-o"])
         .arg(dir.join("p.pb.gz"))
@@ -172,7 +167,9 @@ fn an_exec_chain_across_c_libraries_is_profiled_in_every_process() {
             .iter()
             .find(|(q, _)| q == pid)
             .map(|(_, j)| j)
-            .unwrap_or_else(|| panic!("no profile of the {libc} server (pid {pid}){}", printed(&o)));
+            .unwrap_or_else(|| {
+                panic!("no profile of the {libc} server (pid {pid}){}", printed(&o))
+            });
         check_server(j, *line, *bytes, &format!("{libc} server, pid {pid}"));
     }
 }
@@ -248,7 +245,10 @@ fn lua_program(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let cache = base.join("memlens-test-musl").join(format!("{h:016x}"));
     let exe = cache.join("lua-host");
     if !exe.exists() {
-        eprintln!("building Lua with musl-gcc into {} (cached)", cache.display());
+        eprintln!(
+            "building Lua with musl-gcc into {} (cached)",
+            cache.display()
+        );
         std::fs::create_dir_all(&cache).unwrap();
         let tmp = cache.join(format!(".lua-host.{}", std::process::id()));
         let inc = lua.display().to_string();
@@ -302,8 +302,10 @@ fn lua_built_with_musl_is_profiled_with_names_and_lines() {
         "innermost frame {f} {file}:{line} ('{text}'): {top:#?}"
     );
     assert!(
-        top.iter()
-            .any(|fr| fr["function"] == "main" && fr["file"].as_str().is_some_and(|p| p.ends_with("musl_lua.c"))),
+        top.iter().any(|fr| fr["function"] == "main"
+            && fr["file"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("musl_lua.c"))),
         "{top:#?}"
     );
 }

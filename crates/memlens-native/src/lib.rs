@@ -198,7 +198,13 @@ pub fn preload() -> Result<PathBuf> {
         .context("the runtime's directory")?;
     for (rel, bytes) in preload_layout() {
         let dest = dir.join(&rel);
-        for d in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+        for d in rel
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             let d = dir.join(d);
             create_private_dir(&d)?;
             check_private_dir(&d)?;

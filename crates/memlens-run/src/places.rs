@@ -218,7 +218,13 @@ fn copy_beside_runs(root: &Path) -> Result<PathBuf> {
     // usually a tmpfs, i.e. memory
     let mut first: Option<(&[u8], PathBuf)> = None;
     for (rel, bytes) in &layout {
-        for d in rel.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+        for d in rel
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             make_own_dir(&dir.join(d))?;
         }
         let dest = dir.join(rel);
@@ -257,7 +263,8 @@ fn write_copy(dest: &Path, bytes: &[u8], same: Option<&Path>) -> Result<()> {
         std::process::id()
     ));
     fs::remove_file(&tmp).ok();
-    if !same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok()) {
+    let linked = same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok());
+    if !linked {
         fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
         fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
     }

@@ -146,7 +146,11 @@ fn prepare_for(prog: &OsString, name: &str) -> Option<(Places, Runtime, RunDir)>
     };
     if let Some((libc, loader)) = &other {
         if !crate::loader::runtime_built_for(libc) {
-            unprofiled(libc, loader, ", a C library this build of memlens has no runtime for");
+            unprofiled(
+                libc,
+                loader,
+                ", a C library this build of memlens has no runtime for",
+            );
             return None;
         }
     }
@@ -160,7 +164,11 @@ fn prepare_for(prog: &OsString, name: &str) -> Option<(Places, Runtime, RunDir)>
         .ok()?;
     match &other {
         Some((libc, loader)) if !ready.1.path.ends_with(memlens_native::PRELOAD_NAME) => {
-            unprofiled(libc, loader, ", whose runtime cannot be loaded from a memfd");
+            unprofiled(
+                libc,
+                loader,
+                ", whose runtime cannot be loaded from a memfd",
+            );
             None
         }
         _ => Some(ready),
