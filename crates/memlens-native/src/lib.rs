@@ -156,12 +156,13 @@ pub fn path(name: &str) -> Result<PathBuf> {
         check_private_dir(d)?;
     }
     let dest = dir.join(name);
-    write_checked(&dest, bytes)?;
+    write_checked(&dest, bytes, None)?;
     Ok(dest)
 }
 
-/// `dest` with exactly `bytes` in it: kept when it already has them, else (re)written.
-fn write_checked(dest: &Path, bytes: &[u8]) -> Result<()> {
+/// `dest` with exactly `bytes` in it: kept when it already has them, else (re)written, as a hard
+/// link to `same` (a checked file holding them) when one can be made.
+fn write_checked(dest: &Path, bytes: &[u8], same: Option<&Path>) -> Result<()> {
     if fs::read(dest).is_ok_and(|b| b == *bytes) {
         return Ok(());
     }
@@ -170,6 +171,11 @@ fn write_checked(dest: &Path, bytes: &[u8]) -> Result<()> {
     let name = dest.file_name().context("a file name")?.to_string_lossy();
     let dir = dest.parent().context("a directory")?;
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    fs::remove_file(&tmp).ok();
+    if same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok()) {
+        fs::rename(&tmp, dest).with_context(|| format!("cannot create {}", dest.display()))?;
+        return Ok(());
+    }
     let mut f =
         fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     f.write_all(bytes)?;
@@ -192,11 +198,14 @@ pub fn runtime() -> Result<PathBuf> {
 /// What `LD_PRELOAD` names for a program of either C library: the cache's runtime directory laid
 /// out by [`preload_layout`] (written, and checked as [`path`] checks), then [`PRELOAD_NAME`].
 pub fn preload() -> Result<PathBuf> {
-    let dir = path(RUNTIME)?
+    let glibc = path(RUNTIME)?;
+    let dir = glibc
         .parent()
         .map(Path::to_path_buf)
         .context("the runtime's directory")?;
-    for (rel, bytes) in preload_layout() {
+    for (rel, data) in preload_layout() {
+        // the glibc runtime under its `$LIB` names is the cache's file again: hard links
+        let same = bytes(RUNTIME).is_some_and(|g| g.as_ptr() == data.as_ptr());
         let dest = dir.join(&rel);
         for d in rel
             .ancestors()
@@ -209,7 +218,7 @@ pub fn preload() -> Result<PathBuf> {
             create_private_dir(&d)?;
             check_private_dir(&d)?;
         }
-        write_checked(&dest, bytes)?;
+        write_checked(&dest, data, same.then_some(glibc.as_path()))?;
     }
     Ok(dir.join(PRELOAD_NAME))
 }
