@@ -67,7 +67,8 @@ int ml_musl_dladdr1(const void *addr, Dl_info *info, void **extra, int flags)
     /* musl's dlopen(NULL) returns the head of its module list at once; its modules begin with a
      * struct link_map's fields, and a module is also its dlsym handle. */
     for (struct link_map *lm = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD); lm; lm = lm->l_next)
-        if (lm->l_name == info->dli_fname || (lm->l_name && info->dli_fname && !strcmp(lm->l_name, info->dli_fname))) {
+        if (lm->l_name == info->dli_fname ||
+            (lm->l_name && info->dli_fname && !strcmp(lm->l_name, info->dli_fname))) {
             *extra = lm;
             break;
         }

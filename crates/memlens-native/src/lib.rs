@@ -58,6 +58,22 @@ pub fn preload_layout() -> Vec<(PathBuf, &'static [u8])> {
     v
 }
 
+/// The directories [`preload_layout`] puts its files in, below the runtime directory, each after
+/// its parent (so creating them in order works).
+pub fn preload_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    for (rel, _) in preload_layout() {
+        let mut up: Vec<&Path> = rel.ancestors().skip(1).collect();
+        up.reverse();
+        for d in up.into_iter().filter(|d| !d.as_os_str().is_empty()) {
+            if !v.iter().any(|k| k == d) {
+                v.push(d.to_path_buf());
+            }
+        }
+    }
+    v
+}
+
 /// Names of every embedded artifact.
 pub fn names() -> impl Iterator<Item = &'static str> {
     ARTIFACTS.iter().map(|(n, _)| *n)
@@ -203,22 +219,46 @@ pub fn preload() -> Result<PathBuf> {
         .parent()
         .map(Path::to_path_buf)
         .context("the runtime's directory")?;
+    for d in preload_dirs() {
+        create_private_dir(&dir.join(&d))?;
+        check_private_dir(&dir.join(&d))?;
+    }
     for (rel, data) in preload_layout() {
         // the glibc runtime under its `$LIB` names is the cache's file again: hard links
         let same = bytes(RUNTIME).is_some_and(|g| g.as_ptr() == data.as_ptr());
-        let dest = dir.join(&rel);
-        for d in rel
-            .ancestors()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            let d = dir.join(d);
-            create_private_dir(&d)?;
-            check_private_dir(&d)?;
-        }
-        write_checked(&dest, data, same.then_some(glibc.as_path()))?;
+        write_checked(&dir.join(&rel), data, same.then_some(glibc.as_path()))?;
     }
     Ok(dir.join(PRELOAD_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file of the layout has its directory listed, each directory after its parent; the
+    /// glibc runtime is under glibc's `$LIB` names, the musl one (when built) under a literal `$LIB`.
+    #[test]
+    fn the_preload_layout_is_creatable_in_order() {
+        let dirs = preload_dirs();
+        for (i, d) in dirs.iter().enumerate() {
+            let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+            assert!(
+                parent.is_none_or(|p| dirs[..i].iter().any(|k| k == p)),
+                "{d:?} before its parent in {dirs:?}"
+            );
+        }
+        let layout = preload_layout();
+        for (rel, _) in &layout {
+            assert!(
+                dirs.iter().any(|d| Some(d.as_path()) == rel.parent()),
+                "{rel:?}"
+            );
+        }
+        let glibc = format!("lib/{}-linux-gnu/{RUNTIME}", std::env::consts::ARCH);
+        assert!(layout
+            .iter()
+            .any(|(r, b)| *r == Path::new(&glibc) && Some(*b) == bytes(RUNTIME)));
+        let musl = layout.iter().find(|(r, _)| r == Path::new(PRELOAD_NAME));
+        assert_eq!(musl.map(|(_, b)| *b), bytes(RUNTIME_MUSL));
+    }
 }

@@ -217,16 +217,10 @@ fn copy_beside_runs(root: &Path) -> Result<PathBuf> {
     // the glibc runtime under each of its names is one file (hard links): the runs' place is
     // usually a tmpfs, i.e. memory
     let mut first: Option<(&[u8], PathBuf)> = None;
+    for d in memlens_native::preload_dirs() {
+        make_own_dir(&dir.join(d))?;
+    }
     for (rel, bytes) in &layout {
-        for d in rel
-            .ancestors()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            make_own_dir(&dir.join(d))?;
-        }
         let dest = dir.join(rel);
         let same = first.as_ref().filter(|(b, _)| b.as_ptr() == bytes.as_ptr());
         write_copy(&dest, bytes, same.map(|(_, p)| p.as_path()))?;
