@@ -17,6 +17,7 @@ mod exact;
 mod harmless;
 mod hostile;
 mod mmap;
+mod musl;
 mod parca;
 mod profiler;
 mod reach;
