@@ -63,6 +63,7 @@ static uint64_t *used;
 static uint64_t *dirty; /* free pages that hold old data (retained, not given back) */
 static uint64_t used_boot[BOOT_SIZE / PAGE / 64], dirty_boot[BOOT_SIZE / PAGE / 64];
 static uintptr_t retained;          /* how many */
+static uintptr_t dirty_end;         /* no dirty page at or above this index (trim starts there) */
 #define RETAIN ((64u << 20) / PAGE)   /* at most this many, whatever the high-water mark */
 #define FLOOR ((256u << 10) / PAGE)   /* and at least this many may stay */
 static uintptr_t hiwater;     /* page index past the highest page ever used */
@@ -184,16 +185,18 @@ static void mark(uintptr_t from, uintptr_t n, int on)
 
 /* What the page bookkeeping keeps true between calls (lock held; debug builds only, it reads the
  * bitmaps up to the high-water mark): every page below `lowfree` is used; no page at or above
- * `hiwater` is; a dirty page is a free one and `retained` counts them; what is used is mapped. */
+ * `hiwater` is; a dirty page is a free one, below `dirty_end`, and `retained` counts them; what is
+ * used is mapped. */
 static inline int pages_ok(void)
 {
-    if (lowfree > hiwater || hiwater * PAGE > committed || committed > limit || retained > RETAIN)
+    if (lowfree > hiwater || hiwater * PAGE > committed || committed > limit || retained > RETAIN ||
+        dirty_end > hiwater)
         return 0;
     if (!bits_are(used, 0, lowfree, 1) || (hiwater % 64 && !bits_are(used, hiwater, 64 - hiwater % 64, 0)))
         return 0;
     uintptr_t dirty_pages = 0;
     for (uintptr_t w = 0; w < (hiwater + 63) / 64; w++) {
-        if (dirty[w] & used[w])
+        if ((dirty[w] & used[w]) || (dirty[w] && 64 * w + 64 - (uintptr_t)__builtin_clzll(dirty[w]) > dirty_end))
             return 0;
         dirty_pages += (uintptr_t)__builtin_popcountll(dirty[w]);
     }
@@ -430,7 +433,7 @@ static void trim(void)
     uintptr_t room = retain_room(), run_lo = 0, run_hi = 0; /* the run to give back, pending */
     if (retained <= room)
         return;
-    for (uintptr_t w = (hiwater + 63) / 64; w-- > 0 && retained > room;) {
+    for (uintptr_t w = (dirty_end + 63) / 64; w-- > 0 && retained > room;) {
         while (dirty[w] && retained > room) {
             unsigned hi = 63 - (unsigned)__builtin_clzll(dirty[w]); /* the highest dirty page */
             uint64_t clear = ~dirty[w] & (hi == 63 ? ~0ull : (2ull << hi) - 1);
@@ -449,6 +452,7 @@ static void trim(void)
         }
     }
     give_back(run_lo, run_hi - run_lo);
+    dirty_end = run_lo; /* every dirty page above the last one given back went too */
     ML_ASSERT(retained <= retain_room() && pages_ok());
 }
 
@@ -470,6 +474,8 @@ static void pages_put(uintptr_t first, uintptr_t n)
         keep = n;
     set_bits(dirty, first, keep, 1);
     retained += keep;
+    if (keep && first + keep > dirty_end)
+        dirty_end = first + keep;
     give_back(first + keep, n - keep);
     mark(first, n, 0);
     if (first < lowfree)

@@ -3,9 +3,10 @@
  * nothing used below `lowfree` or above the high-water mark, retained pages free and counted);
  * these tests check what a caller sees: alignment, blocks that never overlap and keep their bytes,
  * first fit, runs merged and split, resizing in place, calloc's clearing (and sparseness), freed
- * pages given back when the live blocks grow past them and beyond 64 MiB, the live-bytes account, and a range mapped on demand
- * under an address-space limit. One range per process: the tests run in the order written, and
- * where a block lands (first fit) follows from what the earlier ones left. */
+ * pages given back when the live blocks grow past them and beyond 64 MiB, the live-bytes account,
+ * and a range mapped on demand under an address-space limit. One range per process: the tests run
+ * in the order written, and where a block lands (first fit) follows from what the earlier ones
+ * left. */
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
