@@ -55,6 +55,10 @@ int ml_range_fits(const struct ml_block *b, size_t size);
  * after it; 1 (and the block's size and cap are set) or 0. */
 int ml_range_resize_locked(struct ml_block *b, size_t size);
 void ml_range_free_locked(struct ml_block *b);
+/* With the lock held, from peak.c at every change of the estimated heap: how far it is below its
+ * peak. Freed pages stay resident for reuse only within that (and the range's own high-water mark):
+ * the program's footprint at its peak holds no pages it freed. */
+void ml_range_heap_room_locked(int64_t below_peak);
 /* Real bytes of the chunks of live sampled blocks (the allocator does not see them). */
 int64_t ml_range_live_bytes(void);
 static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
