@@ -51,13 +51,19 @@ fn a_kept_mapping_shows_at_its_call_site() {
     );
     // The 8 MiB mapping was unmapped: nothing else is in use as mmap.
     assert_eq!(mmap_inuse(&r, None), at_site, "{r:#}");
-    assert_eq!(r["mmap_totals"]["inuse_space"].as_f64(), Some(at_site), "{r:#}");
+    assert_eq!(
+        r["mmap_totals"]["inuse_space"].as_f64(),
+        Some(at_site),
+        "{r:#}"
+    );
     let text = memlens()
         .args(["report", "--sample-index", "inuse_space"])
         .arg(&prof)
         .ok_stdout();
     assert!(
-        text.contains("of which anonymous mmap (frame `[anonymous mmap]`): alloc 72.00 MiB, in use 64.00 MiB"),
+        text.contains(
+            "of which anonymous mmap (frame `[anonymous mmap]`): alloc 72.00 MiB, in use 64.00 MiB"
+        ),
         "{text}"
     );
     if Command::new("go").arg("version").output().is_err() {
@@ -163,9 +169,20 @@ fn python_dict_heap_and_mmap_cover_its_rss() {
 fn a_mapping_partly_unmapped_or_remapped_keeps_what_is_left() {
     let dir = test_dir();
     let src = root().join("tests/e2e/progs/mmap_partial.c");
-    let exe = compile(&src, dir.path(), "mmap_partial", &["-O1", "-fno-omit-frame-pointer"]);
+    let exe = compile(
+        &src,
+        dir.path(),
+        "mmap_partial",
+        &["-O1", "-fno-omit-frame-pointer"],
+    );
     let prof = dir.path().join("p.pb.gz");
-    memlens().arg("run").arg("-o").arg(&prof).arg("--").arg(&exe).ok();
+    memlens()
+        .arg("run")
+        .arg("-o")
+        .arg(&prof)
+        .arg("--")
+        .arg(&exe)
+        .ok();
     let r = report_json(&prof, &["--sample-index", "inuse_space"]);
     let mib = |n: u64| (n << 20) as f64;
     for (site, want) in [("cut_mapping", mib(48)), ("remap_mapping", mib(24))] {
@@ -189,9 +206,18 @@ fn a_mapping_partly_unmapped_or_remapped_keeps_what_is_left() {
 fn preloaded_allocators_arenas_are_not_counted_twice() {
     let dir = test_dir();
     let src = root().join("tests/e2e/progs/mmap_heap.c");
-    let exe = compile(&src, dir.path(), "mmap_heap", &["-O1", "-fno-omit-frame-pointer"]);
+    let exe = compile(
+        &src,
+        dir.path(),
+        "mmap_heap",
+        &["-O1", "-fno-omit-frame-pointer"],
+    );
     let lib = "/usr/lib/x86_64-linux-gnu";
-    for so in ["libjemalloc.so.2", "libtcmalloc_minimal.so.4", "libmimalloc.so.2"] {
+    for so in [
+        "libjemalloc.so.2",
+        "libtcmalloc_minimal.so.4",
+        "libmimalloc.so.2",
+    ] {
         let path = format!("{lib}/{so}");
         assert!(
             std::path::Path::new(&path).exists(),
@@ -223,6 +249,56 @@ fn preloaded_allocators_arenas_are_not_counted_twice() {
             !so.starts_with("libjemalloc") || (total - held).abs() <= held * 0.25,
             "{so}: {total} in use against {held} held\n{r:#}"
         );
-        assert!(mmap <= held * 0.02, "{so}: arenas counted as mmap: {mmap}\n{r:#}");
+        assert!(
+            mmap <= held * 0.02,
+            "{so}: arenas counted as mmap: {mmap}\n{r:#}"
+        );
     }
+}
+
+/// Served: /metrics has the mapping as a series of its own beside the heap, and /heap (read by
+/// `go tool pprof`) shows it at its call site, while the program holds it.
+#[test]
+fn a_kept_mapping_is_served_apart_from_the_heap() {
+    use crate::serve::{curl, parse_prometheus, Server, Target};
+    let dir = test_dir();
+    let src = root().join("tests/e2e/progs/mmap_keep.c");
+    let exe = compile(
+        &src,
+        dir.path(),
+        "mmap_keep",
+        &["-O1", "-fno-omit-frame-pointer"],
+    );
+    let ctl = ctl_dir(dir.path());
+    let t = Target::start_with(&ctl, &dir.path().join("a"), &exe, &[], &[]);
+    let server = Server::start(&ctl, &[]);
+    let m = parse_prometheus(&curl(&server.url("/metrics")));
+    let series = |name: &str| {
+        m.get(name)
+            .and_then(|s| {
+                s.iter()
+                    .find(|(l, _)| l.get("pid") == Some(&t.pid.to_string()))
+            })
+            .unwrap_or_else(|| panic!("no {name} for pid {}: {m:?}", t.pid))
+            .1
+    };
+    let want = (64u64 << 20) as f64;
+    assert_eq!(series("memlens_mmap_inuse_bytes"), want);
+    assert!(series("memlens_heap_inuse_bytes") < want / 8.0, "{m:?}");
+    if Command::new("go").arg("version").output().is_err() {
+        println!("SKIPPED: go tool pprof (go not installed)");
+        return;
+    }
+    let heap = go_pprof_top(
+        server.url(&format!("/debug/pprof/heap?pid={}", t.pid)),
+        None,
+        dir.path(),
+    );
+    let line = heap
+        .lines()
+        .find(|l| l.ends_with(MMAP_FRAME))
+        .unwrap_or_else(|| panic!("no {MMAP_FRAME} row in /heap:\n{heap}"));
+    assert!(line.trim_start().starts_with("64MB"), "{line}\n{heap}");
+    let (code, _, err) = t.finish();
+    assert_eq!(code, 0, "{err}");
 }

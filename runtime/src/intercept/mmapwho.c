@@ -21,6 +21,7 @@
 #include "../unwind/unwind.h"
 #include "elfsym.h"
 #include "family.h"
+#include "hooks.h"
 #include "mmapwho.h"
 
 #define MODS_MAX 128
@@ -34,14 +35,33 @@ static struct fn *fns; /* every module's allocator functions, one sorted run per
 static uint32_t nfns;
 static _Atomic int lock;
 
-/* An allocator by the prefixes of its functions, present in a module that defines `entry`. */
+/* An allocator by the prefixes of its functions, present in a module that defines one of its entry
+ * points memlens hooks (hooks.h's rows: `je_`/`_rjem_` + the standard names, `mi_*`, `tc_*`; a bare
+ * `mallocx` is libjemalloc.a's). Rust's allocator crates define only some (`mi_malloc_aligned`,
+ * `_rjem_mallocx`), so any one will do. */
 enum { A_JE, A_RJEM, A_MI, A_TC, NALLOC };
-static const char *const ENTRY[NALLOC][2] = {{"je_malloc", "mallocx"}, {"_rjem_malloc", NULL},
-                                              {"mi_malloc", NULL}, {"tc_malloc", NULL}};
+static const char *const ENTRY_PREFIX[NALLOC] = {"je_", "_rjem_", "mi_", "tc_"};
+static const uint8_t TABLE[NALLOC] = {T_STD, T_STD, T_MI, T_TC};
 static const char *const PREFIXES[NALLOC][3] = {{"je_", NULL, NULL}, {"_rjem_", NULL, NULL},
                                                  {"mi_", "_mi_", NULL}, {"tc_", "_ZN8tcmalloc", "_Z20TCMalloc"}};
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+/* The allocator whose hooked entry point `name` is, or -1. */
+static int entry_of(const char *name)
+{
+    if (!strcmp(name, "mallocx"))
+        return A_JE;
+    for (int a = 0; a < NALLOC; a++) {
+        if (!starts(name, ENTRY_PREFIX[a]))
+            continue;
+        const char *rest = name + strlen(ENTRY_PREFIX[a]);
+        for (int r = 0; r < HK_NROWS; r++)
+            if (hk_rows[r].table == TABLE[a] && !strcmp(hk_rows[r].name, rest))
+                return a;
+    }
+    return -1;
+}
 
 /* ---- one module's allocator functions ---- */
 
@@ -62,10 +82,9 @@ static void on_symbol(void *arg, const char *name, uint64_t value, uint64_t size
 {
     (void)dyn;
     struct scan *sc = arg;
-    for (int a = 0; a < NALLOC; a++)
-        for (int k = 0; k < 2; k++)
-            if (ENTRY[a][k] && !strcmp(name, ENTRY[a][k]))
-                sc->present[a] = 1;
+    int e = entry_of(name);
+    if (e >= 0)
+        sc->present[e] = 1;
     int a = alloc_of(name);
     if (a < 0 || !size || nfns == FNS_MAX)
         return;
