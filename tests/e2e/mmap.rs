@@ -23,23 +23,22 @@ fn mmap_inuse(report: &serde_json::Value, caller: Option<&str>) -> f64 {
         .sum()
 }
 
+/// tests/e2e/progs/NAME.c, built in `dir` with frame pointers.
+fn prog(dir: &TestDir, name: &str) -> std::path::PathBuf {
+    let src = root().join(format!("tests/e2e/progs/{name}.c"));
+    compile(&src, dir.path(), name, &["-O1", "-fno-omit-frame-pointer"])
+}
+
 #[test]
 fn a_kept_mapping_shows_at_its_call_site() {
     let dir = test_dir();
-    let src = root().join("tests/e2e/progs/mmap_keep.c");
-    let exe = compile(
-        &src,
-        dir.path(),
-        "mmap_keep",
-        &["-O1", "-fno-omit-frame-pointer"],
-    );
     let prof = dir.path().join("p.pb.gz");
     memlens()
         .arg("run")
         .arg("-o")
         .arg(&prof)
         .arg("--")
-        .arg(&exe)
+        .arg(prog(&dir, "mmap_keep"))
         .ok();
     let r = report_json(&prof, &["--sample-index", "inuse_space"]);
     let at_site = mmap_inuse(&r, Some("keep_mapping"));
@@ -168,20 +167,13 @@ fn python_dict_heap_and_mmap_cover_its_rss() {
 #[test]
 fn a_mapping_partly_unmapped_or_remapped_keeps_what_is_left() {
     let dir = test_dir();
-    let src = root().join("tests/e2e/progs/mmap_partial.c");
-    let exe = compile(
-        &src,
-        dir.path(),
-        "mmap_partial",
-        &["-O1", "-fno-omit-frame-pointer"],
-    );
     let prof = dir.path().join("p.pb.gz");
     memlens()
         .arg("run")
         .arg("-o")
         .arg(&prof)
         .arg("--")
-        .arg(&exe)
+        .arg(prog(&dir, "mmap_partial"))
         .ok();
     let r = report_json(&prof, &["--sample-index", "inuse_space"]);
     let mib = |n: u64| (n << 20) as f64;
@@ -205,13 +197,7 @@ fn a_mapping_partly_unmapped_or_remapped_keeps_what_is_left() {
 #[test]
 fn preloaded_allocators_arenas_are_not_counted_twice() {
     let dir = test_dir();
-    let src = root().join("tests/e2e/progs/mmap_heap.c");
-    let exe = compile(
-        &src,
-        dir.path(),
-        "mmap_heap",
-        &["-O1", "-fno-omit-frame-pointer"],
-    );
+    let exe = prog(&dir, "mmap_heap");
     let lib = "/usr/lib/x86_64-linux-gnu";
     for so in [
         "libjemalloc.so.2",
@@ -262,13 +248,7 @@ fn preloaded_allocators_arenas_are_not_counted_twice() {
 fn a_kept_mapping_is_served_apart_from_the_heap() {
     use crate::serve::{curl, parse_prometheus, Server, Target};
     let dir = test_dir();
-    let src = root().join("tests/e2e/progs/mmap_keep.c");
-    let exe = compile(
-        &src,
-        dir.path(),
-        "mmap_keep",
-        &["-O1", "-fno-omit-frame-pointer"],
-    );
+    let exe = prog(&dir, "mmap_keep");
     let ctl = ctl_dir(dir.path());
     let t = Target::start_with(&ctl, &dir.path().join("a"), &exe, &[], &[]);
     let server = Server::start(&ctl, &[]);

@@ -41,17 +41,12 @@ static int ours(int flags, int prot, uintptr_t ra)
            !ml_unwind_is_self(ra);
 }
 
-/* The table is mapped on the first sample (by the syscall: never through ourselves). */
+/* The table is mapped on the first sample. */
 static int maps_ready(void)
 {
-    if (maps)
-        return 1;
-    long p = syscall(SYS_mmap, NULL, (size_t)MAPS_MAX * sizeof *maps, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == -1)
-        return 0;
-    maps = (struct map *)p;
-    return 1;
+    if (!maps)
+        maps = ml_mmap_table((size_t)MAPS_MAX * sizeof *maps);
+    return maps != NULL;
 }
 
 static ML_NOINLINE void observe(void *p, size_t len, uintptr_t ra)

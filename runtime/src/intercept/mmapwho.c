@@ -114,16 +114,18 @@ static uint32_t keep_present(const struct scan *sc)
     return w - sc->first;
 }
 
+void *ml_mmap_table(size_t bytes)
+{
+    long p = syscall(SYS_mmap, NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    return p == -1 ? NULL : (void *)p;
+}
+
 static int fns_ready(void)
 {
-    if (fns)
-        return 1;
-    long p = syscall(SYS_mmap, NULL, (size_t)FNS_MAX * sizeof *fns, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == -1)
-        return 0;
-    fns = (struct fn *)p;
-    return 1;
+    if (!fns)
+        fns = ml_mmap_table((size_t)FNS_MAX * sizeof *fns);
+    return fns != NULL;
 }
 
 /* ---- the modules ---- */

@@ -2,6 +2,7 @@
  * blocks memlens already counts through malloc or the allocator's entry hooks: mmap.c drops them. */
 #ifndef MEMLENS_MMAPWHO_H
 #define MEMLENS_MMAPWHO_H
+#include <stddef.h>
 #include <stdint.h>
 
 #pragma GCC visibility push(hidden)
@@ -13,6 +14,9 @@
  * (jemalloc's `je_`/`_rjem_`, mimalloc's `mi_`/`_mi_`, gperftools' `tc_`/`tcmalloc::`). Slow: call
  * it only for a mapping whose sample fired. */
 int ml_mmap_by_allocator(uintptr_t ra);
+/* A table of `bytes` for the mmap interceptor's own use, mapped by the system call (never through
+ * ourselves), pages committed as touched; NULL if it cannot be. */
+void *ml_mmap_table(size_t bytes);
 
 #pragma GCC visibility pop
 #endif
