@@ -206,6 +206,19 @@ static int allocator_pc(uintptr_t pc)
     return m && (m->whole || in_fns(m, pc - 1));
 }
 
+/* The lock, waited for a few milliseconds at most. The thread holding it may be waiting for the
+ * loader's lock (dl_iterate_phdr), held by this thread if it maps memory from a library's
+ * constructor under dlopen: giving up then (the sample is kept, as the program's) never deadlocks. */
+static int bounded_lock(void)
+{
+    for (int i = 0; i < (1 << 16); i++) {
+        if (!atomic_exchange_explicit(&lock, 1, memory_order_acquire))
+            return 1;
+        __builtin_ia32_pause();
+    }
+    return 0;
+}
+
 int ml_mmap_by_allocator(uintptr_t ra)
 {
     struct ml_thread *t = &ml_tls;
@@ -216,10 +229,13 @@ int ml_mmap_by_allocator(uintptr_t ra)
     /* the raw stack: ml_unwind keeps the frames of ours above the program's (a malloc of ours
      * that called the allocator) and drops only those of the mmap call itself */
     int n = ml_unwind(buf, ML_MAX_DEPTH, &trunc, ra, &pcs);
-    ml_spin_lock(&lock);
     for (int i = 0; i < n && !by; i++)
-        by = ml_unwind_is_self(pcs[i]) || allocator_pc(pcs[i]);
-    ml_spin_unlock(&lock);
+        by = ml_unwind_is_self(pcs[i]);
+    if (!by && bounded_lock()) {
+        for (int i = 0; i < n && !by; i++)
+            by = allocator_pc(pcs[i]);
+        ml_spin_unlock(&lock);
+    }
     t->busy--;
     return by;
 }
