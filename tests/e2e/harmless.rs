@@ -128,9 +128,18 @@ fn a_torn_down_heap_is_not_walked() {
         .find(|d| d.contains("\nreason exit\n"))
         .unwrap_or_else(|| panic!("no exit dump in {}", raw.display()));
     let (state, reads, skipped) = allocator_stats(main);
-    assert_eq!(state, "read", "reading was given up: a walk over the torn-down heap ran");
-    assert!(reads >= 1, "the figures were never read while the heap was built");
-    assert!(skipped >= 1, "no read was skipped after the teardown ({reads} reads)");
+    assert_eq!(
+        state, "read",
+        "reading was given up: a walk over the torn-down heap ran"
+    );
+    assert!(
+        reads >= 1,
+        "the figures were never read while the heap was built"
+    );
+    assert!(
+        skipped >= 1,
+        "no read was skipped after the teardown ({reads} reads)"
+    );
 }
 
 #[test]
