@@ -95,7 +95,7 @@ struct ml_config {
     int unwinder;
     int max_depth;
     int ready;                 /* constructor finished: unwinders usable */
-    int mmap;                  /* MEMLENS_MMAP=1: sample anonymous mmap too (intercept/mmap.c) */
+    int mmap;                  /* sample anonymous mmap (intercept/mmap.c); MEMLENS_MMAP=0: not */
     _Atomic int ctl_pending;   /* a fork child whose control thread is not started yet */
     const char *out;           /* MEMLENS_OUT or NULL */
     int64_t pid;               /* pid the state belongs to (differs from getpid() in a vfork child) */
