@@ -53,6 +53,9 @@ struct ml_thread {
     /* ML_STACK_* bits (stacks.h) the stack being interned gets besides its frames: the kind of
      * source being sampled (source.c sets it around the unwind), so an mmap stack is its own. */
     uint32_t stack_flags;
+    /* The heap-estimate changes this thread makes now are of anonymous mappings (mmap.c sets it
+     * around the birth and free of its shadows): peak.c keeps their share apart for the timeline. */
+    int mmap_acct;
 };
 extern __thread struct ml_thread ml_tls;
 

@@ -49,6 +49,23 @@ static int maps_ready(void)
     return maps != NULL;
 }
 
+/* A shadow's birth and free change the heap estimate as anonymous mappings (ml_tls.mmap_acct): the
+ * timeline shows them apart from the heap (peak.c). */
+static void *shadow_new(size_t len, uintptr_t ra)
+{
+    ml_tls.mmap_acct = 1;
+    void *s = ml_src_observe_sample(ML_SRC_MMAP, len, ra);
+    ml_tls.mmap_acct = 0;
+    return s;
+}
+
+static void shadow_free(void *s)
+{
+    ml_tls.mmap_acct = 1;
+    ml_src_free(s);
+    ml_tls.mmap_acct = 0;
+}
+
 static ML_NOINLINE void observe(void *p, size_t len, uintptr_t ra)
 {
     /* An allocator's arena: its bytes are counted as its blocks. The countdown crossing is used up
@@ -59,7 +76,7 @@ static ML_NOINLINE void observe(void *p, size_t len, uintptr_t ra)
         ml_src_decide(len);
         return;
     }
-    void *shadow = ml_src_observe_sample(ML_SRC_MMAP, len, ra);
+    void *shadow = shadow_new(len, ra);
     if (!shadow)
         return;
     ml_spin_lock(&lock);
@@ -71,7 +88,7 @@ static ML_NOINLINE void observe(void *p, size_t len, uintptr_t ra)
     ml_spin_unlock(&lock);
     if (!kept) { /* counts as allocated, not live (as `untracked`) */
         atomic_fetch_add_explicit(&ml_st->untracked, 1, memory_order_relaxed);
-        ml_src_free(shadow);
+        shadow_free(shadow);
     }
 }
 
@@ -109,7 +126,9 @@ static void *piece_shadow(void *old, uintptr_t len, uintptr_t whole)
     if (!by)
         return NULL;
     ml_tls.busy++; /* what the range maps for it is the runtime's own */
+    ml_tls.mmap_acct = 1;
     void *s = ml_block_new(1, 1, 0, 0, b->stack, fx ? fx : 1, by, b->ra);
+    ml_tls.mmap_acct = 0;
     ml_tls.busy--;
     return s;
 }
@@ -134,9 +153,9 @@ static void apply(struct cut *c, int n)
         ml_spin_unlock(&lock);
         for (int k = 0; k < c[i].n; k++)
             if (sh[k]) /* no room in the table: it stops being live */
-                ml_src_free(sh[k]);
+                shadow_free(sh[k]);
         if (!reused)
-            ml_src_free(c[i].shadow);
+            shadow_free(c[i].shadow);
     }
 }
 

@@ -43,6 +43,15 @@
 #define snapped (ml_st->snapped)
 
 int64_t ml_heap_now(void) { return atomic_load_explicit(&heap, memory_order_relaxed); }
+
+/* The estimate's share that is anonymous mappings: changed beside the heap, under the same lock, by
+ * the threads mmap.c marks (ml_tls.mmap_acct), so a timeline point can split the two without a walk.
+ * Process memory, not the state's: a fork child inherits it with the mappings. A sampled mapping
+ * freed by a deferred free (munmap from a signal handler that interrupted the runtime) is uncounted
+ * by an unmarked thread: its share then stays here until the process ends. */
+static _Atomic int64_t mmap_heap;
+
+int64_t ml_heap_mmap_now(void) { return atomic_load_explicit(&mmap_heap, memory_order_relaxed); }
 int ml_peak_valid(void) { return atomic_load_explicit(&snapped, memory_order_relaxed); }
 
 static void copy_peak(struct ml_stack *r, void *arg)
@@ -89,6 +98,9 @@ int ml_heap_change_locked(int64_t delta, const int64_t dh[2], uint64_t now)
     halves(dh, now);
     int64_t h = atomic_load_explicit(&heap, memory_order_relaxed) + delta;
     atomic_store_explicit(&heap, h, memory_order_relaxed);
+    if (unlikely(ml_tls.mmap_acct))
+        atomic_store_explicit(&mmap_heap, atomic_load_explicit(&mmap_heap, memory_order_relaxed) + delta,
+                              memory_order_relaxed);
     int snap = 0;
     if (delta > 0 && h > heap_max) {
         heap_max = h;

@@ -9,6 +9,9 @@
  * then adds a timeline point, after the lock). */
 int ml_heap_change_locked(int64_t delta, const int64_t dhalf[2], uint64_t now);
 int64_t ml_heap_now(void);
+/* The share of ml_heap_now() that is anonymous mappings (mmap.c's shadows): one load, whatever the
+ * heap's size. */
+int64_t ml_heap_mmap_now(void);
 /* Half-sample h's estimate (0 or 1: peak.c's split). */
 int64_t ml_heap_half(int h);
 /* The peak columns hold this process's snapshot (a fork child has none until it grows). */

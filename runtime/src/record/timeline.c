@@ -1,6 +1,7 @@
 /* Memory over time: every ~100 ms (checked on the sampled path only, against a tick deadline set
  * after the previous point), on every new peak snapshot and at every dump, one point: wall time, the
- * estimated live heap, the resident set (/proc/self/statm) and the allocator's own figures, as the
+ * estimated live heap, the estimated anonymous mappings apart from it (peak.c keeps their share
+ * beside the heap's counter: one more load, whatever the heap's size), the resident set (/proc/self/statm) and the allocator's own figures, as the
  * runtime's thread last read them (allocstats.c: never read on the program's threads, whose cost
  * may grow with the heap). Sampled blocks live in the runtime's own range, where the allocator does
  * not see them, so their real bytes are added to both of its figures.
@@ -26,7 +27,8 @@
 #define NPOINTS ML_STATE_POINTS
 #define PERIOD_NS 100000000u
 
-/* A point: ns, the estimated heap, RSS (bytes; -1 unknown), the allocator's figures (-1 unknown). */
+/* A point: ns, the estimated heap, RSS (bytes; -1 unknown), the allocator's figures (-1 unknown),
+ * the estimated anonymous mappings. */
 #define point ml_state_point
 
 _Atomic uint64_t ml_timeline_next = 0; /* 0: the first sample takes the first point */
@@ -77,9 +79,10 @@ static void take_point(uint64_t now, int why, int64_t unflushed)
         period_ns = PERIOD_NS;
     uint64_t hz = ml_views_tsc_hz_rough();
     ml_life_set_rate(hz);
-    struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now(), .rss = rss_bytes(),
-                        .in_use = -1, .footprint = -1};
-    pt.heap += unflushed;
+    int64_t mmap = ml_heap_mmap_now();
+    struct point pt = {.ns = ml_now_ns(), .heap = ml_heap_now() - mmap, .rss = rss_bytes(),
+                        .in_use = -1, .footprint = -1, .mmap = mmap};
+    pt.heap += unflushed; /* reallocations in place: malloc's blocks only */
     if (why != ML_TL_DUMP)
         ml_allocstats_latest(&pt.in_use, &pt.footprint);
     int64_t sampled = ml_range_live_bytes();
@@ -125,7 +128,8 @@ void ml_timeline_fork_child(void)
     ml_allocstats_fork_child();
 }
 
-/* view allocator <kind> / tl <ns> <heap> <rss> <in_use> <footprint> (-1 = unknown) */
+/* view allocator <kind> / tl <ns> <heap> <rss> <in_use> <footprint> <mmap> (-1 = unknown; the heap
+ * without the anonymous mappings, which are <mmap>) */
 void ml_timeline_write(struct ml_out *o)
 {
     for (int tries = 0; atomic_exchange_explicit(&lock, 1, memory_order_acquire); tries++) {
@@ -146,6 +150,8 @@ void ml_timeline_write(struct ml_out *o)
         ml_out_i64(o, p->in_use);
         ml_out_str(o, " ");
         ml_out_i64(o, p->footprint);
+        ml_out_str(o, " ");
+        ml_out_i64(o, p->mmap);
         ml_out_str(o, "\n");
     }
     ml_spin_unlock(&lock);

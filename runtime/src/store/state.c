@@ -302,7 +302,7 @@ static void directory(char *page)
     dir_put(&d, "ms.memsz", offsetof(struct ml_state_module, seg[0].memsz) - s0, 8);
     dir_put(&d, "ms.offset", offsetof(struct ml_state_module, seg[0].offset) - s0, 8);
     dir_put(&d, "ms.flags", offsetof(struct ml_state_module, seg[0].flags) - s0, 4);
-    P(ns), P(heap), P(rss), P(in_use), P(footprint);
+    P(ns), P(heap), P(rss), P(in_use), P(footprint), P(mmap);
     S(depth), S(flags), S(samples), S(alloc_fx), S(alloc_bytes), S(inuse_fx), S(inuse_bytes), S(peak_fx);
     S(peak_bytes), S(age_sum), S(age_w), S(life);
     dir_put(&d, "s.pcs", offsetof(struct ml_stack, pcs), sizeof(uintptr_t));

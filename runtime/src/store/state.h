@@ -33,6 +33,7 @@ struct ml_state_module {
 struct ml_state_point {
     uint64_t ns;
     int64_t heap, rss, in_use, footprint;
+    int64_t mmap; /* anonymous mappings' share of the estimate, apart from `heap` (-1 unknown) */
 };
 
 /* ML_ST_NOTHING: the image ended with nothing of its own to dump (a fork child that exec'd or exited
