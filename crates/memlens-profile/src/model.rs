@@ -316,12 +316,16 @@ pub struct TimePoint {
     pub allocator_in_use: Option<f64>,
     /// What the allocator holds from the system (glibc: arenas + mmapped; jemalloc: resident).
     pub allocator_footprint: Option<f64>,
+    /// Estimated anonymous mappings in use (the `[anonymous mmap]` kind), apart from `heap_bytes`;
+    /// None from runtimes before the split, whose heap counted them.
+    pub mmap_bytes: Option<f64>,
 }
 
 impl TimePoint {
-    /// A point from the five numbers of the runtime's `tl` line (also how our pprof files keep
-    /// it): time ns, heap, RSS, allocator in use, allocator footprint; negative = unknown.
-    pub fn from_raw(c: [i64; 5]) -> TimePoint {
+    /// A point from the six numbers of the runtime's `tl` line (also how our pprof files keep
+    /// it): time ns, heap, RSS, allocator in use, allocator footprint, anonymous mappings;
+    /// negative = unknown.
+    pub fn from_raw(c: [i64; 6]) -> TimePoint {
         let opt = |x: i64| (x >= 0).then_some(x as f64);
         TimePoint {
             time_ns: c[0].max(0) as u64,
@@ -329,11 +333,12 @@ impl TimePoint {
             rss_bytes: opt(c[2]),
             allocator_in_use: opt(c[3]),
             allocator_footprint: opt(c[4]),
+            mmap_bytes: opt(c[5]),
         }
     }
 
-    /// The five numbers [`TimePoint::from_raw`] reads.
-    pub fn to_raw(&self) -> [i64; 5] {
+    /// The six numbers [`TimePoint::from_raw`] reads.
+    pub fn to_raw(&self) -> [i64; 6] {
         let opt = |x: Option<f64>| x.map_or(-1, |x| x.round() as i64);
         [
             self.time_ns as i64,
@@ -341,6 +346,7 @@ impl TimePoint {
             opt(self.rss_bytes),
             opt(self.allocator_in_use),
             opt(self.allocator_footprint),
+            opt(self.mmap_bytes),
         ]
     }
 }

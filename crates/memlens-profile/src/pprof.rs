@@ -63,6 +63,11 @@ pub mod proto {
         /// skip it, and it keeps thousands of points out of the comments they print.
         #[prost(int64, repeated, tag = "1001")]
         pub memlens_timeline: Vec<i64>,
+        /// memlens' own: each timeline point's anonymous mappings (-1 unknown), apart from its
+        /// heap. A field of its own so that files written before the split, 5 values a point in
+        /// `memlens_timeline`, still read.
+        #[prost(int64, repeated, tag = "1002")]
+        pub memlens_timeline_mmap: Vec<i64>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
@@ -331,6 +336,7 @@ fn proto_without_samples(p: &Profile) -> (proto::Profile, SampleEncoder) {
         comment,
         default_sample_type,
         memlens_timeline: p.views.as_ref().map(timeline_values).unwrap_or_default(),
+        memlens_timeline_mmap: p.views.as_ref().map(timeline_mmap).unwrap_or_default(),
     };
     (m, enc)
 }
@@ -458,13 +464,25 @@ fn views_comments(v: &Views) -> Vec<String> {
 }
 
 fn timeline_values(v: &Views) -> Vec<i64> {
-    v.timeline.iter().flat_map(TimePoint::to_raw).collect()
+    v.timeline
+        .iter()
+        .flat_map(|t| t.to_raw().into_iter().take(5))
+        .collect()
 }
 
-fn read_timeline(v: &mut Views, vals: &[i64]) {
+fn timeline_mmap(v: &Views) -> Vec<i64> {
+    v.timeline.iter().map(|t| t.to_raw()[5]).collect()
+}
+
+/// The 5 values a point, and its anonymous mappings when the file has them (unknown when not).
+fn read_timeline(v: &mut Views, vals: &[i64], mmap: &[i64]) {
     v.timeline = vals
         .chunks_exact(5)
-        .map(|c| TimePoint::from_raw([c[0], c[1], c[2], c[3], c[4]]))
+        .enumerate()
+        .map(|(i, c)| {
+            let m = mmap.get(i).copied().unwrap_or(-1);
+            TimePoint::from_raw([c[0], c[1], c[2], c[3], c[4], m])
+        })
         .collect();
 }
 
@@ -797,7 +815,7 @@ fn read_meta(m: &proto::Profile, col: [Option<usize>; 4]) -> Result<(Meta, Optio
         parse_views_comment(&mut views, &c);
     }
     if let Some(v) = &mut views {
-        read_timeline(v, &m.memlens_timeline);
+        read_timeline(v, &m.memlens_timeline, &m.memlens_timeline_mmap);
     }
     Ok((meta, views))
 }
@@ -1091,6 +1109,7 @@ mod tests {
             rss_bytes: Some(h * 2.0),
             allocator_in_use: None,
             allocator_footprint: Some(7.0),
+            mmap_bytes: (t == 2).then_some(64.0),
         };
         p.views = Some(Views {
             heap_bytes: 10.0,

@@ -114,8 +114,10 @@ pub struct RawViews {
     /// The allocator the program ran on: glibc, jemalloc, tcmalloc, mimalloc or unknown (older
     /// runtimes: the source of the figures, or none).
     pub allocator: String,
-    /// `tl` points: ns, estimated heap, RSS, allocator in use, allocator footprint (-1 unknown).
-    pub timeline: Vec<[i64; 5]>,
+    /// `tl` points: ns, estimated heap (without anonymous mappings), RSS, allocator in use,
+    /// allocator footprint, estimated anonymous mappings (-1 unknown: a dump of 5 fields, from a
+    /// runtime before the split, counted them in the heap).
+    pub timeline: Vec<[i64; 6]>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -533,8 +535,10 @@ fn parse_life(rest: &str) -> Result<RawLife> {
 fn parse_view(v: &mut RawViews, key: &str, rest: &str) -> Result<()> {
     let f: Vec<&str> = rest.split(' ').collect();
     if key == "tl" {
-        let [t, h, r, a, b] = f[..] else {
-            bail!("tl line needs: ns heap rss in_use footprint");
+        let (t, h, r, a, b, m) = match f[..] {
+            [t, h, r, a, b] => (t, h, r, a, b, "-1"),
+            [t, h, r, a, b, m] => (t, h, r, a, b, m),
+            _ => bail!("tl line needs: ns heap rss in_use footprint [mmap]"),
         };
         v.timeline.push([
             num(t, "time")?,
@@ -542,6 +546,7 @@ fn parse_view(v: &mut RawViews, key: &str, rest: &str) -> Result<()> {
             num(r, "rss")?,
             num(a, "in_use")?,
             num(b, "footprint")?,
+            num(m, "mmap")?,
         ]);
         return Ok(());
     }
@@ -709,7 +714,7 @@ end
             (1000000000, 4096, 77)
         );
         assert_eq!(v.allocator, "jemalloc");
-        assert_eq!(v.timeline, vec![[5, 4096, 8192, -1, -1]]);
+        assert_eq!(v.timeline, vec![[5, 4096, 8192, -1, -1, -1]]);
         let bad = text.replace("life 65536 512", "life 65536 x");
         assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("peak_bytes"));
     }

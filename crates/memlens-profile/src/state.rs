@@ -419,9 +419,11 @@ fn views(s: &State, o: &mut String) -> Result<()> {
             let (off, sz) = p(name)?;
             Ok(num(pt, off, sz)? as i64)
         };
+        // p.mmap: runtimes before the split have none (their heap counted the mappings)
+        let mmap = if p("mmap").is_ok() { v("mmap")? } else { -1 };
         let _ = writeln!(
             o,
-            "tl {} {} {} {} {}",
+            "tl {} {} {} {} {} {mmap}",
             v("ns")?,
             v("heap")?,
             v("rss")?,

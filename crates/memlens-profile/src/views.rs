@@ -15,8 +15,9 @@
 //! ```
 //! The timeline's JSON is `{ "file", "view": "timeline", "meta", "heap_max_bytes", "heap_max_time_s",
 //! "peak_bytes", "peak_time_s", "peak_estimate_bytes", "peak_interval_bytes": [lo, hi], "allocator", "points": [ { "time_s", "heap_bytes", "rss_bytes",
-//! "allocator_in_use", "allocator_footprint" } … ] }` (time from the start of profiling; a figure the
-//! process did not expose is null).
+//! "allocator_in_use", "allocator_footprint", "mmap_bytes" } … ] }` (time from the start of
+//! profiling; `heap_bytes` without the anonymous mappings, which are `mmap_bytes`; a figure the
+//! process did not expose is null, as `mmap_bytes` from runtimes before the split).
 use crate::agg::{self, fmt_value, pct, share, FrameId, Frames, Stack, Stacks};
 use crate::model::{Frame, Life, Meta, Profile, SampleIndex, TimePoint};
 use crate::present::{stack_cell, Format, JsonFunc, Values};
@@ -643,6 +644,8 @@ struct JsonPoint {
     rss_bytes: Option<f64>,
     allocator_in_use: Option<f64>,
     allocator_footprint: Option<f64>,
+    /// Anonymous mappings, apart from the heap (null from runtimes before the split).
+    mmap_bytes: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -672,6 +675,7 @@ fn point(p: &Profile, t: &TimePoint) -> JsonPoint {
         rss_bytes: t.rss_bytes,
         allocator_in_use: t.allocator_in_use,
         allocator_footprint: t.allocator_footprint,
+        mmap_bytes: t.mmap_bytes,
     }
 }
 
@@ -752,9 +756,11 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
             vec![
                 format!("{:.3}", secs(p, t.time_ns)),
                 bytes(t.heap_bytes),
+                opt_bytes(t.mmap_bytes),
                 opt_bytes(t.rss_bytes),
                 t.rss_bytes.map_or("n/a".into(), |r| {
-                    fmt_value(r - t.heap_bytes, SampleIndex::AllocSpace, true)
+                    let mapped = t.heap_bytes + t.mmap_bytes.unwrap_or(0.0);
+                    fmt_value(r - mapped, SampleIndex::AllocSpace, true)
                 }),
                 opt_bytes(t.allocator_in_use),
                 opt_bytes(t.allocator_footprint),
@@ -765,8 +771,9 @@ fn timeline_table(p: &Profile, file: &Path, top: usize) -> String {
         &[
             "time s",
             "heap (est.)",
+            "mmap (est.)",
             "RSS",
-            "RSS - heap",
+            "RSS - heap - mmap",
             "allocator in use",
             "allocator footprint",
         ],

@@ -20,7 +20,7 @@
  *     life <peak_fx> <peak_bytes> <age lo> <age hi> <prev_inuse> <freed × 10>
  *     module <base> <loaded|unloaded> <hex of path> / segment <vaddr> <memsz> <offset> <rwx>
  *     views <enabled> <heap> <heap_max> <snap_heap> <snap_ns> <allocator>
- *     tl <ns> <heap> <rss> <in_use> <footprint> / tl-dump <ns lo> <ns hi> <heap>
+ *     tl <ns> <heap> <rss> <in_use> <footprint> <mmap> / tl-dump <ns lo> <ns hi> <heap>
  *     maps <hex of /proc/self/maps read just before the dump>
  */
 #define _GNU_SOURCE
@@ -244,8 +244,8 @@ int main(int argc, char **argv)
     atomic_store(&ml_st->snap_ns, 1700000000123456789ull);
     atomic_store(&ml_st->snapped, 1);
     const struct ml_state_point pts[3] = {
-        {1700000000000000000ull, 1, 2, 3, 4}, {1700000000100000000ull, 4096, 1 << 20, -1, -1},
-        {1700000000200000000ull, INT64_MAX, INT64_MAX, 0, 0}};
+        {1700000000000000000ull, 1, 2, 3, 4, 5}, {1700000000100000000ull, 4096, 1 << 20, -1, -1, 0},
+        {1700000000200000000ull, INT64_MAX, INT64_MAX, 0, 0, INT64_MAX}};
     if (ml_state_points_room(4) != 0)
         return 2;
     for (int i = 0; i < 3; i++)
@@ -266,8 +266,9 @@ int main(int argc, char **argv)
     printf("views %d %lld %lld %llu %llu unknown\n", atomic_load(&ml_views_on), (long long)ml_heap_now(),
            (long long)ml_st->heap_max, (unsigned long long)ml_st->snap_heap, (unsigned long long)ml_st->snap_ns);
     for (int i = 0; i < 3; i++)
-        printf("tl %llu %lld %lld %lld %lld\n", (unsigned long long)pts[i].ns, (long long)pts[i].heap,
-               (long long)pts[i].rss, (long long)pts[i].in_use, (long long)pts[i].footprint);
+        printf("tl %llu %lld %lld %lld %lld %lld\n", (unsigned long long)pts[i].ns, (long long)pts[i].heap,
+               (long long)pts[i].rss, (long long)pts[i].in_use, (long long)pts[i].footprint,
+               (long long)pts[i].mmap);
 
     one_dump(argv[1], 1);
     for (int k = 0; k < NSTACKS; k += 2) /* the second dump: other counts, and growth since the first */

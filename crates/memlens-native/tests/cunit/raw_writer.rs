@@ -247,7 +247,7 @@ fn check_views(d: &RawDump, e: &Expect, round: usize) {
         "tsc_hz {}",
         v.tsc_hz
     );
-    let mut tl: Vec<[i64; 5]> = lines(&e.top, "tl")
+    let mut tl: Vec<[i64; 6]> = lines(&e.top, "tl")
         .iter()
         .map(|p| std::array::from_fn(|i| num(&p[i])))
         .collect();
@@ -264,8 +264,8 @@ fn check_views(d: &RawDump, e: &Expect, round: usize) {
         assert!(dumped[2] > 0, "the dump's point: RSS");
         assert_eq!(
             &dumped[3..],
-            &[-1, -1],
-            "the dump's point: allocator figures unknown"
+            &[-1, -1, 0],
+            "the dump's point: allocator figures unknown, no anonymous mappings"
         );
         tl.push(*dumped);
     }

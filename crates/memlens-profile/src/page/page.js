@@ -343,8 +343,8 @@ function limitNote(v) {
   return h("p", { class: "note" }, "The tables hold the top " + n + " of " + t.stacks + " stacks (" + pct(shown / t.value) + " of the bytes); the flame graph holds them all.");
 }
 
-// ---- the timeline: the top sites stacked where their bytes were measured, heap, RSS and the
-// allocator's figures as lines; drag across it to zoom
+// ---- the timeline: the top sites stacked where their bytes were measured, heap, anonymous
+// mappings, RSS and the allocator's figures as lines; drag across it to zoom
 const COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac"];
 function timelineSection() {
   const sec = h("section", { class: "timeline" }, h("h2", {}, "Memory over time"));
@@ -354,9 +354,11 @@ function timelineSection() {
     return sec;
   }
   const pts = T.points, S = D.sites;
-  const lines = [["estimated heap", p => p.heap_bytes, "#1f3b73", ""], ["RSS", p => p.rss_bytes, "#c0392b", ""],
-    ["allocator in use", p => p.allocator_in_use, "#555", "5 3"], ["allocator footprint", p => p.allocator_footprint, "#b9770e", "2 3"]]
-    .filter(l => pts.some(p => l[1](p) != null));
+  // the anonymous mappings are a line of their own (apart from the heap) when the run made any
+  const lines = [["estimated heap", p => p.heap_bytes, "#1f3b73", ""], ["anonymous mmap (est.)", p => p.mmap_bytes, "#2e8b57", "8 3 2 3"],
+    ["RSS", p => p.rss_bytes, "#c0392b", ""], ["allocator in use", p => p.allocator_in_use, "#555", "5 3"],
+    ["allocator footprint", p => p.allocator_footprint, "#b9770e", "2 3"]]
+    .filter(l => pts.some(p => l[1](p) != null && (l[0] !== "anonymous mmap (est.)" || l[1](p) > 0)));
   const end = Math.max(pts.length ? pts[pts.length - 1].time_s : 0, ...S.times_s, 1e-3);
   const whole = [0, end], act = activity(pts, end);
   let dom = act || whole;
