@@ -282,3 +282,99 @@ fn a_kept_mapping_is_served_apart_from_the_heap() {
     let (code, _, err) = t.finish();
     assert_eq!(code, 0, "{err}");
 }
+
+/// The timeline's points of a profile, as `report --view timeline --format json` prints them.
+fn timeline_points(prof: &std::path::Path) -> Vec<serde_json::Value> {
+    let tl = report_json(prof, &["--view", "timeline"]);
+    tl["points"].as_array().expect("points").clone()
+}
+
+#[test]
+fn the_timeline_shows_a_kept_mapping_apart_from_the_heap() {
+    let dir = test_dir();
+    let prof = dir.path().join("p.pb.gz");
+    let raw = dir.path().join("raw");
+    memlens()
+        .arg("run")
+        .arg("-o")
+        .arg(&prof)
+        .args(["--interval", "16K"])
+        .arg("--keep-raw")
+        .arg(&raw)
+        .arg("--")
+        .arg(prog(&dir, "mmap_timeline"))
+        .ok();
+    let pts = timeline_points(&prof);
+    let last = pts.last().expect("a timeline point at the exit dump");
+    let (mib, heap_want) = (f64::from(1u32 << 20), f64::from(32u32 << 20));
+    let (heap, mmap) = (
+        last["heap_bytes"].as_f64().unwrap(),
+        last["mmap_bytes"].as_f64().expect("mmap_bytes in each point"),
+    );
+    // 64 MiB in one mapping against a 16 KiB interval: sampled with certainty, its weight exact.
+    assert!((mmap - 64.0 * mib).abs() <= 0.01 * 64.0 * mib, "{last:#}");
+    // 512 blocks of 64 KiB, each sampled with p = 1 - e^-4: the heap's relative standard error is
+    // sqrt((1 - p) / (p n)) = 0.6 %; 10 % is far outside it, and far below the 64 MiB a heap that
+    // counted the mapping would add.
+    assert!((heap - heap_want).abs() <= 0.1 * heap_want, "{last:#}");
+    // The churn's periodic points (those with glibc's figures, read by the runtime's thread) split
+    // them the same way, and their heap agrees with what malloc says is in use (mallinfo2, which
+    // does not see the program's own mappings) within the sampling error.
+    let periodic: Vec<_> = pts
+        .iter()
+        .filter(|p| p["allocator_in_use"].as_f64().is_some())
+        .collect();
+    assert!(periodic.len() >= 2, "periodic points: {pts:#?}");
+    // glibc's figures are the latest the runtime's thread read: those of the churn (read after
+    // the 32 MiB were held) are compared.
+    let churn: Vec<_> = periodic
+        .iter()
+        .filter(|p| p["allocator_in_use"].as_f64().unwrap() >= 0.9 * heap_want)
+        .collect();
+    assert!(!churn.is_empty(), "periodic points of the churn: {pts:#?}");
+    for p in churn {
+        let (h, m) = (p["heap_bytes"].as_f64().unwrap(), p["mmap_bytes"].as_f64());
+        let in_use = p["allocator_in_use"].as_f64().unwrap();
+        assert!((m.unwrap() - 64.0 * mib).abs() <= 0.01 * 64.0 * mib, "{p:#}");
+        assert!((h - in_use).abs() <= 0.1 * in_use, "{p:#}");
+    }
+    let text = memlens()
+        .args(["report", "--view", "timeline"])
+        .arg(&prof)
+        .ok_stdout();
+    assert!(
+        text.contains("mmap (est.)") && text.contains("64.00 MiB"),
+        "{text}"
+    );
+
+    // A dump of a runtime before the split: `tl` lines of 5 fields (the heap counted the mapping)
+    // still read, with the mmap series unknown.
+    let dump = std::fs::read_dir(&raw)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "raw"))
+        .expect("a kept raw dump");
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let mut old_heap = Vec::new();
+    let old: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("tl ") {
+            Some(rest) => {
+                let f: Vec<i64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
+                assert_eq!(f.len(), 6, "{l}");
+                old_heap.push(f[1] + f[5]);
+                format!("tl {} {} {} {} {}\n", f[0], f[1] + f[5], f[2], f[3], f[4])
+            }
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert!(!old_heap.is_empty(), "no tl lines in {}", dump.display());
+    let old_dump = dir.path().join("old.raw");
+    std::fs::write(&old_dump, old).unwrap();
+    let pts = timeline_points(&old_dump);
+    assert_eq!(pts.len(), old_heap.len());
+    for (p, h) in pts.iter().zip(&old_heap) {
+        assert!(p["mmap_bytes"].is_null(), "{p:#}");
+        assert_eq!(p["heap_bytes"].as_f64(), Some(*h as f64), "{p:#}");
+    }
+}
