@@ -109,7 +109,7 @@ static void *piece_shadow(void *old, uintptr_t len, uintptr_t whole)
     if (!by)
         return NULL;
     ml_tls.busy++; /* what the range maps for it is the runtime's own */
-    void *s = ml_block_new(1, 1, 0, 0, b->stack, fx ? fx : 1, by, b->ra);
+    void *s = ml_block_new(1, 1, len, 0, 0, b->stack, fx ? fx : 1, by, b->ra);
     ml_tls.busy--;
     return s;
 }
