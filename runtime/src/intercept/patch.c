@@ -5,12 +5,14 @@
  *   site:   jmp rel32 check (or stub)  (5 bytes; the rest of what it displaced becomes int3)
  *   check:  the hook's fast path, emitted here for the common shapes (patch.h): countdown
  *           subtract or range compare, falling through to the trampoline, else to the slow exit
- *   tramp:  endbr64; <displaced instructions, relocated>; jmp rel32 site+len
+ *   tramp:  endbr64; <displaced instructions, relocated>; <the ones after them, relocated, through
+ *           the first ret or jmp (copy_through)>, else jmp rel32 back into the function
  *   exit:   (add the size back to the countdown;) jmp stub
  *   stub:   jmp *target(%rip)          (target: the hook, or the trampoline when the hook is off)
- * So the common call costs two jumps (to the check, back into the function), as an interposed
- * malloc costs one more than the bare one; the C hook runs only when the countdown runs out or the
- * block is ours.
+ * So the common call costs one jump (to the check), as an interposed malloc costs one more than
+ * the bare one: an allocator's fast path is straight code with branches out to its slow path and
+ * one `ret`, which the trampoline holds whole (jemalloc's malloc and free, mimalloc's mi_malloc and
+ * mi_free). The C hook runs only when the countdown runs out or the block is ours.
  *
  * Stub and trampoline live in a page mapped within ±2 GiB of the site (rel32 reaches it, and the
  * relocated rip-relative operands still reach their targets). The page is mapped twice (shared
