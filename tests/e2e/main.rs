@@ -4,6 +4,7 @@
 mod util;
 
 mod allocators;
+mod allocators_attach;
 mod attach;
 mod bench_alloc;
 mod bench_mem;
