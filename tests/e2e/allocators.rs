@@ -22,7 +22,7 @@ const HELD: f64 = 32.0 * 1024.0 * 1024.0;
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/memlens-test-programs`: programs built from registries, kept
 /// across runs and clones.
-fn cache_root() -> PathBuf {
+pub(crate) fn cache_root() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -197,6 +197,25 @@ fn inuse_at_hold(file: &Path) -> f64 {
         .sum()
 }
 
+/// `memlens run --interval INTERVAL -o file -- prog`, for the caller to add arguments and run.
+fn memlens_run(file: &Path, prog: &Path) -> Command {
+    let mut c = memlens();
+    c.args(["run", "--interval", INTERVAL, "-o"])
+        .arg(file)
+        .arg("--")
+        .arg(prog);
+    c
+}
+
+/// `memlens ctl PID dump -o file`, with the test's private control directory.
+pub(crate) fn ctl_dump(pid: &str, file: &Path, dir: &Path) {
+    memlens()
+        .args(["ctl", pid, "dump", "-o"])
+        .arg(file)
+        .env("MEMLENS_CTL_DIR", ctl_dir(dir))
+        .ok();
+}
+
 #[track_caller]
 fn within(what: &str, got: f64, want: f64) {
     let err = (got - want) / want;
@@ -218,13 +237,7 @@ fn check_run(prog: &Path, alloc: &str, label: &str, allocator_counts: bool) {
     let dir = test_dir();
     let reference = bare(prog);
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--interval", INTERVAL, "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(prog)
-        .output()
-        .unwrap();
+    let o = memlens_run(&file, prog).output().unwrap();
     assert_ok(&prog, &o);
     let err = stderr(&o);
     let found = format!("allocates through {alloc} linked into it ({label}): hooked");
@@ -280,11 +293,7 @@ fn check_attach(prog: &Path, alloc: &str, label: &str) {
     out.read_line(&mut line).unwrap(); // "again …": the sites ran under memlens
     assert!(line.starts_with("again"), "{line}");
     let file = d.join("a.pb.gz");
-    memlens()
-        .args(["ctl", &pid, "dump", "-o"])
-        .arg(&file)
-        .env("MEMLENS_CTL_DIR", ctl_dir(d))
-        .ok();
+    ctl_dump(&pid, &file, d);
     std::fs::write(&end, "").unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "{prog:?} under attach: {st}");
@@ -378,13 +387,7 @@ fn rust_reporting_through_memlens_alloc_is_counted_once() {
     let prog = rust_programs().join("sites-profiled");
     let dir = test_dir();
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--interval", INTERVAL, "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
+    let o = memlens_run(&file, &prog).output().unwrap();
     assert_ok(&prog, &o);
     assert!(
         stderr(&o).contains("reports its allocations itself"),
@@ -491,4 +494,63 @@ fn a_heap_growing_unseen_is_said() {
     );
     let header = memlens().arg("report").arg(&file).ok_stdout();
     assert!(header.contains(want), "{header}");
+}
+
+/// tests/programs/dlopen_alloc.c: the program, and the library it loads with dlopen, which links
+/// libjemalloc_pic.a and keeps its symbols to itself (`--exclude-libs`: its malloc is local).
+fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = root().join("tests/programs/dlopen_alloc.c");
+    let lib = dir.join("libheld.so");
+    Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fPIC",
+            "-shared",
+            "-DLIB",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(&src)
+        .arg("/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a")
+        .args(["-Wl,--exclude-libs,ALL", "-lpthread", "-lm", "-lstdc++"])
+        .ok();
+    (compile(&src, dir, "dlopen_alloc", &["-ldl"]), lib)
+}
+
+/// jemalloc's initial-exec TLS needs more of the static TLS block than glibc keeps for libraries
+/// loaded later (without it, dlopen fails: "cannot allocate memory in static TLS block").
+const STATIC_TLS: (&str, &str) = ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
+
+/// A library loaded with dlopen after start, with jemalloc linked into it: memlens finds it and
+/// hooks it while the loader maps it, before its code runs (the loader's r_brk notification), and
+/// the bytes it holds are counted.
+#[test]
+fn library_dlopened_with_jemalloc_linked_in_run() {
+    let dir = test_dir();
+    let (prog, lib) = dlopen_programs(dir.path());
+    let reference = said(
+        &Command::new(&prog)
+            .arg(&lib)
+            .env(STATIC_TLS.0, STATIC_TLS.1)
+            .ok_stdout(),
+    );
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens_run(&file, &prog)
+        .arg(&lib)
+        .env(STATIC_TLS.0, STATIC_TLS.1)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    let found =
+        "libheld.so (a library) allocates through jemalloc linked into it (malloc, free, mallocx, …): hooked";
+    assert!(
+        stderr(&o).contains(found),
+        "no '{found}' in:\n{}",
+        stderr(&o)
+    );
+    let got = inuse_at_hold(&file);
+    within("vs the program's own count", got, said(&stdout(&o)).held);
+    within("vs jemalloc's stats.allocated", got, reference.allocator);
 }

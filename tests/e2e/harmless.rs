@@ -104,6 +104,44 @@ fn statistics_read_at_a_bounded_rate(dir: &Path, interval: &str, cmd: &[&str]) {
     );
 }
 
+/// A heap torn down (runtime/tests/teardown.c: 300 000 small blocks freed, every other one, as
+/// perl destroys its hashes at exit) leaves glibc that many free chunks, and one mallinfo2 walk over
+/// them holds the arena's lock for tens of ms: the runtime reads the figures while the heap is
+/// built, and skips the reads after the teardown (the samples show the frees), saying so.
+#[test]
+fn a_torn_down_heap_is_not_walked() {
+    let dir = test_dir();
+    let inc = format!("-I{}", root().join("runtime/include").display());
+    let exe = prog(&dir, "runtime/tests/teardown.c", &[inc.as_str()]);
+    let raw = dir.join("raw");
+    let o = ml(&dir, &["run", "--interval", "512K", "--keep-raw"])
+        .arg(&raw)
+        .arg("-o")
+        .arg(dir.join("p.pb.gz"))
+        .arg("--")
+        .arg(&exe)
+        .ok();
+    assert!(o.stdout.starts_with(b"300000"), "{}", printed(&o));
+    let dumps = raw_dumps(&raw);
+    let main = dumps
+        .iter()
+        .find(|d| d.contains("\nreason exit\n"))
+        .unwrap_or_else(|| panic!("no exit dump in {}", raw.display()));
+    let (state, reads, skipped) = allocator_stats(main);
+    assert_eq!(
+        state, "read",
+        "reading was given up: a walk over the torn-down heap ran"
+    );
+    assert!(
+        reads >= 1,
+        "the figures were never read while the heap was built"
+    );
+    assert!(
+        skipped >= 1,
+        "no read was skipped after the teardown ({reads} reads)"
+    );
+}
+
 #[test]
 fn fragmenting_service_and_perl_hashes_read_allocator_figures_off_their_threads() {
     let dir = test_dir();

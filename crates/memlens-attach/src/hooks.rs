@@ -340,12 +340,12 @@ pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
     let at = runtime_symbol(p, lib, "memlens_pending")?;
     let pid = p.mem_pid();
     let (state, summary, all) = read_pending(pid, at)?;
-    // After a detach, only the entry points it put back need their jump again.
+    // Only the entry points without their jump (after a detach: those it put back).
     let now = read_sites(pid, &all)?;
     let ps: Vec<Patch> = all
         .into_iter()
         .zip(now)
-        .filter(|(q, b)| state == PLANNED || (state == RESTORED && *b == q.old))
+        .filter(|(q, b)| *b != q.code)
         .map(|(q, _)| q)
         .collect();
     if !(state == PLANNED || state == RESTORED) || ps.is_empty() {

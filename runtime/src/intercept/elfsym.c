@@ -208,9 +208,18 @@ int ml_elf_contains(const char *path, const char *const *needles)
     struct image im;
     if (map_file(path, &im) != 0)
         return -1;
+    /* The strings are constants: .rodata when the file says where it is (a fifth of a large
+     * library: this runs for every stripped library loaded, dlopen included), else all of it. */
+    const Elf64_Shdr *ro = section(&im, ".rodata");
+    const uint8_t *p = im.p;
+    size_t n = im.n;
+    if (ro && ro->sh_type == SHT_PROGBITS && inside(&im, ro->sh_offset, ro->sh_size)) {
+        p = im.p + ro->sh_offset;
+        n = ro->sh_size;
+    }
     int found = -1;
     for (int i = 0; needles[i] && found < 0; i++)
-        if (memmem(im.p, im.n, needles[i], strlen(needles[i])))
+        if (memmem(p, n, needles[i], strlen(needles[i])))
             found = i;
     unmap(&im);
     return found;

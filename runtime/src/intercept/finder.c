@@ -38,6 +38,7 @@ static const char *const PREFIX[NPFX] = {"", "je_", "_rjem_", "mi_", "tc_"};
 static struct ml_patch patches[MAX_PATCHES];
 static int npatches, nslots;
 static uintptr_t scanned[MAX_SCANNED]; /* bases of the modules looked at */
+static uint8_t alive[MAX_SCANNED];      /* listed by this scan (a module dlclose'd is forgotten) */
 static int nscanned;
 static _Atomic int scan_lock;
 
@@ -473,10 +474,14 @@ static int list_module(struct dl_phdr_info *info, size_t size, void *arg)
         (vdso && (uintptr_t)info->dlpi_phdr - vdso < 65536) || nmods == MAX_SCANNED)
         return 0;
     for (int i = 0; i < nscanned; i++)
-        if (scanned[i] == info->dlpi_addr)
+        if (scanned[i] == info->dlpi_addr) {
+            alive[i] = 1;
             return 0;
-    if (nscanned < MAX_SCANNED)
+        }
+    if (nscanned < MAX_SCANNED) {
+        alive[nscanned] = 1;
         scanned[nscanned++] = info->dlpi_addr;
+    }
     const char *name = info->dlpi_name;
     if (!first && (!name || !name[0] || system_library(name)))
         return 0;
@@ -488,6 +493,16 @@ static int list_module(struct dl_phdr_info *info, size_t size, void *arg)
     m->path = first ? "/proc/self/exe" : name;
     m->name = first ? exe_name : base_name(name);
     return 0;
+}
+
+/* Modules no longer listed were dlclose'd: another may be loaded at the same base later. */
+static void forget_unloaded(void)
+{
+    int k = 0;
+    for (int i = 0; i < nscanned; i++)
+        if (alive[i])
+            scanned[k++] = scanned[i];
+    nscanned = k;
 }
 
 static void exe_names(void)
@@ -508,7 +523,9 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap)
     exe_names();
     int before = npatches, mark = ml_notes_count();
     nmods = 0;
+    memset(alive, 0, sizeof alive);
     dl_iterate_phdr(list_module, NULL);
+    forget_unloaded();
     for (int i = 0; i < nmods; i++)
         scan_module(&mods[i], mode);
     int n = npatches - before;
@@ -517,6 +534,8 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap)
     if (mode == ML_HOOK_DEFER)
         ml_notes_join(mark, memlens_pending.summary, sizeof memlens_pending.summary);
     ml_spin_unlock(&scan_lock);
+    if (mode == ML_HOOK_NOW && !ml_loader_context)
+        ml_loader_watch(); /* at start (memlens run): libraries loaded later are scanned as they come */
     return n;
 }
 

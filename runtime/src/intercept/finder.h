@@ -28,9 +28,11 @@ int ml_hooks_at_start(void);
 /* The entry points hooked so far (0: none). */
 int ml_hooks_count(void);
 
-/* The loader's notification of new modules (r_debug.r_brk): hooked under `memlens run`, so that a
- * library loaded later is scanned before its code runs. */
-
+/* The loader's notification of new modules (r_debug.r_brk, loadwatch.c): hooked under `memlens run`,
+ * so that a library loaded later (dlopen) is scanned and hooked before its code runs. Once. */
+void ml_loader_watch(void);
+/* 1 while a scan runs inside the loader (a dlopen of the program): no dlopen of ours then. */
+extern int ml_loader_context;
 
 #pragma GCC visibility pop
 #endif

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "elfsym.h"
+#include "finder.h"
 
 /* The part of lzma.h we use (liblzma 5's stable ABI). */
 struct lzma_allocator {
@@ -47,8 +48,9 @@ static buffer_decode_fn decoder(void)
     static buffer_decode_fn fn;
     static int tried;
     if (!tried) {
-        tried = 1;
-        void *h = dlopen("liblzma.so.5", RTLD_NOW | RTLD_LOCAL);
+        /* Inside the loader (a library being loaded, finder.h), only a liblzma already there. */
+        tried = !ml_loader_context;
+        void *h = dlopen("liblzma.so.5", RTLD_NOW | RTLD_LOCAL | (ml_loader_context ? RTLD_NOLOAD : 0));
         fn = h ? (buffer_decode_fn)dlsym(h, "lzma_stream_buffer_decode") : NULL;
     }
     return fn;

@@ -18,11 +18,15 @@
  *    than FIRST_RSS_MAX (a glibc heap that big may hold millions of free chunks): the timeline's
  *    points then have no allocator figures (-1), and the dump says how many reads were skipped
  *    (`view allocator_stats`);
- *  - a read that took longer than GIVE_UP_NS ends the reading for good (said the same way). The
- *    prediction cannot see every jump: a program that frees most of a large heap at once (its
- *    tables destroyed at exit) leaves glibc millions of free chunks in an unchanged resident set,
- *    and the next read takes tens of ms (15 ms at 250 MB here, against 10-90 us for each read
- *    before): one such read, then no more.
+ *  - glibc's walk costs what its free chunks number, and those grow when the program frees more
+ *    blocks than it allocates: a program that frees most of a large heap at once (perl destroying
+ *    its hashes at exit) leaves glibc a million free chunks in an unchanged resident set, and the
+ *    next read took 25-128 ms (against 10-60 us for each read before; the program's frees wait on
+ *    the arena's lock meanwhile): 5-9 % of perl's CPU at 512K. So the prediction adds what the
+ *    blocks freed since the last read (the net drop of the objects in use, as the samples estimate
+ *    them, while frees outweigh allocations) would add to the walk, at NS_PER_CHUNK each;
+ *  - a read that took longer than GIVE_UP_NS ends the reading for good (said the same way): the
+ *    prediction cannot see every jump.
  * Points take the latest figures only while they are recent (two timeline periods); older ones
  * would draw yesterday's allocator under today's heap. */
 #define _GNU_SOURCE
@@ -32,6 +36,7 @@
 #include <unistd.h>
 
 #include "../base/proc.h"
+#include "../store/stacks.h"
 #include "../store/state.h"
 #include "allocstats.h"
 
@@ -41,6 +46,7 @@
 #define GIVE_UP_NS (10u * 1000 * 1000)  /* a read this long ends reading */
 #define FIRST_RSS_MAX (512ll << 20)
 #define FRESH_NS (2u * PERIOD_MS * 1000 * 1000)
+#define NS_PER_CHUNK 50 /* a free chunk's share of glibc's walk: a linked list, mostly cache misses */
 
 /* The allocator is the one our malloc forwards to, named by the file that holds it; its figures are
  * read only from that same file. Its kind is in the state header (stats_kind), where it outlives us. */
@@ -56,9 +62,16 @@ static const char *const kind_names[] = {"unknown", "unknown", "glibc", "jemallo
 /* What the runtime's thread last read (written by it, read by the program's threads at a point). */
 static _Atomic int64_t last_in_use = -1, last_footprint = -1;
 static _Atomic uint64_t last_ns; /* CLOCK_MONOTONIC when that read ended, 0: none */
+/* What the samples say of the program's heap: objects in use, bytes allocated and bytes freed (each
+ * an estimate; the last two cumulative). */
+struct heap_est {
+    int64_t objects, alloc_bytes, freed_bytes;
+};
+
 /* The thread's own bookkeeping. */
 static uint64_t next_ns, cost_ns;
-static int64_t cost_rss;
+static int64_t cost_rss;              /* the resident set at that read */
+static struct heap_est cost_est;     /* and the heap the samples saw then (below) */
 static _Atomic uint64_t reads, skipped, max_ns;
 enum { AS_READING, AS_GAVE_UP, AS_NONE };
 static _Atomic int state = AS_READING;
@@ -173,15 +186,38 @@ static int64_t rss_now(void)
     return ml_proc_statm_rss(buf);
 }
 
+static void add_est(struct ml_stack *r, void *arg)
+{
+    struct heap_est *e = arg;
+    e->objects += atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) >> 16;
+    e->alloc_bytes += (int64_t)atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed);
+    for (int i = 0; i < 10; i++) /* ML_LIFE_BUCKETS */
+        e->freed_bytes += (int64_t)atomic_load_explicit(&r->life[i], memory_order_relaxed);
+}
+
+/* A sum over the stack table's listed records: a few thousand, once per period, by this thread. */
+static struct heap_est heap_now(void)
+{
+    struct heap_est e = {0, 0, 0};
+    ml_stacks_each(add_est, &e);
+    return e;
+}
+
 /* Would a read now take longer than READ_MAX_NS? The last read's time, scaled by the growth of the
- * resident set since (a heap's free chunks grow with it); before any read, only a small process is
- * read. */
-static int too_costly(int64_t rss)
+ * resident set since (a heap's free chunks grow with it); for glibc, plus the walk over the chunks
+ * of the objects freed (net) since, when frees outweigh allocations two to one (a steady program's
+ * estimates move by a few samples either way: at 512K one sample of a 32-byte block stands for
+ * 16 K objects; a program tearing its heap down frees and does not allocate). Before any read,
+ * only a small process is read. */
+static int too_costly(int64_t rss, const struct heap_est *e)
 {
     if (!cost_rss)
         return rss < 0 || rss > FIRST_RSS_MAX;
     double grow = rss > cost_rss ? (double)rss / (double)cost_rss : 1.0;
-    return (double)cost_ns * grow > READ_MAX_NS;
+    int64_t drop = cost_est.objects - e->objects;
+    int64_t alloc = e->alloc_bytes - cost_est.alloc_bytes, freed = e->freed_bytes - cost_est.freed_bytes;
+    int tearing = stats_kind == ST_GLIBC && drop > 0 && freed > 2 * (alloc > 0 ? alloc : 0);
+    return (double)cost_ns * grow + (tearing ? (double)drop * NS_PER_CHUNK : 0) > READ_MAX_NS;
 }
 
 int64_t ml_allocstats_poll(void)
@@ -214,7 +250,8 @@ int64_t ml_allocstats_poll(void)
     if (now < next_ns)
         return (int64_t)((next_ns - now) / 1000000u) + 1;
     int64_t rss = rss_now();
-    if (too_costly(rss)) {
+    struct heap_est est = heap_now();
+    if (too_costly(rss, &est)) {
         atomic_fetch_add_explicit(&skipped, 1, memory_order_relaxed);
         next_ns = now + (uint64_t)PERIOD_MS * 1000000u * 10; /* look again in a second */
         return PERIOD_MS * 10;
@@ -231,6 +268,7 @@ int64_t ml_allocstats_poll(void)
         atomic_store_explicit(&max_ns, took, memory_order_relaxed);
     cost_ns = took;
     cost_rss = rss > 0 ? rss : 1;
+    cost_est = est;
     if (took > GIVE_UP_NS) {
         atomic_store(&state, AS_GAVE_UP);
         return -1;
