@@ -54,7 +54,7 @@ impl Prog {
     }
 
     /// The first 16 bytes of malloc and of free, as they are now.
-    fn bytes(&self) -> [Vec<u8>; 2] {
+    fn bytes(&self) -> Entries {
         let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).unwrap();
         self.entries.map(|a| {
             let mut b = vec![0u8; 16];
@@ -124,25 +124,41 @@ fn attach_hooked(p: &Prog, d: &Path) {
     );
 }
 
-#[test]
-fn detach_puts_the_entry_points_back_when_no_sampled_block_is_live() {
+/// The first bytes of malloc and of free.
+type Entries = [Vec<u8>; 2];
+
+/// The program started and attached (its entry points hooked), after 300 ms of sampled churn:
+/// its directory, the program, and malloc's and free's bytes before and under the attach. None
+/// (and a SKIPPED line) without libjemalloc_pic.a.
+fn start_hooked() -> Option<(TestDir, Prog, Entries, Entries)> {
     if !Path::new(JEMALLOC_A).exists() {
         println!("SKIPPED: {JEMALLOC_A} is not installed (libjemalloc-dev)");
-        return;
+        return None;
     }
     let dir = test_dir();
-    let d = dir.path();
-    let mut p = Prog::start(d);
+    let p = Prog::start(dir.path());
     let original = p.bytes();
-    attach_hooked(&p, d);
+    // Attached while it waits: `memlens attach` injects by a call into the process, which would
+    // wait forever on a lock of the allocator the interrupted thread holds (not what this tests).
+    attach_hooked(&p, dir.path());
+    std::fs::write(dir.path().join("churn"), "").unwrap();
     let hooked = p.bytes();
     assert!(
         hooked[0] != original[0] && hooked[1] != original[1],
         "malloc and free should hold jumps: {hooked:x?} vs {original:x?}"
     );
     std::thread::sleep(std::time::Duration::from_millis(300)); // it churns, sampled
-                                                               // Stacks sampled through the hooks are unwound by the dwarf unwinder itself, none handed to
-                                                               // its libgcc fallback (which the hooks' slow paths once forced on every sample, 20x slower).
+    Some((dir, p, original, hooked))
+}
+
+#[test]
+fn detach_puts_the_entry_points_back_when_no_sampled_block_is_live() {
+    let Some((dir, mut p, original, _)) = start_hooked() else {
+        return;
+    };
+    let d = dir.path();
+    // Stacks sampled through the hooks are unwound by the dwarf unwinder itself, none handed to
+    // its libgcc fallback (which the hooks' slow paths once forced on every sample, 20x slower).
     let file = d.join("a.pb.gz");
     p.memlens(d, &["ctl", &p.pid, "dump", "-o", file.to_str().unwrap()]);
     let (samples, fallbacks) = (meta(&file, "samples"), meta(&file, "unwind_fallbacks"));
@@ -171,17 +187,10 @@ fn detach_puts_the_entry_points_back_when_no_sampled_block_is_live() {
 
 #[test]
 fn detach_keeps_the_free_side_while_sampled_blocks_live_and_attach_hooks_again() {
-    if !Path::new(JEMALLOC_A).exists() {
-        println!("SKIPPED: {JEMALLOC_A} is not installed (libjemalloc-dev)");
+    let Some((dir, mut p, original, hooked)) = start_hooked() else {
         return;
-    }
-    let dir = test_dir();
+    };
     let d = dir.path();
-    let mut p = Prog::start(d);
-    let original = p.bytes();
-    attach_hooked(&p, d);
-    let hooked = p.bytes();
-    std::thread::sleep(std::time::Duration::from_millis(300));
     // It holds 256 blocks of 64 B..256 KiB: at 16K some are sampled, live in memlens's range.
     let out = p.memlens(d, &["detach", &p.pid]);
     assert!(

@@ -2,7 +2,7 @@
  * tests/e2e/allocators_attach.rs: memlens attaches, hooks those entry points, detaches and puts
  * their bytes back, while this program keeps allocating and checks every block it made.
  *   hook_restore DIR
- * Prints `entries MALLOC FREE` (their addresses) and `ready`, then churns: rounds of blocks of
+ * Prints `entries MALLOC FREE` (their addresses) and `ready`, waits for DIR/churn, then churns: rounds of blocks of
  * 16 B..64 KiB filled with a pattern, checked and freed, with HELD blocks kept across rounds. When
  * DIR/quiet exists it frees what it holds, prints `quiet` and allocates nothing until DIR/go
  * exists; when DIR/end exists it prints `done ROUNDS bad=N` and exits (1 if a block was wrong). */
@@ -16,7 +16,7 @@
 #define HELD 256
 #define PER_ROUND 64
 
-static char path[3][4096];
+static char path[4][4096];
 static void *held[HELD];
 static size_t held_n[HELD];
 static unsigned long bad;
@@ -97,10 +97,13 @@ int main(int argc, char **argv)
     snprintf(path[0], sizeof path[0], "%s/quiet", argv[1]);
     snprintf(path[1], sizeof path[1], "%s/go", argv[1]);
     snprintf(path[2], sizeof path[2], "%s/end", argv[1]);
+    snprintf(path[3], sizeof path[3], "%s/churn", argv[1]);
     printf("entries %p %p\nready\n", (void *)malloc, (void *)free);
     fflush(stdout);
     unsigned long r = 0;
     struct timespec nap = {0, 2000000};
+    while (!exists(3)) /* memlens attaches meanwhile: outside the allocator (see the test) */
+        nanosleep(&nap, NULL);
     while (!exists(2)) {
         if (exists(0) && !exists(1)) {
             release_all();
