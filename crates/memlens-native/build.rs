@@ -1,6 +1,8 @@
 //! Compiles the C parts of memlens by convention, so adding a file needs no edit here:
 //!
 //! * `runtime/src/<floor>/*.c`    -> `libmemlens.so` (the preloaded profiler runtime)
+//! * the same + `runtime/musl/`   -> `libmemlens.musl.so` (the runtime for programs on musl, built
+//!   with `musl-gcc` when it exists; see [`musl_runtime`])
 //! * `allocators/<name>/*.c` (+ `allocators/common/*.c`) -> `libmemlens-<name>.so`
 //! * `workloads/c/<name>.c`       -> executable `<name>` (workloads the study runs)
 //! * `crates/memlens-bench-alloc/c/<name>.c` -> executable `<name>` (the allocator benchmark's
@@ -21,6 +23,8 @@ struct Artifact {
     shared: bool,
     cflags: Vec<&'static str>,
     libs: Vec<&'static str>,
+    /// The compiler, when not `$CC` (musl-gcc for the musl runtime).
+    cc: Option<String>,
 }
 
 include!("src/flags.rs");
@@ -46,7 +50,9 @@ fn artifacts(root: &Path, out_dir: &Path) -> Vec<Artifact> {
             shared: true,
             cflags: RUNTIME_CFLAGS.to_vec(),
             libs: RUNTIME_LIBS.to_vec(),
+            cc: None,
         });
+        out.extend(musl_runtime(root, out_dir));
     }
     let alloc_dir = root.join("allocators");
     let common = c_files(&alloc_dir.join("common"));
@@ -81,6 +87,7 @@ fn artifacts(root: &Path, out_dir: &Path) -> Vec<Artifact> {
                     "allocators/common",
                 ],
                 libs: vec!["-pthread"],
+                cc: None,
             });
         }
     }
@@ -97,9 +104,58 @@ fn artifacts(root: &Path, out_dir: &Path) -> Vec<Artifact> {
             shared: false,
             cflags: vec!["-pthread"],
             libs: vec!["-pthread", "-lm"],
+            cc: None,
         });
     }
     out
+}
+
+// ---- The musl runtime ----
+//
+// A program whose loader is musl's cannot load the glibc runtime (`Error relocating …`). The same
+// sources compiled with musl-gcc make its runtime: `runtime/musl/compat.h` is force-included to map
+// the few glibc extensions the runtime uses (its comment lists them), `runtime/musl/include` stands
+// in for two glibc-only headers, `runtime/musl/compat.c` implements the mappings. musl-gcc's specs
+// leave out --eh-frame-hdr, without which no FDE of the runtime can be found (libgcc's unwinder,
+// linked in statically by musl-gcc, aborts at its first backtrace). No libgcc_s: glibc's is the only
+// one, and musl's loader cannot use it. `MEMLENS_MUSL_CC` names another compiler; empty, none.
+
+/// The musl compiler: `MEMLENS_MUSL_CC`, else `musl-gcc` when it runs; None builds no musl runtime.
+fn musl_cc() -> Option<String> {
+    println!("cargo:rerun-if-env-changed=MEMLENS_MUSL_CC");
+    let cc = env::var("MEMLENS_MUSL_CC").unwrap_or_else(|_| "musl-gcc".into());
+    if cc.is_empty() {
+        return None;
+    }
+    let runs = Command::new(&cc)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    runs.then_some(cc)
+}
+
+fn musl_runtime(root: &Path, out_dir: &Path) -> Option<Artifact> {
+    let cc = musl_cc()?;
+    let mut sources = runtime_sources(root);
+    sources.extend(c_files(&root.join("runtime/musl")));
+    let mut cflags = RUNTIME_CFLAGS.to_vec();
+    cflags.extend([
+        "-include",
+        "runtime/musl/compat.h",
+        "-I",
+        "runtime/musl/include",
+    ]);
+    Some(Artifact {
+        name: "libmemlens.musl.so".into(),
+        sources,
+        objects: build_zydis_with(&zydis_sources(), &out_dir.join("zydis-musl"), &cc),
+        shared: true,
+        cflags,
+        libs: vec!["-ldl", "-lm", "-pthread", "-Wl,--eh-frame-hdr"],
+        cc: Some(cc),
+    })
 }
 
 // ---- Zydis, the runtime's x86-64 decoder (intercept/patch.c) ----
@@ -183,8 +239,11 @@ fn zydis_includes(z: &Path) -> Vec<PathBuf> {
 /// (it is not our code: -w, no -Werror).
 fn build_zydis(z: &Path, out_dir: &Path) -> Vec<PathBuf> {
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
-    let dir = out_dir.join("zydis");
-    fs::create_dir_all(&dir).unwrap();
+    build_zydis_with(z, &out_dir.join("zydis"), &cc)
+}
+
+fn build_zydis_with(z: &Path, dir: &Path, cc: &str) -> Vec<PathBuf> {
+    fs::create_dir_all(dir).unwrap();
     let mut objs = Vec::new();
     for f in ZYDIS_FILES {
         let src = z.join(f);
@@ -192,7 +251,7 @@ fn build_zydis(z: &Path, out_dir: &Path) -> Vec<PathBuf> {
         let obj = dir
             .join(Path::new(f).file_stem().unwrap())
             .with_extension("o");
-        let mut cmd = Command::new(&cc);
+        let mut cmd = Command::new(cc);
         cmd.args([
             "-std=gnu11",
             "-O2",
@@ -223,7 +282,9 @@ fn build_zydis(z: &Path, out_dir: &Path) -> Vec<PathBuf> {
 }
 
 fn build(root: &Path, out_dir: &Path, a: &Artifact) -> PathBuf {
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cc =
+        a.cc.clone()
+            .unwrap_or_else(|| env::var("CC").unwrap_or_else(|_| "cc".into()));
     let dest = out_dir.join(&a.name);
     let mut cmd = Command::new(&cc);
     cmd.current_dir(root)
@@ -261,6 +322,7 @@ fn main() {
     for d in [
         "runtime/src",
         "runtime/include",
+        "runtime/musl",
         "allocators",
         "workloads/c",
         "crates/memlens-bench-alloc/c",
@@ -274,7 +336,7 @@ fn main() {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut extra: Vec<String> = Vec::new();
     for a in artifacts(&root, &out_dir) {
-        if !a.objects.is_empty() {
+        if a.name == "libmemlens.so" {
             extra = zydis_args(&zydis_sources());
             extra.extend(a.objects.iter().map(|o| o.display().to_string()));
         }

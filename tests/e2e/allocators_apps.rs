@@ -371,11 +371,14 @@ const FD_VERSION: &str = "10.5.0";
 
 /// fd built from crates.io with `features` (`cargo install fd-find --locked`), symbols kept
 /// (`CARGO_PROFILE_RELEASE_STRIP=false`: fd's release profile strips, and a stripped jemalloc can
-/// only be warned about), cached by version and features. A cold build takes 10–25 minutes on a
-/// loaded 2-core machine, once; the dependencies' build directory is shared by both builds.
+/// only be warned about), cached by version and features. Built without fd's fat LTO and single
+/// codegen unit (`CARGO_PROFILE_RELEASE_LTO=false`, 16 units): the allocator is linked in the same
+/// way (tikv-jemallocator's static jemalloc, `_rjem_*`), and a cold build takes minutes instead of
+/// the 22–28 minutes fd's release profile took on a loaded 2-core machine; the dependencies' build
+/// directory is shared by both builds.
 fn fd(features: &str) -> Option<PathBuf> {
     let key = format!(
-        "fd-find-{FD_VERSION}-{}-symbols",
+        "fd-find-{FD_VERSION}-{}-symbols-nolto",
         features.replace(['/', ','], "+")
     );
     let root = cache_root().join(&key);
@@ -384,7 +387,7 @@ fn fd(features: &str) -> Option<PathBuf> {
         return Some(bin);
     }
     eprintln!(
-        "building fd {FD_VERSION} ({features}) into {} (cached; 10-25 minutes)",
+        "building fd {FD_VERSION} ({features}) into {} (cached; a few minutes)",
         root.display()
     );
     let stage = cache_root().join(format!("{key}.stage-{}", std::process::id()));
@@ -401,6 +404,8 @@ fn fd(features: &str) -> Option<PathBuf> {
     ])
     .arg(&stage)
     .env("CARGO_PROFILE_RELEASE_STRIP", "false")
+    .env("CARGO_PROFILE_RELEASE_LTO", "false")
+    .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
     .env("CARGO_TARGET_DIR", cache_root().join("fd-target"));
     if features.is_empty() {
         c.arg("--no-default-features");

@@ -851,3 +851,43 @@ fn drawn(doc: &str) -> Vec<Drawn> {
         })
         .collect()
 }
+
+/// `--max-peak` judges the split-sample peak and its 95 % interval (what `report --view peak`
+/// prints), not the highest estimate of the run: runtime/tests/churn_peak.c keeps 200 blocks of
+/// 32 KiB (exact peak 6.25 MiB) and replaces them one at a time 400,000 times, so at 512K its
+/// highest estimate reads 2.1-2.6x the peak (13-16 MiB, an interval reaching past 16M:
+/// "inconclusive", or "broken"), while the split estimate (0.65-1.22x measured) and its upper bound
+/// (at most ~12 MB) stay below a limit of 16M: held, 3 runs of 3.
+#[test]
+fn max_peak_judges_the_split_peak_on_a_churning_heap() {
+    let dir = test_dir();
+    let exe = compile(
+        &root().join("runtime/tests/churn_peak.c"),
+        dir.path(),
+        "churn",
+        &[],
+    );
+    let j = dir.path().join("churn.json");
+    for _ in 0..3 {
+        let args = [
+            "--interval",
+            "512K",
+            "--max-peak",
+            "16M",
+            "--json",
+            j.to_str().unwrap(),
+        ];
+        let o = check(dir.path(), &args, &[exe.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let v = json(&j);
+        let l = &v["limits"][0];
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(l["verdict"], "held", "{l}\n{err}");
+        let figure = l["figure"].as_f64().unwrap();
+        assert!(
+            figure < 6.6e6 * 1.6,
+            "the peak judged is the highest estimate's, not the split one: {l}\n{err}"
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod exact;
 mod harmless;
 mod hostile;
 mod mmap;
+mod musl;
 mod parca;
 mod profiler;
 mod reach;

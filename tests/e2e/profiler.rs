@@ -440,7 +440,13 @@ fn exact_stacks(dir: &Path, unwinder: &str, cmd: &[&str]) -> (Vec<String>, f64) 
     args.extend_from_slice(&["--keep-raw", raw_dir.to_str().unwrap()]);
     args.push("--");
     args.extend_from_slice(cmd);
-    memlens().args(&args).env("PYTHONHASHSEED", "0").ok();
+    // Which allocation makes pymalloc map a new arena (anonymous mmap) differs from run to run
+    // (object addresses order what is freed when): the malloc stacks alone are compared.
+    memlens()
+        .args(&args)
+        .env("PYTHONHASHSEED", "0")
+        .env("MEMLENS_MMAP", "0")
+        .ok();
     let mut lines: Vec<String> = report(&file, "folded", "alloc_objects")
         .lines()
         .map(str::to_string)

@@ -1,85 +1,9 @@
-//! Reach (issue 30 items 4 and 5): programs memlens could not reach. A program whose loader is
-//! musl's runs under `memlens run` unprofiled, said in one line, with its own exit code (never the
-//! loader's rc 127); a child forked after an attach (or under `run --inactive`) answers `memlens
-//! ctl` at once, though it never allocates.
+//! Reach (issue 30 item 4): programs memlens could not reach. A child forked after an attach (or
+//! under `run --inactive`) answers `memlens ctl` at once, though it never allocates. (musl
+//! programs, item 5: tests/e2e/musl.rs.)
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// `runtime/tests/musl_hello.c` built with musl-gcc into `dir`, or None (said) without musl-gcc.
-fn musl_program(dir: &Path) -> Option<PathBuf> {
-    let out = dir.join("musl_hello");
-    let built = Command::new("musl-gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&out)
-        .arg(root().join("runtime/tests/musl_hello.c"))
-        .status();
-    match built {
-        Ok(s) if s.success() => Some(out),
-        _ => {
-            eprintln!("SKIPPED: no musl-gcc (musl-tools, scripts/install-deps.sh)");
-            None
-        }
-    }
-}
-
-#[test]
-fn a_musl_program_runs_unprofiled_and_says_so_in_one_line() {
-    let dir = test_dir();
-    let Some(prog) = musl_program(&dir) else {
-        return;
-    };
-    // What `memlens run` used to do: the glibc runtime preloaded into musl's loader stops it.
-    let raw = Command::new(&prog).env("LD_PRELOAD", runtime_lib()).out();
-    assert_eq!(raw.status.code(), Some(127), "{}", printed(&raw));
-    let o = memlens()
-        .args(["run", "-o"])
-        .arg(dir.join("p.pb.gz"))
-        .arg("--")
-        .arg(&prog)
-        .args(["a", "b"])
-        .exits(7);
-    assert_eq!(
-        stdout(&o),
-        "musl program ran with 2 arguments\n",
-        "{}",
-        printed(&o)
-    );
-    let err = stderr(&o);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected{}", printed(&o));
-    assert!(
-        lines[0].starts_with("memlens: ")
-            && lines[0].contains("musl")
-            && lines[0].contains("ld-musl")
-            && lines[0].contains("unprofiled"),
-        "{}",
-        printed(&o)
-    );
-    assert!(
-        !dir.join("p.pb.gz").exists(),
-        "a profile of an unprofiled run"
-    );
-    // Found through PATH as well: the name is resolved as the shell would.
-    let path = format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let o = memlens()
-        .args(["run", "--", "musl_hello"])
-        .env("PATH", path)
-        .current_dir(&*dir)
-        .exits(7);
-    assert!(stderr(&o).contains("unprofiled"), "{}", printed(&o));
-    assert!(
-        !std::fs::read_dir(&*dir)
-            .unwrap()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(".pb.gz")),
-        "a profile of an unprofiled run"
-    );
-}
 
 /// `runtime/tests/prefork_server.c` started (stdin and stdout piped) by `cmd`: the process, its
 /// input, its output lines, and its pid (from its "ready PID" line).

@@ -341,12 +341,12 @@ pub(crate) fn flat_has(top: &str, name: &str) -> bool {
 }
 
 /// Parsed exposition: metric name → its series (labels, value).
-type Families = BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>;
+pub(crate) type Families = BTreeMap<String, Vec<(BTreeMap<String, String>, f64)>>;
 
 /// A validating parser of the Prometheus text format (0.0.4): every sample line is `name{labels}
 /// value` with a legal name, well-formed and escaped label values, a float value, a `# TYPE`
 /// declared before it, `_total` names for counters, and no series twice. Returns name → series.
-fn parse_prometheus(text: &str) -> Families {
+pub(crate) fn parse_prometheus(text: &str) -> Families {
     fn legal(name: &str) -> bool {
         let mut c = name.chars();
         c.next()

@@ -45,6 +45,10 @@ pub struct Est {
     /// Bytes the figure may miss on top of its sampling error: samples the runtime dropped, the
     /// step between the peak set and the highest estimate.
     pub missing: f64,
+    /// One estimate of one moment, not the highest of a run's (a peak read from the split
+    /// samples): its lower bound needs no widening ([`Est::z_lower`]).
+    #[serde(skip)]
+    pub one_moment: bool,
 }
 
 impl Est {
@@ -57,6 +61,32 @@ impl Est {
             var: r * bytes.min(K_MAX * objects.max(0.0) * r),
             interval: r,
             missing: 0.0,
+            one_moment: false,
+        }
+    }
+
+    /// The split-sample peak (`memlens report --view peak`'s figure): the mean of each half's
+    /// estimate at the other half's highest, an unbiased estimate of the heap at one moment whose
+    /// variance is at most that of one whole estimate, `bytes`·R (docs/heap-views.md).
+    pub fn split_peak(bytes: f64, interval: u64) -> Est {
+        let r = interval as f64;
+        let bytes = bytes.max(0.0);
+        Est {
+            value: bytes,
+            var: r * bytes,
+            interval: r,
+            missing: 0.0,
+            one_moment: true,
+        }
+    }
+
+    /// The one-sided confidence of the lower bound of a figure of `kind`'s (`kind_z`): a peak that
+    /// is the highest of a run's estimates is widened, a split-sample one is not.
+    pub fn z_lower(&self, kind_z: f64) -> f64 {
+        if self.one_moment {
+            Z
+        } else {
+            kind_z
         }
     }
 

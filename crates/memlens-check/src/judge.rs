@@ -120,15 +120,14 @@ fn compare(lo: f64, hi: f64, held_at: f64, broken_at: f64) -> Verdict {
 /// A total against `x` bytes, or against `x` times the baseline's total.
 fn total_against<'a>(j: &mut Judged<'a>, x: f64, base: Option<&'a Figures>, top: usize) {
     let kind = j.limit.kind;
-    let zl = kind.z_lower();
     let f = j.figure;
-    (j.lo, j.hi) = (f.lower(zl), f.upper());
+    (j.lo, j.hi) = (f.lower(f.z_lower(kind.z_lower())), f.upper());
     let (held_at, broken_at) = match base {
         None => (x, x),
         Some(b) => {
             let be = *b.total(kind);
             j.base = Some(be);
-            (x * be.lower(zl), x * be.upper())
+            (x * be.lower(be.z_lower(kind.z_lower())), x * be.upper())
         }
     };
     j.bound = match j.base {
@@ -265,7 +264,11 @@ fn settle_hint(j: &Judged, value: f64, bound: f64, against_base: bool) -> Option
         );
     }
     let margin = (value - bound).abs();
-    let z = if value > bound { kind.z_lower() } else { Z };
+    let z = if value > bound {
+        j.figure.z_lower(kind.z_lower())
+    } else {
+        Z
+    };
     // against a baseline both runs' errors count: their bounds' confidences add up
     let (size, z) = if against_base {
         (2.0 * value.max(bound), z + Z)

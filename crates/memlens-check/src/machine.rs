@@ -132,7 +132,9 @@ pub fn json(r: &Outcome) -> anyhow::Result<String> {
             low: j.lo,
             high: j.hi,
             limit: j.bound,
-            baseline: j.base.map(|b| Bounds::of(&b, j.limit.kind.z_lower())),
+            baseline: j
+                .base
+                .map(|b| Bounds::of(&b, b.z_lower(j.limit.kind.z_lower()))),
             settle: j.settle.as_deref(),
             stacks: j.stacks.iter().map(|s| json_stack(j, s)).collect(),
             more_stacks: j.more,

@@ -31,6 +31,49 @@ pub fn runtime_extra_args() -> &'static [&'static str] {
 /// File name of the profiler runtime.
 pub const RUNTIME: &str = "libmemlens.so";
 
+/// File name of the runtime built for musl (with musl-gcc; absent when the build had none).
+pub const RUNTIME_MUSL: &str = "libmemlens.musl.so";
+
+/// What `LD_PRELOAD` names below a runtime directory laid out by [`preload_layout`]. glibc's loader
+/// expands `$LIB` in LD_PRELOAD (to `lib/x86_64-linux-gnu` on Debian, `lib64` on Fedora, `lib` on
+/// Arch), musl's takes it literally: each loader finds its own build of the runtime, so a glibc
+/// program that execs a musl one (or the reverse) is profiled in both. Without a musl build the
+/// literal directory is empty, and musl's loader, which skips a preload it cannot find, runs the
+/// program unprofiled (never `Error relocating …`, rc 127).
+pub const PRELOAD_NAME: &str = "$LIB/libmemlens.so";
+
+/// The files of a runtime directory: (path below it, bytes). The glibc runtime under every
+/// directory glibc's `$LIB` may be, the musl runtime (when built) under a literal `$LIB`.
+pub fn preload_layout() -> Vec<(PathBuf, &'static [u8])> {
+    let mut v = Vec::new();
+    if let Some(glibc) = bytes(RUNTIME) {
+        let multiarch = format!("lib/{}-linux-gnu", std::env::consts::ARCH);
+        for d in [multiarch.as_str(), "lib64", "lib"] {
+            v.push((Path::new(d).join(RUNTIME), glibc));
+        }
+    }
+    if let Some(musl) = bytes(RUNTIME_MUSL) {
+        v.push((Path::new(PRELOAD_NAME).to_path_buf(), musl));
+    }
+    v
+}
+
+/// The directories [`preload_layout`] puts its files in, below the runtime directory, each after
+/// its parent (so creating them in order works).
+pub fn preload_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    for (rel, _) in preload_layout() {
+        let mut up: Vec<&Path> = rel.ancestors().skip(1).collect();
+        up.reverse();
+        for d in up.into_iter().filter(|d| !d.as_os_str().is_empty()) {
+            if !v.iter().any(|k| k == d) {
+                v.push(d.to_path_buf());
+            }
+        }
+    }
+    v
+}
+
 /// Names of every embedded artifact.
 pub fn names() -> impl Iterator<Item = &'static str> {
     ARTIFACTS.iter().map(|(n, _)| *n)
@@ -129,19 +172,33 @@ pub fn path(name: &str) -> Result<PathBuf> {
         check_private_dir(d)?;
     }
     let dest = dir.join(name);
-    if fs::read(&dest).is_ok_and(|b| b == *bytes) {
-        return Ok(dest);
+    write_checked(&dest, bytes, None)?;
+    Ok(dest)
+}
+
+/// `dest` with exactly `bytes` in it: kept when it already has them, else (re)written, as a hard
+/// link to `same` (a checked file holding them) when one can be made.
+fn write_checked(dest: &Path, bytes: &[u8], same: Option<&Path>) -> Result<()> {
+    if fs::read(dest).is_ok_and(|b| b == *bytes) {
+        return Ok(());
     }
     // Write to a private temporary name and rename, so concurrent memlens processes never see a
     // half-written library.
+    let name = dest.file_name().context("a file name")?.to_string_lossy();
+    let dir = dest.parent().context("a directory")?;
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    fs::remove_file(&tmp).ok();
+    if same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok()) {
+        fs::rename(&tmp, dest).with_context(|| format!("cannot create {}", dest.display()))?;
+        return Ok(());
+    }
     let mut f =
         fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     f.write_all(bytes)?;
     f.set_permissions(fs::Permissions::from_mode(0o755))?;
     drop(f);
-    fs::rename(&tmp, &dest).with_context(|| format!("cannot create {}", dest.display()))?;
-    Ok(dest)
+    fs::rename(&tmp, dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    Ok(())
 }
 
 /// The embedded bytes of an artifact (to check a copy of it made elsewhere).
@@ -152,4 +209,56 @@ pub fn bytes(name: &str) -> Option<&'static [u8]> {
 /// Path of `libmemlens.so`.
 pub fn runtime() -> Result<PathBuf> {
     path(RUNTIME)
+}
+
+/// What `LD_PRELOAD` names for a program of either C library: the cache's runtime directory laid
+/// out by [`preload_layout`] (written, and checked as [`path`] checks), then [`PRELOAD_NAME`].
+pub fn preload() -> Result<PathBuf> {
+    let glibc = path(RUNTIME)?;
+    let dir = glibc
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the runtime's directory")?;
+    for d in preload_dirs() {
+        create_private_dir(&dir.join(&d))?;
+        check_private_dir(&dir.join(&d))?;
+    }
+    for (rel, data) in preload_layout() {
+        // the glibc runtime under its `$LIB` names is the cache's file again: hard links
+        let same = bytes(RUNTIME).is_some_and(|g| g.as_ptr() == data.as_ptr());
+        write_checked(&dir.join(&rel), data, same.then_some(glibc.as_path()))?;
+    }
+    Ok(dir.join(PRELOAD_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file of the layout has its directory listed, each directory after its parent; the
+    /// glibc runtime is under glibc's `$LIB` names, the musl one (when built) under a literal `$LIB`.
+    #[test]
+    fn the_preload_layout_is_creatable_in_order() {
+        let dirs = preload_dirs();
+        for (i, d) in dirs.iter().enumerate() {
+            let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+            assert!(
+                parent.is_none_or(|p| dirs[..i].iter().any(|k| k == p)),
+                "{d:?} before its parent in {dirs:?}"
+            );
+        }
+        let layout = preload_layout();
+        for (rel, _) in &layout {
+            assert!(
+                dirs.iter().any(|d| Some(d.as_path()) == rel.parent()),
+                "{rel:?}"
+            );
+        }
+        let glibc = format!("lib/{}-linux-gnu/{RUNTIME}", std::env::consts::ARCH);
+        assert!(layout
+            .iter()
+            .any(|(r, b)| *r == Path::new(&glibc) && Some(*b) == bytes(RUNTIME)));
+        let musl = layout.iter().find(|(r, _)| r == Path::new(PRELOAD_NAME));
+        assert_eq!(musl.map(|(_, b)| *b), bytes(RUNTIME_MUSL));
+    }
 }

@@ -475,6 +475,28 @@ impl Profile {
         self.samples.iter().map(|s| s.value(i)).sum()
     }
 
+    /// Is the sample's memory anonymous mmap (its innermost frame the runtime's
+    /// `[anonymous mmap]`, issue 31), not the heap?
+    pub fn is_mmap(&self, s: &Sample) -> bool {
+        let leaf = s
+            .locations
+            .first()
+            .and_then(|&id| self.locations.get((id as usize).wrapping_sub(1)));
+        let func = leaf
+            .and_then(|l| l.lines.first())
+            .and_then(|l| self.functions.get((l.function as usize).wrapping_sub(1)));
+        func.is_some_and(|f| f.name == crate::convert::MMAP_FRAME)
+    }
+
+    /// The part of [`Profile::total`] that is anonymous mmap.
+    pub fn mmap_total(&self, i: SampleIndex) -> f64 {
+        self.samples
+            .iter()
+            .filter(|s| self.is_mmap(s))
+            .map(|s| s.value(i))
+            .sum()
+    }
+
     /// The frames of a sample, innermost first, with inlined calls expanded. An unsymbolized
     /// location is named `module+0xOFFSET` (stable across processes, unlike the address).
     pub fn frames(&self, s: &Sample) -> Vec<Frame> {

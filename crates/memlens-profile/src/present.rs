@@ -70,6 +70,7 @@ struct JsonReport<'a, F, S> {
     unit: &'static str,
     meta: &'a Meta,
     totals: Values,
+    mmap_totals: Values,
     functions: F,
     stacks: S,
 }
@@ -115,6 +116,10 @@ fn totals(p: &Profile) -> [f64; 4] {
     SampleIndex::ALL.map(|i| p.total(i))
 }
 
+fn mmap_totals(p: &Profile) -> [f64; 4] {
+    SampleIndex::ALL.map(|i| p.mmap_total(i))
+}
+
 /// One function of the JSON report, names resolved.
 pub(crate) fn json_func<'a>(fr: &'a Frames, f: &Func, i: usize, total: f64) -> JsonFunc<'a> {
     JsonFunc {
@@ -155,6 +160,7 @@ pub(crate) fn json(
         unit: idx.unit(),
         meta: &p.meta,
         totals: totals(p).into(),
+        mmap_totals: mmap_totals(p).into(),
         functions: SerSeq::new(funcs.iter().take(limit).map(|f| json_func(fr, f, i, total))),
         stacks: SerSeq::new(stacks.list.iter().take(limit).map(|s| JsonStack {
             value: s.get(idx),
@@ -272,6 +278,17 @@ pub(crate) fn header(p: &Profile, file: &Path, idx: SampleIndex) -> String {
         v(3),
         v(2)
     );
+    let mm = mmap_totals(p);
+    if mm[1] > 0.0 || mm[3] > 0.0 {
+        let f = |k: usize| fmt_value(mm[k], SampleIndex::ALL[k], false);
+        let heap = fmt_value(t[3] - mm[3], SampleIndex::InuseSpace, false);
+        s += &format!(
+            "of which anonymous mmap (frame `{}`): alloc {}, in use {}; heap in use {heap}\n",
+            crate::convert::MMAP_FRAME,
+            f(1),
+            f(3)
+        );
+    }
     if m.interval == 0 && m.samples > 0 && t[3] == 0.0 && idx.name().starts_with("inuse") {
         s += "note: nothing in use (exact-mode profiles written before exact mode kept live \
               blocks have none)\n";

@@ -8,6 +8,7 @@
 //!   "meta": { "pid", "ppid", "exe", "interval", "unwinder", "active", "reason", "start_ns", "time_ns",
 //!             "samples", "truncated", "dropped", "max_depth" },
 //!   "totals": { "alloc_objects", "alloc_space", "inuse_objects", "inuse_space" },
+//!   "mmap_totals": { … the same, of anonymous mmap only (issue 31): the heap is the difference },
 //!   "functions": [ { "function", "file", "flat", "flat_share", "cum", "cum_share" } … ],  // by flat, desc
 //!   "stacks": [ { "value", "share", "samples",
 //!                 "values": { "alloc_objects", "alloc_space", "inuse_objects", "inuse_space" },

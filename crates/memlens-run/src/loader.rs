@@ -2,7 +2,9 @@
 //!
 //! The runtime is built against glibc (it uses `_dl_find_object`, glibc's `__libc_*` entry points):
 //! preloaded into a program whose loader is musl's, the loader stops with `Error relocating …
-//! symbol not found` and the program never starts (rc 127). Such a program is run unprofiled
+//! symbol not found` and the program never starts (rc 127). A build of memlens made where
+//! musl-gcc exists also carries a runtime built for musl, which musl's loader finds through the
+//! `$LIB` layout (`memlens_native::PRELOAD_NAME`); without it, such a program is run unprofiled
 //! instead, and memlens says why in one line.
 use std::ffi::OsStr;
 use std::io::Read;
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 const PT_INTERP: u32 = 3;
 
-/// The loader a program was linked for, when memlens's runtime cannot be loaded by it: the C
+/// The loader a program was linked for, when memlens's glibc runtime cannot be loaded by it: the C
 /// library's name and the loader's path (e.g. `("musl", "/lib/ld-musl-x86_64.so.1")`). None for
 /// glibc, for static programs, scripts, and anything unreadable (the usual path decides then).
 pub fn unsupported_libc(prog: &OsStr) -> Option<(&'static str, String)> {
@@ -21,6 +23,12 @@ pub fn unsupported_libc(prog: &OsStr) -> Option<(&'static str, String)> {
         .to_string_lossy()
         .into_owned();
     name.starts_with("ld-musl").then_some(("musl", interp))
+}
+
+/// Does this build of memlens carry a runtime for the C library `libc` (as named by
+/// [`unsupported_libc`])?
+pub fn runtime_built_for(libc: &str) -> bool {
+    libc == "musl" && memlens_native::bytes(memlens_native::RUNTIME_MUSL).is_some()
 }
 
 /// The file `Command::new(prog)` executes: a name without `/` is looked up in PATH.

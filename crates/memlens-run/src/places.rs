@@ -153,8 +153,10 @@ impl Runtime {
             skipped,
         };
         if euid() != 0 {
-            match memlens_native::runtime() {
-                Ok(p) if !p.parent().is_some_and(noexec) => return Ok(found(p, skipped)),
+            match memlens_native::preload() {
+                Ok(p) if !p.parent().and_then(Path::parent).is_some_and(noexec) => {
+                    return Ok(found(p, skipped))
+                }
                 Ok(p) => skipped.push(format!("{} is on a noexec filesystem", p.display())),
                 Err(e) => skipped.push(format!("{e:#}")),
             }
@@ -192,39 +194,76 @@ fn runtime_bytes() -> Result<&'static [u8]> {
 }
 
 /// A copy of the runtime in `root/lib-<hash>` (a directory of ours others can traverse but not
-/// write), so that a child which dropped its privileges and exec'd a program can still load it.
+/// write), so that a child which dropped its privileges and exec'd a program can still load it;
+/// laid out as `memlens_native::preload_layout` says (a build for each C library), and named by
+/// `memlens_native::PRELOAD_NAME` below it.
 fn copy_beside_runs(root: &Path) -> Result<PathBuf> {
-    let bytes = runtime_bytes()?;
-    // named by a hash of its bytes, as the cache is: two builds never share a copy
+    let layout = memlens_native::preload_layout();
+    if layout.is_empty() {
+        runtime_bytes()?;
+    }
+    // named by a hash of the bytes, as the cache is: two builds never share a copy
     let hash = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
+        for (rel, bytes) in &layout {
+            rel.hash(&mut h);
+            bytes.hash(&mut h);
+        }
         h.finish()
     };
     let dir = root.join(format!("lib-{hash:016x}"));
-    match fs::DirBuilder::new().mode(0o755).create(&dir) {
+    make_own_dir(&dir)?;
+    // the glibc runtime under each of its names is one file (hard links): the runs' place is
+    // usually a tmpfs, i.e. memory
+    let mut first: Option<(&[u8], PathBuf)> = None;
+    for d in memlens_native::preload_dirs() {
+        make_own_dir(&dir.join(d))?;
+    }
+    for (rel, bytes) in &layout {
+        let dest = dir.join(rel);
+        let same = first.as_ref().filter(|(b, _)| b.as_ptr() == bytes.as_ptr());
+        write_copy(&dest, bytes, same.map(|(_, p)| p.as_path()))?;
+        if first.is_none() {
+            first = Some((bytes, dest));
+        }
+    }
+    Ok(dir.join(memlens_native::PRELOAD_NAME))
+}
+
+/// `dir` created (others may traverse it, not write) or found, and checked to be ours alone.
+fn make_own_dir(dir: &Path) -> Result<()> {
+    match fs::DirBuilder::new().mode(0o755).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
     }
-    own_dir(&dir, euid())?;
-    let dest = dir.join(memlens_native::RUNTIME);
-    if memlens_profile::read_regular(&dest, memlens_profile::Links::Refuse, bytes.len() as u64)
+    own_dir(dir, euid())
+}
+
+/// `dest` holding exactly `bytes`: kept when it does (read without following a link), else
+/// written under a private name (a hard link to `same`, a file already holding them, when it can
+/// be made) and renamed over it.
+fn write_copy(dest: &Path, bytes: &[u8], same: Option<&Path>) -> Result<()> {
+    if memlens_profile::read_regular(dest, memlens_profile::Links::Refuse, bytes.len() as u64)
         .is_ok_and(|b| b == bytes)
     {
-        return Ok(dest);
+        return Ok(());
     }
-    let tmp = dir.join(format!(
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = dest.with_file_name(format!(
         ".{}.{}",
-        memlens_native::RUNTIME,
+        name.unwrap_or_default(),
         std::process::id()
     ));
     fs::remove_file(&tmp).ok();
-    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
-    fs::rename(&tmp, &dest).with_context(|| format!("cannot write {}", dest.display()))?;
-    Ok(dest)
+    let linked = same.is_some_and(|s| fs::hard_link(s, &tmp).is_ok());
+    if !linked {
+        fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    }
+    fs::rename(&tmp, dest).with_context(|| format!("cannot write {}", dest.display()))?;
+    Ok(())
 }
 
 /// The runtime in a sealed memfd, at a high descriptor number the program inherits (no

@@ -133,23 +133,46 @@ fn prepare(name: &str) -> Result<(Places, Runtime, RunDir)> {
 }
 
 /// [`prepare`], or None (said in one line) when the program is to run without the runtime: its
-/// C library is one the runtime cannot be loaded into (musl), or no place could be prepared.
+/// C library is one no runtime of this build can be loaded into (musl, when memlens was built
+/// without musl-gcc, or when the runtime could only be put in a memfd, whose name has no `$LIB`
+/// layout), or no place could be prepared.
 fn prepare_for(prog: &OsString, name: &str) -> Option<(Places, Runtime, RunDir)> {
-    if let Some((libc, loader)) = crate::loader::unsupported_libc(prog) {
+    let other = crate::loader::unsupported_libc(prog);
+    let unprofiled = |libc: &str, loader: &str, why: &str| {
         eprintln!(
-            "memlens: {} runs on {libc} (its loader is {loader}), a C library memlens does not support yet: it runs unprofiled",
+            "memlens: {} runs on {libc} (its loader is {loader}){why}: it runs unprofiled",
             prog.to_string_lossy()
-        );
-        return None;
+        )
+    };
+    if let Some((libc, loader)) = &other {
+        if !crate::loader::runtime_built_for(libc) {
+            unprofiled(
+                libc,
+                loader,
+                ", a C library this build of memlens has no runtime for",
+            );
+            return None;
+        }
     }
-    prepare(name)
+    let ready = prepare(name)
         .map_err(|e| {
             eprintln!(
                 "memlens: cannot profile {}: {e:#}; it runs without memlens",
                 prog.to_string_lossy()
             )
         })
-        .ok()
+        .ok()?;
+    match &other {
+        Some((libc, loader)) if !ready.1.path.ends_with(memlens_native::PRELOAD_NAME) => {
+            unprofiled(
+                libc,
+                loader,
+                ", whose runtime cannot be loaded from a memfd",
+            );
+            None
+        }
+        _ => Some(ready),
+    }
 }
 
 /// One line when a usual place could not be used: why, and where the run went instead.

@@ -6,8 +6,9 @@
 //! <root>/                      /dev/shm/memlens-<uid> (tmpfs), else $TMPDIR/memlens-runs-<uid>
 //!                              (`places.rs` says which, and why); 0700, or 0711 for root (see
 //!                              below); MEMLENS_RUN_ROOT overrides
-//!   lib-<hash>/libmemlens.so   root's runtime (or anyone's whose cache cannot be used), where a
-//!                              child that dropped its privileges and exec'd can still load it
+//!   lib-<hash>/$LIB/libmemlens.so  root's runtime (or anyone's whose cache cannot be used), where
+//!                              a child that dropped its privileges and exec'd can still load it
+//!                              (a build per C library: `memlens_native::preload_layout`)
 //!   <name>.<pid>.<rand>/       one run: 0700, or 1733 for root (a child running as another user
 //!                              may create its files, but not list, read or remove anyone's)
 //!     run                      the plan, written by memlens run: main pid, output, ended pids

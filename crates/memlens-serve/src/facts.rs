@@ -158,6 +158,8 @@ pub struct Facts {
     /// Live heap estimated from the samples (blocks sampled while sampling was on and not yet freed);
     /// null when the runtime does not report it.
     pub inuse_bytes: Option<u64>,
+    /// Live anonymous mmap estimated from its samples (issue 31), apart from the heap.
+    pub mmap_inuse_bytes: Option<u64>,
     pub dropped: Option<u64>,
     /// Resident set size from /proc/PID/statm.
     pub rss_bytes: Option<u64>,
@@ -191,6 +193,7 @@ pub fn facts(t: &Target, service: Option<&str>, show_cmdline: bool) -> Facts {
         samples: num(|r| r.samples),
         alloc_bytes: num(|r| r.alloc_bytes),
         inuse_bytes: num(|r| r.inuse_bytes),
+        mmap_inuse_bytes: num(|r| r.mmap_inuse_bytes),
         dropped: num(|r| r.dropped),
         rss_bytes: rss_bytes(t.pid),
         cost_ns: num(|r| r.cost_ns),

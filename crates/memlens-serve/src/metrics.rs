@@ -54,6 +54,12 @@ const METRICS: &[Metric] = &[
         value: |f| f.inuse_bytes,
     },
     Metric {
+        name: "memlens_mmap_inuse_bytes",
+        kind: "gauge",
+        help: "Live anonymous mmap (mmap/mremap/munmap, not the allocator's own arenas) estimated from its samples, apart from the heap.",
+        value: |f| f.mmap_inuse_bytes,
+    },
+    Metric {
         name: "memlens_rss_bytes",
         kind: "gauge",
         help: "Resident set size of the process (/proc/PID/statm).",
@@ -164,6 +170,7 @@ mod tests {
             samples: Some(3),
             alloc_bytes: Some(100),
             inuse_bytes: None,
+            mmap_inuse_bytes: None,
             dropped: Some(0),
             rss_bytes: Some(4096),
             cost_ns: Some(5000),

@@ -9,7 +9,8 @@
 //! dump NAME              dumped NAME
 //! reset                  reset
 //! status                 pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N
-//!                        dropped=N inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
+//!                        dropped=N inuse_bytes=N mmap_inuse_bytes=N dropped_bytes=N max_stacks=N
+//!                        table_full=N
 //!                        [cost_ns=N cost_calls=N cpu_ns=N]
 //! jemalloc status        allocator=none | allocator=jemalloc prof=0|1 [active=0|1 lg_sample=N]
 //! jemalloc start LG      active=1 lg_sample=LG
@@ -45,8 +46,10 @@ pub struct Reply {
     pub truncated: Option<u64>,
     /// Samples dropped (the stack table full, or no memory for it).
     pub dropped: Option<u64>,
-    /// Bytes in use, estimated from the sampled live blocks.
+    /// Heap bytes in use, estimated from the sampled live blocks (anonymous mmap apart).
     pub inuse_bytes: Option<u64>,
+    /// Anonymous mmap bytes in use, estimated from the sampled live mappings (issue 31).
+    pub mmap_inuse_bytes: Option<u64>,
     /// Bytes the dropped samples stood for.
     pub dropped_bytes: Option<u64>,
     /// How many stacks the table holds.
@@ -156,6 +159,7 @@ impl Reply {
             "truncated" => &mut self.truncated,
             "dropped" => &mut self.dropped,
             "inuse_bytes" => &mut self.inuse_bytes,
+            "mmap_inuse_bytes" => &mut self.mmap_inuse_bytes,
             "dropped_bytes" => &mut self.dropped_bytes,
             "max_stacks" => &mut self.max_stacks,
             "table_full" => &mut self.table_full,
@@ -187,7 +191,7 @@ mod tests {
     fn status_reads_every_field() {
         let r = Reply::parse(
             "pid=12 active=1 interval=65536 samples=7 alloc_bytes=458752 stacks=3 truncated=1 \
-             dropped=2 inuse_bytes=4096 dropped_bytes=8192 max_stacks=65536 table_full=0 \
+             dropped=2 inuse_bytes=4096 mmap_inuse_bytes=8192 dropped_bytes=8192 max_stacks=65536 table_full=0 \
              cost_ns=900 cost_calls=448 cpu_ns=100000",
         )
         .unwrap();
@@ -198,6 +202,7 @@ mod tests {
         assert_eq!(r.alloc_bytes, Some(458752));
         assert_eq!(r.stacks, Some(3));
         assert_eq!(r.truncated, Some(1));
+        assert_eq!(r.mmap_inuse_bytes, Some(8192));
         assert_eq!(r.dropped, Some(2));
         assert_eq!(r.inuse_bytes, Some(4096));
         assert_eq!(r.dropped_bytes, Some(8192));

@@ -68,10 +68,10 @@ void ml_config_read(void)
         else
             ml_cfg.interval = (uint64_t)v;
     }
-    /* Anonymous mmap is opt-in: an allocator of the program's own (jemalloc, tcmalloc) maps its
-     * arenas through the same call, and those bytes are already counted as its allocations. */
+    /* Anonymous mmap is sampled unless MEMLENS_MMAP=0 (an allocator's own arenas are told apart
+     * by their stacks and left out: intercept/mmapwho.c). */
     s = getenv("MEMLENS_MMAP");
-    ml_cfg.mmap = s && s[0] == '1';
+    ml_cfg.mmap = !(s && s[0] == '0');
     s = getenv("MEMLENS_ACTIVE");
     if (s && *s)
         ml_cfg.active = *s != '0';

@@ -37,6 +37,10 @@ struct ml_thread {
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
+    /* The last usable size asked of an allocator (source.c, room_of), for (room_fam, room_size): a
+     * probe of the allocator saved on most samples, as the weights above save an expm1. */
+    const void *room_fam;
+    uint64_t room_size, room;
     /* Fast switch (switch.c): the last switch epoch this thread's slow path saw (written by this
      * thread, read by the switcher), whether it is in the switch registry, and its sample count. */
     _Atomic uint64_t epoch;
@@ -91,7 +95,7 @@ struct ml_config {
     int unwinder;
     int max_depth;
     int ready;                 /* constructor finished: unwinders usable */
-    int mmap;                  /* MEMLENS_MMAP=1: sample anonymous mmap too (intercept/mmap.c) */
+    int mmap;                  /* sample anonymous mmap (intercept/mmap.c); MEMLENS_MMAP=0: not */
     _Atomic int ctl_pending;   /* a fork child whose control thread is not started yet */
     const char *out;           /* MEMLENS_OUT or NULL */
     int64_t pid;               /* pid the state belongs to (differs from getpid() in a vfork child) */

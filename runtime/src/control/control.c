@@ -43,10 +43,12 @@ void ml_reset(void)
     ml_st->start_ns = now;
 }
 
+/* The heap and anonymous mmap (a stack of its own, ML_STACK_MMAP) apart. */
 static void add_inuse(struct ml_stack *r, void *arg)
 {
+    struct ml_status *st = arg;
     int64_t b = atomic_load_explicit(&r->inuse_bytes, memory_order_relaxed);
-    *(uint64_t *)arg += b > 0 ? (uint64_t)b : 0;
+    *(r->flags & ML_STACK_MMAP ? &st->mmap_inuse_bytes : &st->inuse_bytes) += b > 0 ? (uint64_t)b : 0;
 }
 
 void ml_get_status(struct ml_status *st)
@@ -58,6 +60,6 @@ void ml_get_status(struct ml_status *st)
     st->stacks = ml_stack_count();
     st->truncated = atomic_load(&ml_st->truncated);
     st->dropped = atomic_load(&ml_st->dropped);
-    st->inuse_bytes = 0;
-    ml_stacks_each(add_inuse, &st->inuse_bytes);
+    st->inuse_bytes = st->mmap_inuse_bytes = 0;
+    ml_stacks_each(add_inuse, st);
 }

@@ -23,6 +23,7 @@ struct ml_status {
     uint64_t interval;
     uint64_t samples, alloc_bytes, stacks, truncated, dropped;
     uint64_t inuse_bytes; /* live heap estimated from the samples (for memlens serve's metrics) */
+    uint64_t mmap_inuse_bytes; /* live anonymous mmap estimated from its samples (intercept/mmap.c) */
 };
 void ml_get_status(struct ml_status *st);
 /* Samples taken by the calling thread so far (never reset). */

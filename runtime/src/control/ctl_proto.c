@@ -7,7 +7,7 @@
  *                                                      socket directory; the CLI moves it out)
  *     reset              -> ok reset
  *     status             -> ok pid=N active=0|1 interval=N samples=N alloc_bytes=N stacks=N truncated=N dropped=N
- *                           inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
+ *                           inuse_bytes=N mmap_inuse_bytes=N dropped_bytes=N max_stacks=N table_full=N
  *                           cost_ns=N cost_calls=N cpu_ns=N
  *     jemalloc status|start LG|stop  -> jemalloc's own profiler (jeprof.c)
  *     attach [interval=N] [active=0|1] [unwinder=NAME], detach  -> a runtime loaded by `memlens
@@ -70,6 +70,7 @@ static void do_status(struct ml_buf *r)
     ml_buf_kv(r, "truncated", s.truncated);
     ml_buf_kv(r, "dropped", s.dropped);
     ml_buf_kv(r, "inuse_bytes", s.inuse_bytes);
+    ml_buf_kv(r, "mmap_inuse_bytes", s.mmap_inuse_bytes);
     ml_buf_kv(r, "dropped_bytes", atomic_load(&ml_st->dropped_bytes));
     ml_buf_kv(r, "max_stacks", ml_stacks_max());
     ml_buf_kv(r, "table_full", ml_stacks_full_drops());

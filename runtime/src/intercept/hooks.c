@@ -108,7 +108,7 @@ static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uin
     size_t sz = k.size ? k.size : 1;
     int d = ml_src_decide(sz);
     if (d == ML_SAMPLE && sample_begin()) {
-        void *p = ml_src_sample(ML_SRC_HOOKED, sz, k.align, k.zero, ra);
+        void *p = ml_src_sample_of(&SID_SLOT(sid)->fam, sz, k.align, k.zero, ra);
         sample_end();
         if (p)
             return p;
@@ -207,12 +207,12 @@ static ML_NOINLINE void *realloc_slow(int sid, void *p, uintptr_t a1, uintptr_t 
     if (d == ML_SAMPLE && !sample_begin())
         d = ML_FORWARD;
     if (d == ML_SAMPLE && !p) { /* realloc(NULL, n) allocates */
-        void *q = ml_src_sample(ML_SRC_HOOKED, n, align, zero, ra);
+        void *q = ml_src_sample_of(&s->fam, n, align, zero, ra);
         if (q)
             return sample_end(), q;
     }
     void *q = call_realloc(s->orig[id], shape, p, a1, a2);
-    void *r = q && d == ML_SAMPLE && p ? ml_src_sample(ML_SRC_HOOKED, n, align, 0, ra) : NULL;
+    void *r = q && d == ML_SAMPLE && p ? ml_src_sample_of(&s->fam, n, align, 0, ra) : NULL;
     if (d == ML_SAMPLE)
         sample_end();
     if (r) {

@@ -75,7 +75,8 @@ static uint32_t intern(enum ml_src_kind kind, uintptr_t ra)
  * exact mode serves every block from the range too, so that its frees are seen and the live heap,
  * peak, lifetimes and timeline are exact as well (a block costs the range's header, 128 bytes, and
  * the range lock). */
-static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t align, int zero, uintptr_t ra)
+static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t room, size_t align, int zero,
+                    uintptr_t ra)
 {
     struct ml_thread *t = &ml_tls;
     /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
@@ -87,7 +88,7 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t alig
     weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = intern(kind, ra);
-    void *p = ml_block_new(real, align, zero, id, w_fx, w_bytes, ra);
+    void *p = ml_block_new(real, room, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
      * live tracking. */
@@ -103,7 +104,41 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t alig
 
 void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra)
 {
-    return sample(kind, size, size, align, zero, ra);
+    return sample(kind, size, size, size, align, zero, ra);
+}
+
+/* Blocks above this are sized in pages (an allocator maps them, or cuts them from its heap at page
+ * size or finer): no probe, whose malloc and free of a block above glibc's mmap threshold (128 KiB)
+ * would cost the program two system calls per sample. */
+#define ROOM_PROBE_MAX (64u << 10)
+
+/* The usable size family f gives a block of n bytes (block.h, ml_block_usable: why), found by asking
+ * it: one malloc, malloc_usable_size and free of the real allocator, on sampled events of a size
+ * other than the thread's last (cached: programs allocate few distinct sizes) only. Exact
+ * mode serves every block from the range, so no block there sees another's slack: no probe. */
+static size_t room_of(const struct ml_family *f, size_t n)
+{
+    if (armed_R(&ml_tls) == 0 || !f || !f->malloc || !f->free || !f->malloc_usable_size)
+        return n;
+    if (n > ROOM_PROBE_MAX)
+        return (n + 4095) & ~(size_t)4095;
+    struct ml_thread *th = &ml_tls;
+    if (th->room_fam == f && th->room_size == n)
+        return th->room;
+    void *t = f->malloc(n);
+    if (!t)
+        return n;
+    size_t u = f->malloc_usable_size(t);
+    f->free(t);
+    th->room_fam = f;
+    th->room_size = n;
+    th->room = u > n && u - n < n ? u : n;
+    return th->room;
+}
+
+void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int zero, uintptr_t ra)
+{
+    return sample(f->kind, size, size, room_of(f, size), align, zero, ra);
 }
 
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra)
@@ -129,7 +164,7 @@ ML_NOINLINE void *ml_src_malloc_slow(struct ml_family *f, size_t size, uintptr_t
         return ml_boot_alloc(size);
     case ML_SAMPLE:
     case ML_EXACT: {
-        void *p = ml_src_sample(f->kind, size, 0, 0, ra);
+        void *p = ml_src_sample_of(f, size, 0, 0, ra);
         if (p)
             return p;
         break;
@@ -145,7 +180,7 @@ ML_NOINLINE void *ml_src_calloc_slow(struct ml_family *f, size_t n, size_t s, si
         return ml_boot_alloc(total); /* boot memory is fresh, hence zero */
     case ML_SAMPLE:
     case ML_EXACT: {
-        void *p = ml_src_sample(f->kind, total, 0, 1, ra);
+        void *p = ml_src_sample_of(f, total, 0, 1, ra);
         if (p)
             return p;
         break;
@@ -178,11 +213,15 @@ static void *realloc_owned(struct ml_family *f, void *p, size_t n, uintptr_t ra)
     if (b->kind != ML_KIND_SAMPLED) { /* boot arena: never freed, just copied out */
         void *q = ml_src_malloc(f, n, ra);
         if (q)
-            memcpy(q, p, b->size < n ? b->size : n);
+            memcpy(q, p, ml_block_usable(b) < n ? ml_block_usable(b) : n);
         return q;
     }
     uint64_t c0 = ml_cost_begin(); /* the runtime's own account (cost.c) */
-    void *q = ml_block_realloc(p, n, ra, f->malloc);
+    /* within its class still (and not shrunk below half of it: an allocator keeps the chunk), the
+     * room stays: a buffer grown in small steps asks the allocator once per class */
+    size_t have = ml_block_usable(b);
+    size_t room = n <= have && n > have / 2 ? have : room_of(f, n);
+    void *q = ml_block_realloc(p, n, room, ra, f->malloc);
     ml_cost_end(c0, 0, 1);
     if (q)
         usdt_realloc(p, q, n);
@@ -201,7 +240,7 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
     if (d == ML_BOOT)
         return NULL;
     if (d == ML_SAMPLE || d == ML_EXACT) {
-        void *q = ml_src_sample(f->kind, n, 0, 0, ra);
+        void *q = ml_src_sample_of(f, n, 0, 0, ra);
         if (q) {
             size_t old = f->malloc_usable_size(p);
             memcpy(q, p, old < n ? old : n);
@@ -225,7 +264,7 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
         size_t a = align;
         if (a & (a - 1)) /* memalign rounds odd alignments up, like glibc */
             a = (size_t)1 << (64 - __builtin_clzll(a));
-        void *p = ml_src_sample(f->kind, size, a, 0, ra);
+        void *p = ml_src_sample_of(f, size, a, 0, ra);
         if (p)
             return p;
     }
@@ -300,7 +339,7 @@ void *ml_src_observe_sample(enum ml_src_kind kind, size_t size, uintptr_t ra)
         ml_src_exact(kind, size, ra);
     if (d != ML_SAMPLE)
         return NULL;
-    return sample(kind, size ? size : 1, 1, 0, 0, ra);
+    return sample(kind, size ? size : 1, 1, 1, 0, 0, ra);
 }
 
 static ML_NOINLINE void observe_slow(enum ml_src_kind kind, void *p, size_t size, uintptr_t ra)

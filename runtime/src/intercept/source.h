@@ -41,6 +41,8 @@ int ml_src_decide(size_t size);
  * otel_memory:alloc (record/usdt.h); NULL if the range is exhausted (the caller forwards; the
  * sample still counts, as `untracked`). */
 void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, uintptr_t ra);
+/* The same for a block family f would have served: its usable size is f's for `size` (block.h). */
+void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int zero, uintptr_t ra);
 /* Record an allocation the source served itself, in exact mode (cumulative counts only: its free is
  * not seen). The malloc family's exact mode goes through ml_src_sample instead, which keeps the
  * live heap. */
@@ -52,8 +54,8 @@ void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra);
 static inline int ml_src_owns(const void *p) { return ml_in_range(p); }
 /* Free a block ml_src_owns. */
 static inline void ml_src_free(void *p) { ml_sampled_free(p); }
-/* The usable size of a block ml_src_owns: what was asked for. */
-static inline size_t ml_src_usable(void *p) { return ml_block_of(p)->size; }
+/* The usable size of a block ml_src_owns: its family's for its size (block.h). */
+static inline size_t ml_src_usable(void *p) { return ml_block_usable(ml_block_of(p)); }
 
 void *ml_src_malloc_slow(struct ml_family *f, size_t size, uintptr_t ra);
 /* calloc(n, s) whose countdown ran out; `total` = n·s (no overflow). */

@@ -250,8 +250,8 @@ static int reweigh(struct ml_block *b, uint64_t now)
     return snap;
 }
 
-void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_fx, uint64_t w_bytes,
-                   uintptr_t ra)
+void *ml_block_new(size_t size, size_t room, size_t align, int zero, uint32_t id, uint64_t w_fx,
+                   uint64_t w_bytes, uintptr_t ra)
 {
     uint64_t now = 0;
     if (atomic_load_explicit(&ml_views_on, memory_order_relaxed)) {
@@ -260,11 +260,13 @@ void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_
     }
     int dirty;
     ml_range_lock();
-    struct ml_block *b = ml_range_alloc_locked(size, align, zero, &dirty);
+    struct ml_block *b = ml_range_alloc_locked(room > size ? room : size, align, zero, &dirty);
     if (!b) {
         ml_range_unlock();
         return NULL;
     }
+    b->usable = b->size; /* the room; the block's size is what was asked */
+    b->size = size;
     b->stack = id;
     b->w_fx = w_fx;
     b->w_bytes = w_bytes;
@@ -384,7 +386,7 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t
     void *q = out(n);
     if (!q)
         return NULL;
-    memcpy(q, b + 1, b->size < n ? b->size : n);
+    memcpy(q, b + 1, ml_block_usable(b) < n ? ml_block_usable(b) : n);
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
@@ -419,9 +421,10 @@ static void moved(struct ml_block *b, struct ml_block *nb)
     ml_range_free_locked(b);
 }
 
-static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t ra, void *(*out)(size_t));
+static void *realloc_in_range(struct ml_block *b, void *p, size_t n, size_t room, uintptr_t ra,
+                              void *(*out)(size_t));
 
-void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
+void *ml_block_realloc(void *p, size_t n, size_t room, uintptr_t ra, void *(*out)(size_t))
 {
     struct ml_block *b = ml_block_of(p);
     if (unlikely(ml_tls.busy)) {
@@ -429,19 +432,20 @@ void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
          * taken. The block moves out to the allocator and its free waits (defer_free). */
         void *q = out(n);
         if (q) {
-            memcpy(q, p, b->size < n ? b->size : n);
+            memcpy(q, p, ml_block_usable(b) < n ? ml_block_usable(b) : n);
             defer_free(b);
         }
         return q;
     }
     ml_busy_enter();
-    void *q = realloc_in_range(b, p, n, ra, out);
+    void *q = realloc_in_range(b, p, n, room > n ? room : n, ra, out);
     ml_busy_leave();
     drain_deferred();
     return q;
 }
 
-static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t ra, void *(*out)(size_t))
+static void *realloc_in_range(struct ml_block *b, void *p, size_t n, size_t room, uintptr_t ra,
+                              void *(*out)(size_t))
 {
     ml_state_own();
     uint32_t g = atomic_load_explicit(&gen, memory_order_relaxed);
@@ -463,17 +467,20 @@ static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t r
         b->point_h[0] = R ? ml_draw(2 * R) : 1; /* exact mode: every size is sampled, weight 1 */
         b->point_h[1] = R ? ml_draw(2 * R) : 1;
     }
-    if (likely(ml_range_fits(b, n))) {
+    if (likely(ml_range_fits(b, room))) {
         b->size = n;
+        b->usable = room;
         if (unlikely(stale(b)))
             settle(b);
         return p;
     }
     uint64_t now = tick(b);
-    size_t old = b->size;
+    size_t old = ml_block_usable(b); /* the program may have written into its slack */
     int dirty, snap = 0;
     ml_range_lock();
-    if (ml_range_resize_locked(b, n)) { /* a large block: the pages after it */
+    if (ml_range_resize_locked(b, room)) { /* a large block: the pages after it */
+        b->size = n;
+        b->usable = room;
         if (stale(b))
             snap = reweigh(b, now);
         ML_ASSERT(accounts_ok());
@@ -481,13 +488,15 @@ static void *realloc_in_range(struct ml_block *b, void *p, size_t n, uintptr_t r
         after(now, snap);
         return p;
     }
-    struct ml_block *nb = ml_range_alloc_locked(n, 16, 0, &dirty);
+    struct ml_block *nb = ml_range_alloc_locked(room, 16, 0, &dirty);
     ml_range_unlock();
     if (!nb)
         return leave(b, n, out);
     memcpy(nb + 1, p, old < n ? old : n);
     ml_range_lock();
     moved(b, nb);
+    nb->size = n;
+    nb->usable = room;
     if (stale(nb))
         snap = reweigh(nb, now);
     ML_ASSERT(accounts_ok());

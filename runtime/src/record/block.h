@@ -2,17 +2,30 @@
 #ifndef MEMLENS_BLOCK_H
 #define MEMLENS_BLOCK_H
 #include "../base/rt.h"
+#include "range.h"
 
 #pragma GCC visibility push(hidden)
 
-/* A sampled block of `size` bytes on stack `id` with weights (w_fx, w_bytes), from call site ra. */
-void *ml_block_new(size_t size, size_t align, int zero, uint32_t id, uint64_t w_fx, uint64_t w_bytes,
-                   uintptr_t ra);
+/* A sampled block of `size` bytes on stack `id` with weights (w_fx, w_bytes), from call site ra, with
+ * room for `room` >= size bytes (its usable size: ml_block_usable). */
+void *ml_block_new(size_t size, size_t room, size_t align, int zero, uint32_t id, uint64_t w_fx,
+                   uint64_t w_bytes, uintptr_t ra);
+/* What malloc_usable_size says of a block of the range: the usable size the block's allocator would
+ * give for its size (its size class), not the size asked. A program that grows a block into the
+ * slack malloc_usable_size reports (redis's listpacks and strings) must see the same slack in a
+ * sampled block as in an unsampled one: told the exact size, it reallocated a sampled block at every
+ * step and an unsampled one only at the allocator's classes, and the block's own draw at its first
+ * reallocation in the range (block.c) then found it a second time, so the live estimate lost the
+ * blocks that entered the range at their last class (an eighth of them at 512K). */
+static inline size_t ml_block_usable(const struct ml_block *b)
+{
+    return b->kind == ML_KIND_SAMPLED && b->usable > b->size ? b->usable : b->size;
+}
 void ml_sampled_free(void *p);
-/* realloc of a sampled block to n > 0 bytes: in place, or moved (within the range when it can, else
+/* realloc of a sampled block to n > 0 bytes (room: its usable size then, >= n): in place, or moved (within the range when it can, else
  * out to `out`, the malloc of the family the realloc came through); NULL if no memory (p is left as
  * it was). */
-void *ml_block_realloc(void *p, size_t n, uintptr_t ra, void *(*out)(size_t));
+void *ml_block_realloc(void *p, size_t n, size_t room, uintptr_t ra, void *(*out)(size_t));
 /* fork child: inherited blocks, a fresh peak and timeline (fork.c then starts the views' dumps anew) */
 void ml_blocks_fork_child(void);
 /* ml_reset: reallocations pending before it are not counted */

@@ -25,6 +25,7 @@
 #include "../store/stacks.h"
 #include "../store/state.h"
 #include "peak.h"
+#include "range.h"
 
 /* In the state's header (state.c), where they outlive the process:
  *   heap          the estimate, written with the range lock held, read anywhere
@@ -88,14 +89,17 @@ int ml_heap_change_locked(int64_t delta, const int64_t dh[2], uint64_t now)
     halves(dh, now);
     int64_t h = atomic_load_explicit(&heap, memory_order_relaxed) + delta;
     atomic_store_explicit(&heap, h, memory_order_relaxed);
-    if (delta <= 0 || h <= heap_max)
-        return 0;
-    heap_max = h;
-    heap_max_tick = now;
-    if (h <= next_snap)
-        return 0;
-    snapshot(h);
-    return 1;
+    int snap = 0;
+    if (delta > 0 && h > heap_max) {
+        heap_max = h;
+        heap_max_tick = now;
+        if (h > next_snap) {
+            snapshot(h);
+            snap = 1;
+        }
+    }
+    ml_range_heap_room_locked(heap_max - h); /* freed pages the range keeps: within this (range.c) */
+    return snap;
 }
 
 /* The child's peak is its own: the heap it inherited is its maximum so far, and the first growth

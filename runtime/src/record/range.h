@@ -33,7 +33,8 @@ struct ml_block {
     struct ml_block *prev, *next; /* the list of live sampled blocks */
     struct ml_block *deferred; /* block.c: the next block whose free waits (a free from a signal
                                   handler that interrupted the runtime) */
-    uint64_t spare_;           /* keeps the header a multiple of 16 bytes */
+    uint64_t usable;           /* block.c: the usable size the program is told (the family's class
+                                  for `size`; 0: `size`). Also keeps the header 16-byte sized */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
@@ -54,6 +55,10 @@ int ml_range_fits(const struct ml_block *b, size_t size);
  * after it; 1 (and the block's size and cap are set) or 0. */
 int ml_range_resize_locked(struct ml_block *b, size_t size);
 void ml_range_free_locked(struct ml_block *b);
+/* With the lock held, from peak.c at every change of the estimated heap: how far it is below its
+ * peak. Freed pages stay resident for reuse only within that (and the range's own high-water mark):
+ * the program's footprint at its peak holds no pages it freed. */
+void ml_range_heap_room_locked(int64_t below_peak);
 /* Real bytes of the chunks of live sampled blocks (the allocator does not see them). */
 int64_t ml_range_live_bytes(void);
 /* Where that count lives (memlens detach reads it from outside, every thread stopped: hooks.c). */

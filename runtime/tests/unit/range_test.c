@@ -3,9 +3,10 @@
  * nothing used below `lowfree` or above the high-water mark, retained pages free and counted);
  * these tests check what a caller sees: alignment, blocks that never overlap and keep their bytes,
  * first fit, runs merged and split, resizing in place, calloc's clearing (and sparseness), freed
- * pages given back beyond the retained 64 MiB, the live-bytes account, and a range mapped on demand
- * under an address-space limit. One range per process: the tests run in the order written, and
- * where a block lands (first fit) follows from what the earlier ones left. */
+ * pages given back when the live blocks grow past them and beyond 64 MiB, the live-bytes account,
+ * and a range mapped on demand under an address-space limit. One range per process: the tests run
+ * in the order written, and where a block lands (first fit) follows from what the earlier ones
+ * left. */
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -232,6 +233,34 @@ TEST(zeroed_blocks_stay_sparse_and_dirty_pages_are_cleared)
     CHECK(s2 == s);
     CHECK_EQ(dirty, 1);
     release(s2);
+}
+
+/* Freed pages stay resident only while the range holds less than its own high-water mark: when
+ * the live blocks grow past it, the freed pages not reused go back (all but a floor of 256 KiB), and
+ * read as zero when a cleared block is taken from them. (The earlier tests left a live high-water
+ * mark of a little over 32 MiB.) */
+TEST(freed_pages_go_back_when_the_live_blocks_grow_past_them)
+{
+    size_t len = 8u << 20, floor_pages = (256u << 10) / PAGE;
+    struct ml_block *a = alloc(len, 16, 0, NULL);
+    CHECK(a != NULL);
+    memset(a + 1, 0x77, len);
+    uintptr_t at = chunk_of(a);
+    struct ml_block *after = alloc(64u << 10, 16, 0, NULL); /* so that nothing larger fits at `at` */
+    CHECK_EQ(chunk_of(after), at + a->cap);
+    release(a);
+    CHECK(resident((void *)at, len) >= len / PAGE); /* below the high-water mark: kept */
+    /* 64 MiB more, untouched: the live bytes pass the high-water mark */
+    struct ml_block *big = alloc(64u << 20, 16, 0, NULL);
+    CHECK(big != NULL);
+    CHECK(chunk_of(big) != at);
+    CHECK(resident((void *)at, len) <= floor_pages);
+    struct ml_block *z = alloc(len, 16, 1, NULL);
+    CHECK_EQ(chunk_of(z), at);
+    CHECK(all_zero(z + 1, len));
+    release(z);
+    release(after);
+    release(big);
 }
 
 /* Freed pages are kept resident up to 64 MiB; beyond that they go back to the kernel. */

@@ -31,8 +31,8 @@ fn stacks() {
 }
 
 /// record/range.c: the boot arena, first fit, runs merged and split, resizing in place, calloc's
-/// clearing and sparseness, pages given back past 64 MiB, size classes, a random model check, and
-/// the range mapped on demand under `ulimit -v`.
+/// clearing and sparseness, freed pages given back when the live blocks grow past them and past
+/// 64 MiB, size classes, a random model check, and the range mapped on demand under `ulimit -v`.
 #[test]
 fn range() {
     unit("range_test", 300);
