@@ -5,6 +5,7 @@ mod util;
 
 mod allocators;
 mod allocators_apps;
+mod allocators_attach;
 mod attach;
 mod bench_alloc;
 mod bench_mem;

@@ -7,7 +7,15 @@
 //! stopped (ptrace), none may be stopped inside the bytes a jump replaces (else all are let go and
 //! stopped again a moment later), the bytes there must still be what the runtime saw, and the
 //! jumps are written through /proc/PID/mem — free-side entry points first, so a block the runtime
-//! hands out never meets an unhooked free. Then every thread goes on.
+//! hands out never meets an unhooked free. Then every thread goes on. Everything that can be done
+//! before the stop is: the table read, the bytes checked once, /proc/PID/mem opened, the threads
+//! listed and raised; the stop itself interrupts every thread at once, then waits for each.
+//!
+//! `memlens detach` puts the original bytes back the same way (`restore`), once sampling is off:
+//! the entry points that only allocate always, those that take a pointer (free, realloc, usable
+//! size) only when no sampled block is live and no hook is taking a sample — read in the runtime's
+//! `memlens_hooks_quiet` with every thread stopped — since such a block must never reach the
+//! allocator. Whatever stays keeps forwarding through its hook, sampling off.
 use crate::inject::{ptrace, read_mem, tids, wait, Boost};
 use crate::tracee::{read_maps, Tracee};
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,7 +25,13 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 /// `struct ml_pending` of runtime/src/intercept/finder.c: keep the two in step.
-const MAGIC: u64 = 0x6d6c_686f_6f6b_7331;
+const MAGIC: u64 = 0x6d6c_686f_6f6b_7332;
+/// Its state: the jumps are planned (1), written (2), or some were put back by a detach (3).
+const PLANNED: u32 = 1;
+const WRITTEN: u32 = 2;
+const RESTORED: u32 = 3;
+/// `struct ml_hooks_quiet` of runtime/src/intercept/hooks.c.
+const QUIET_MAGIC: u64 = 0x6d6c_7175_6965_7431;
 const HEADER: usize = 16;
 const SUMMARY: usize = 1024;
 const ENTRY: usize = 48;
@@ -31,6 +45,8 @@ struct Patch {
     code: Vec<u8>,
     old: Vec<u8>,
     counts: bool,
+    /// It takes a pointer (free, realloc, usable size): a sampled block may reach it.
+    pointer: bool,
 }
 
 /// What writing the hooks did.
@@ -46,8 +62,8 @@ pub struct Hooked {
     pub retries: u32,
 }
 
-/// The address of the runtime's `memlens_pending` in the process.
-fn pending_addr(p: &Tracee, lib: &[u8]) -> Result<u64> {
+/// The address of the runtime's exported `name` in the process.
+fn runtime_symbol(p: &Tracee, lib: &[u8], name: &str) -> Result<u64> {
     let maps = read_maps(&p.proc_dir)?;
     let base = maps
         .iter()
@@ -58,8 +74,8 @@ fn pending_addr(p: &Tracee, lib: &[u8]) -> Result<u64> {
     let file = object::File::parse(lib).context("the runtime is not an ELF file")?;
     let sym = file
         .dynamic_symbols()
-        .find(|s| s.name() == Ok("memlens_pending"))
-        .ok_or_else(|| anyhow!("the runtime exports no memlens_pending"))?;
+        .find(|s| s.name() == Ok(name))
+        .ok_or_else(|| anyhow!("the runtime exports no {name}"))?;
     Ok(base + sym.address())
 }
 
@@ -101,6 +117,7 @@ fn read_pending(pid: i32, at: u64) -> Result<(u32, String, Vec<Patch>)> {
                 code: e[9..9 + len].to_vec(),
                 old: e[9 + PATCH_MAX..9 + PATCH_MAX + len].to_vec(),
                 counts: e[9 + 2 * PATCH_MAX] != 0,
+                pointer: e[10 + 2 * PATCH_MAX] != 0,
             }
         })
         .collect();
@@ -114,21 +131,28 @@ struct Held {
     pending: i32,
 }
 
-fn seize(tid: i32) -> Result<Option<Held>> {
+/// Ask thread `tid` to stop, without waiting for it; false if it exited meanwhile.
+fn interrupt(tid: i32) -> bool {
     if ptrace(libc::PTRACE_SEIZE, tid, 0, 0).is_err() {
-        return Ok(None); // exited meanwhile
+        return false;
     }
     if ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0).is_err() {
         let _ = ptrace(libc::PTRACE_DETACH, tid, 0, 0);
-        return Ok(None);
+        return false;
     }
-    let mut pending = 0;
+    true
+}
+
+/// Wait until an interrupted thread is in its stop, and read its pc (a signal that arrives first
+/// is kept for the detach).
+fn settle(h: &mut Held) -> Result<()> {
+    let tid = h.tid;
     loop {
         let st = wait(tid)?;
         if (st >> 16) == libc::PTRACE_EVENT_STOP {
             break;
         }
-        pending = libc::WSTOPSIG(st);
+        h.pending = libc::WSTOPSIG(st);
         ptrace(libc::PTRACE_CONT, tid, 0, 0).map_err(|e| anyhow!("ptrace cont: errno {e}"))?;
         let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
     }
@@ -136,45 +160,53 @@ fn seize(tid: i32) -> Result<Option<Held>> {
     let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
     ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r as *mut _ as u64)
         .map_err(|e| anyhow!("cannot read thread {tid}'s registers: errno {e}"))?;
-    Ok(Some(Held {
-        tid,
-        rip: r.rip,
-        pending,
-    }))
+    h.rip = r.rip;
+    Ok(())
 }
 
 /// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped. On a
 /// saturated machine a thread asked to stop waits for a CPU before it does, while those already
 /// stopped wait for it: memlens and each thread run SCHED_FIFO meanwhile where memlens may (root,
-/// CAP_SYS_NICE), as for the injection (inject.rs), and are put back after.
+/// CAP_SYS_NICE), as for the injection (inject.rs), and are put back after. The threads are listed
+/// and raised before the first is interrupted; then all are interrupted at once and waited for,
+/// so the stop lasts as long as the slowest thread takes to stop, not the sum.
 struct World {
     held: Vec<Held>,
     boosts: Vec<Boost>,
     _me: Boost,
+    /// When the first thread was interrupted.
+    since: Instant,
 }
 
 impl World {
     fn stop(pid: i32) -> Result<World> {
+        let mut todo = tids(pid);
         let mut w = World {
             held: Vec::new(),
-            boosts: Vec::new(),
+            boosts: todo.iter().map(|t| Boost::new(*t)).collect(),
             _me: Boost::new(0),
+            since: Instant::now(),
         };
-        loop {
-            let new: Vec<i32> = tids(pid)
+        w.since = Instant::now();
+        while !todo.is_empty() {
+            let from = w.held.len();
+            for t in todo.iter().filter(|t| interrupt(**t)) {
+                w.held.push(Held {
+                    tid: *t,
+                    rip: 0,
+                    pending: 0,
+                });
+            }
+            for h in &mut w.held[from..] {
+                settle(h)?;
+            }
+            todo = tids(pid)
                 .into_iter()
                 .filter(|t| !w.held.iter().any(|h| h.tid == *t))
                 .collect();
-            if new.is_empty() {
-                return Ok(w);
-            }
-            for t in new {
-                w.boosts.push(Boost::new(t));
-                if let Some(h) = seize(t)? {
-                    w.held.push(h);
-                }
-            }
+            w.boosts.extend(todo.iter().map(|t| Boost::new(*t)));
         }
+        Ok(w)
     }
 
     /// A thread whose pc lies in the bytes one of `ps` replaces.
@@ -187,6 +219,16 @@ impl World {
             })
             .map(|h| (h.tid, h.rip))
     }
+
+    /// Let every thread go; how long the first was held, up to the last one's release. (Putting
+    /// the scheduling policies back comes after: once memlens is an ordinary task again, a loaded
+    /// machine may keep it waiting for a CPU for milliseconds, while no thread is held.)
+    fn release(mut self) -> Duration {
+        for h in self.held.drain(..) {
+            let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
+        }
+        self.since.elapsed()
+    }
 }
 
 impl Drop for World {
@@ -198,67 +240,233 @@ impl Drop for World {
     }
 }
 
-/// Write every jump (guards first), after checking each site still holds what the runtime saw.
-fn write_all(p: &Tracee, ps: &[Patch]) -> Result<()> {
-    let pid = p.mem_pid();
-    for q in ps {
-        if read_exact(pid, q.site, q.old.len())? != q.old {
+/// The bytes at every site, read in one call, in the order of `ps`.
+fn read_sites(pid: i32, ps: &[Patch]) -> Result<Vec<Vec<u8>>> {
+    let mut bufs: Vec<Vec<u8>> = ps.iter().map(|q| vec![0u8; q.old.len()]).collect();
+    let local: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    let remote: Vec<libc::iovec> = ps
+        .iter()
+        .map(|q| libc::iovec {
+            iov_base: q.site as *mut libc::c_void,
+            iov_len: q.old.len(),
+        })
+        .collect();
+    for (l, r) in local.chunks(512).zip(remote.chunks(512)) {
+        let want: usize = l.iter().map(|v| v.iov_len).sum();
+        // SAFETY: each local iovec points into a live buffer of its length.
+        let n = unsafe {
+            libc::process_vm_readv(pid, l.as_ptr(), l.len() as _, r.as_ptr(), r.len() as _, 0)
+        };
+        if n != want as isize {
+            bail!(
+                "cannot read the process's code at its hooked entry points: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(bufs)
+}
+
+/// Check every site holds what `expect` gives for it.
+fn check_sites(pid: i32, ps: &[Patch], expect: impl Fn(&Patch) -> &[u8]) -> Result<()> {
+    for (q, now) in ps.iter().zip(read_sites(pid, ps)?) {
+        if now != expect(q) {
             bail!(
                 "the code at {:#x} changed since the runtime read it (a debugger's breakpoint?)",
                 q.site
             );
         }
     }
-    let mem = std::fs::OpenOptions::new()
+    Ok(())
+}
+
+fn open_mem(p: &Tracee) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("{}/mem", p.proc_dir))
-        .with_context(|| format!("cannot open the memory of {}", p.label()))?;
-    for pass in [false, true] {
-        for q in ps.iter().filter(|q| q.counts == pass) {
-            mem.write_all_at(&q.code, q.site).with_context(|| {
-                format!("cannot write the hook at {:#x} of {}", q.site, p.label())
+        .with_context(|| format!("cannot open the memory of {}", p.label()))
+}
+
+/// Write `bytes(q)` at each site of `ps`, those `first` picks before the others.
+fn write_sites(
+    p: &Tracee,
+    mem: &std::fs::File,
+    ps: &[Patch],
+    first: impl Fn(&Patch) -> bool,
+    bytes: impl Fn(&Patch) -> &[u8],
+) -> Result<()> {
+    for pass in [true, false] {
+        for q in ps.iter().filter(|q| first(q) == pass) {
+            mem.write_all_at(bytes(q), q.site).with_context(|| {
+                format!(
+                    "cannot write the entry point at {:#x} of {}",
+                    q.site,
+                    p.label()
+                )
             })?;
         }
     }
     Ok(())
 }
 
-/// Write the hooks the runtime planned, if any. Called right after the runtime came in.
-pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
-    let at = pending_addr(p, lib)?;
-    let pid = p.mem_pid();
-    let (state, summary, ps) = read_pending(pid, at)?;
-    if state != 1 || ps.is_empty() {
-        return Ok((!summary.is_empty()).then_some(Hooked {
-            summary,
-            hooks: 0,
-            stopped: Duration::ZERO,
-            retries: 0,
-        }));
-    }
+/// Stop every thread until none is inside the bytes of `ps` (letting all go and trying again a
+/// moment later, up to `tries` rounds); None if one stayed there.
+fn stop_outside(p: &Tracee, ps: &[Patch], tries: u32) -> Result<(Option<World>, u32)> {
     let mut retries = 0;
     loop {
-        let t0 = Instant::now();
         let world = World::stop(p.pid)?;
-        if let Some((tid, rip)) = world.inside(&ps) {
-            drop(world);
-            retries += 1;
-            if retries == 200 {
-                bail!("thread {tid} of {} stays at {rip:#x}, inside an allocator entry point being hooked", p.label());
-            }
-            std::thread::sleep(Duration::from_micros(500));
-            continue;
+        if world.inside(ps).is_none() {
+            return Ok((Some(world), retries));
         }
-        write_all(p, &ps)?;
-        let done = 2u32.to_le_bytes();
-        crate::inject::write_mem(pid, at + 12, &done)?;
         drop(world);
-        return Ok(Some(Hooked {
-            summary,
-            hooks: ps.len(),
-            stopped: t0.elapsed(),
-            retries,
-        }));
+        retries += 1;
+        if retries == tries {
+            return Ok((None, retries));
+        }
+        std::thread::sleep(Duration::from_micros(500));
     }
+}
+
+/// Write the hooks the runtime planned, if any. Called right after the runtime came in, and on a
+/// re-attach through the control socket after a detach put entry points back.
+pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
+    let at = runtime_symbol(p, lib, "memlens_pending")?;
+    let pid = p.mem_pid();
+    let (state, summary, all) = read_pending(pid, at)?;
+    // Only the entry points without their jump (after a detach: those it put back).
+    let now = read_sites(pid, &all)?;
+    let ps: Vec<Patch> = all
+        .into_iter()
+        .zip(now)
+        .filter(|(q, b)| *b != q.code)
+        .map(|(q, _)| q)
+        .collect();
+    if !(state == PLANNED || state == RESTORED) || ps.is_empty() {
+        return Ok(
+            (!summary.is_empty() && state != RESTORED).then_some(Hooked {
+                summary,
+                hooks: 0,
+                stopped: Duration::ZERO,
+                retries: 0,
+            }),
+        );
+    }
+    check_sites(pid, &ps, |q| &q.old)?;
+    let mem = open_mem(p)?;
+    let (world, retries) = stop_outside(p, &ps, 200)?;
+    let Some(world) = world else {
+        bail!(
+            "a thread of {} stays inside an allocator entry point being hooked",
+            p.label()
+        );
+    };
+    check_sites(pid, &ps, |q| &q.old)?;
+    write_sites(p, &mem, &ps, |q| !q.counts, |q| &q.code)?;
+    crate::inject::write_mem(pid, at + 12, &WRITTEN.to_le_bytes())?;
+    let stopped = world.release();
+    Ok(Some(Hooked {
+        summary: if state == PLANNED {
+            summary
+        } else {
+            String::new()
+        },
+        hooks: ps.len(),
+        stopped,
+        retries,
+    }))
+}
+
+/// What a detach did to the entry points.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Entry points given their original bytes back.
+    pub restored: usize,
+    /// Entry points whose hook stays (forwarding, sampling off), and why.
+    pub kept: usize,
+    pub why_kept: Option<String>,
+    /// How long every thread was stopped.
+    pub stopped: Duration,
+}
+
+/// The runtime's `memlens_hooks_quiet`: (hooks taking a sample now, live bytes of sampled blocks).
+fn read_quiet(pid: i32, at: u64) -> Result<(i64, i64)> {
+    let b = read_exact(pid, at, 24)?;
+    if u64_at(&b, 0) != QUIET_MAGIC {
+        bail!("the runtime's memlens_hooks_quiet has another layout than this memlens expects");
+    }
+    let inflight = u64_at(&b, 8) as i64;
+    let live_at = u64_at(&b, 16);
+    if live_at == 0 {
+        return Ok((inflight, i64::MAX));
+    }
+    Ok((inflight, u64_at(&read_exact(pid, live_at, 8)?, 0) as i64))
+}
+
+/// Put the original bytes back at the hooked entry points, sampling being off (the runtime's
+/// `detach` answered): the allocating ones always, those that take a pointer when no sampled
+/// block is live and no hook is taking a sample. With every thread stopped and none inside a
+/// patched range; if one stays inside, every jump stays.
+pub fn restore(p: &Tracee, lib: &[u8]) -> Result<Restored> {
+    let at = runtime_symbol(p, lib, "memlens_pending")?;
+    let quiet_at = runtime_symbol(p, lib, "memlens_hooks_quiet")?;
+    let pid = p.mem_pid();
+    let (state, _, all) = read_pending(pid, at)?;
+    if state != WRITTEN && state != RESTORED {
+        return Ok(Restored::default());
+    }
+    // The entry points that still hold our jump.
+    let now = read_sites(pid, &all)?;
+    let ps: Vec<Patch> = all
+        .into_iter()
+        .zip(now)
+        .filter(|(q, b)| *b == q.code)
+        .map(|(q, _)| q)
+        .collect();
+    if ps.is_empty() {
+        return Ok(Restored::default());
+    }
+    let mem = open_mem(p)?;
+    let (world, _) = stop_outside(p, &ps, 20)?;
+    let Some(world) = world else {
+        return Ok(Restored {
+            kept: ps.len(),
+            why_kept: Some("a thread stayed inside one of them".into()),
+            ..Restored::default()
+        });
+    };
+    let (inflight, live) = read_quiet(pid, quiet_at)?;
+    let all_safe = inflight == 0 && live == 0;
+    let back: Vec<Patch> = ps
+        .iter()
+        .filter(|q| all_safe || !q.pointer)
+        .cloned()
+        .collect();
+    check_sites(pid, &back, |q| &q.code)?;
+    // Allocating entry points first: a block handed out meanwhile still meets a hooked free.
+    write_sites(p, &mem, &back, |q| !q.pointer, |q| &q.old)?;
+    crate::inject::write_mem(pid, at + 12, &RESTORED.to_le_bytes())?;
+    let stopped = world.release();
+    let kept = ps.len() - back.len();
+    Ok(Restored {
+        restored: back.len(),
+        kept,
+        why_kept: (kept > 0).then(|| {
+            if live != 0 {
+                format!(
+                    "blocks sampled earlier are still live ({} bytes) and must come back to memlens",
+                    live
+                )
+            } else {
+                "a hook was taking a sample".to_string()
+            }
+        }),
+        stopped,
+    })
 }

@@ -61,6 +61,8 @@ const DETACH_EXAMPLE: &str = "Example:
 
 Sampling stops and the allocation hooks are removed; the free-side hooks stay (blocks sampled
 earlier may still be live and must come back to memlens), forwarding at the cost of one compare.
+Entry points of an allocator linked into the program get their original bytes back with every
+thread stopped: the allocating ones always, free and realloc once no sampled block is live.
 `memlens attach 1234` re-hooks later without ptrace.";
 
 /// Stop sampling in an attached process and remove its allocation hooks
@@ -147,6 +149,21 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
             "attach {}",
             runtime_args(interval, true, unwinder)?
         ))?;
+        // Entry points a detach gave their original bytes back get their jumps again.
+        let lib = std::fs::read(memlens_native::runtime()?)?;
+        match hooks::apply_pending(&p, &lib) {
+            Ok(Some(h)) if h.hooks > 0 => println!(
+                "memlens: {} allocator entry points hooked again (every thread stopped {:.3} ms)",
+                h.hooks,
+                h.stopped.as_secs_f64() * 1e3
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "memlens: warning: {}: the allocator entry points a detach restored stay unhooked, so \
+                 allocations through them are not sampled: {e:#}",
+                p.label()
+            ),
+        }
         return Ok(format!(
             "{} [re-attached through its control socket]",
             p.label()
@@ -230,15 +247,46 @@ fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
     }
     detached?;
     println!(
-        "process {} ({}): profile written to {} ({} samples, {} allocated, {} live); detached",
+        "process {} ({}): profile written to {} ({} samples, {} allocated, {} live); detached{}",
         t.pid,
         t.comm,
         out.display(),
         s.samples,
         memlens_measure::units::format_bytes(s.alloc_bytes),
-        memlens_measure::units::format_bytes(s.inuse_bytes)
+        memlens_measure::units::format_bytes(s.inuse_bytes),
+        put_back(pid)
     );
     Ok(())
+}
+
+/// After the runtime's `detach` (sampling off): the hooked allocator entry points given their
+/// original bytes back where that is safe (hooks.rs); a phrase for the detach message, empty when
+/// there were none.
+fn put_back(pid: i32) -> String {
+    let done = tracee::check(pid).and_then(|p| {
+        let lib = std::fs::read(memlens_native::runtime()?)?;
+        hooks::restore(&p, &lib)
+    });
+    match done {
+        Ok(r) if r.restored + r.kept == 0 => String::new(),
+        Ok(r) => {
+            let mut s = format!(
+                "; {} allocator entry points given their original bytes back (every thread stopped \
+                 {:.3} ms)",
+                r.restored,
+                r.stopped.as_secs_f64() * 1e3
+            );
+            if r.kept > 0 {
+                s += &format!(
+                    ", {} keep their hooks, forwarding: {}",
+                    r.kept,
+                    r.why_kept.unwrap_or_default()
+                );
+            }
+            s
+        }
+        Err(e) => format!("; the allocator entry points keep their hooks, forwarding ({e:#})"),
+    }
 }
 
 /// `memlens detach PID`: stop sampling and remove the allocation hooks; the exit status.
@@ -247,10 +295,11 @@ pub fn run_detach(a: DetachArgs) -> Result<i32> {
     let t = Target::find(pid)?;
     let r = t.request("detach")?;
     println!(
-        "process {} ({}): detached, sampling stopped ({} allocation hooks removed; free-side hooks stay)",
+        "process {} ({}): detached, sampling stopped ({} allocation hooks removed; free-side hooks stay){}",
         t.pid,
         t.comm,
-        r.unhooked.unwrap_or(0)
+        r.unhooked.unwrap_or(0),
+        put_back(pid)
     );
     Ok(0)
 }

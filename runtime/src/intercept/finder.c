@@ -44,7 +44,7 @@ static _Atomic int scan_lock;
 
 /* The table `memlens attach` reads (ML_HOOK_DEFER): the jumps to write, with what must be there
  * now. Its layout is read by crates/memlens-attach (hooks.rs): change both together. */
-#define PENDING_MAGIC 0x6d6c686f6f6b7331ull /* "mlhooks1" */
+#define PENDING_MAGIC 0x6d6c686f6f6b7332ull /* "mlhooks2" */
 struct ml_pending_patch {
     uint64_t site;
     uint8_t len;
@@ -55,9 +55,11 @@ struct ml_pending_patch {
 struct ml_pending {
     uint64_t magic;
     uint32_t count;
-    _Atomic uint32_t state; /* 0 nothing to do, 1 waiting for memlens, 2 written by memlens */
+    _Atomic uint32_t state; /* 0 nothing to do, 1 waiting for memlens, 2 written by memlens,
+                             * 3 some put back by memlens detach */
     char summary[1024];     /* what was found, for memlens attach to print */
-    struct ml_pending_patch p[MAX_PATCHES]; /* pad[0]: 1 for an allocating entry point */
+    struct ml_pending_patch p[MAX_PATCHES]; /* pad[0]: 1 for an allocating entry point; pad[1]: 1
+                                             * for one that takes a pointer (free, realloc) */
 };
 ML_EXPORT struct ml_pending memlens_pending = {PENDING_MAGIC, 0, 0, {0}, {{0}}};
 
@@ -442,6 +444,7 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
                 memcpy(q->code, patches[i].code, sizeof q->code);
                 memcpy(q->old, patches[i].old, sizeof q->old);
                 q->pad[0] = patches[i].counts;
+                q->pad[1] = !patches[i].counts || patches[i].guard;
             }
         atomic_store(&memlens_pending.state, 1);
     }

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "../record/range.h"
 #include "../sample/sample.h"
 #include "hooks.h"
 #include "source.h"
@@ -28,46 +29,119 @@ const struct hk_row hk_rows[HK_NROWS] = {HK_ROWS(HK_ROW, 0)};
 typedef void *(*f_p_n)(void *, size_t);
 typedef void *(*f_n_x)(size_t, uintptr_t);
 
+/* ---- what `memlens detach` reads with every thread stopped ---- */
+
+/* Whether the entry points that take a pointer (free, realloc, usable size) may get their original
+ * bytes back: only when no sampled block is live (it would reach the allocator) and no hook is
+ * between deciding to sample and the block's creation. crates/memlens-attach/src/hooks.rs reads
+ * this with every thread stopped, after sampling was switched off: `inflight` counts the hooks
+ * taking a sample now; `live` points at the range's live bytes. Keep the layout in step there. */
+#define QUIET_MAGIC 0x6d6c717569657431ull /* "mlquiet1" */
+struct ml_hooks_quiet {
+    uint64_t magic;
+    _Atomic int64_t inflight;
+    const _Atomic int64_t *live;
+};
+ML_EXPORT struct ml_hooks_quiet memlens_hooks_quiet = {QUIET_MAGIC, 0, NULL};
+
+/* Enter a sampled allocation: 0 if sampling was switched off meanwhile (the caller forwards). The
+ * count goes up before `active` is read again, so a detach that saw it 0 with every thread stopped
+ * and sampling off knows no sampled block is about to appear. On sampled calls only. */
+static int sample_begin(void)
+{
+    atomic_fetch_add(&memlens_hooks_quiet.inflight, 1);
+    if (atomic_load(&ml_cfg.active))
+        return 1;
+    atomic_fetch_sub(&memlens_hooks_quiet.inflight, 1);
+    return 0;
+}
+static void sample_end(void) { atomic_fetch_sub(&memlens_hooks_quiet.inflight, 1); }
+
 /* ---- slow paths: the countdown ran out ---- */
 
-/* How to call an allocating entry's original: its shape and arguments. */
-struct hk_call { int shape; uintptr_t a[3]; int err; };
+/* The slow paths are tail-called from the hooks with every argument in a register (at most six),
+ * slot and row packed into `sid`: the hook keeps no frame then, and the slow path's return address
+ * is the caller's, where the dwarf unwinder starts (unwind/dwarf.c finds its first frame by that
+ * return address; a hook that called instead would send every sampled stack to libgcc's unwinder,
+ * ~20 times slower). */
+#define SID(S, id) ((S) << 8 | HK_##id)
+#define SID_SLOT(sid) (&hk_slots[(sid) >> 8])
+#define SID_ROW(sid) ((sid) & 0xff)
 
-static void *call_alloc(void *f, struct hk_call *c)
+static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 << (flags & 0x3f) : 0; }
+
+/* What an allocating entry point asks for, from its shape and arguments (the hook has checked
+ * calloc's product for overflow and the alignment for a power of two). */
+struct hk_ask { size_t size, align; int zero; };
+static struct hk_ask ask_of(int id, uintptr_t a0, uintptr_t a1, uintptr_t a2)
 {
-    uintptr_t *a = c->a;
-    switch (c->shape) {
-    case SH_MALLOC: return ((void *(*)(size_t, uintptr_t))f)(a[0], a[1]);
-    case SH_CALLOC: return ((void *(*)(size_t, size_t, uintptr_t))f)(a[0], a[1], a[2]);
-    case SH_MEMALIGN: return ((void *(*)(size_t, size_t))f)(a[0], a[1]);
-    case SH_ALIGNED: return ((void *(*)(size_t, size_t, uintptr_t))f)(a[0], a[1], a[2]);
-    case SH_CALLOC_AL: return ((void *(*)(size_t, size_t, size_t))f)(a[0], a[1], a[2]);
-    case SH_MALLOCX: return ((void *(*)(size_t, int))f)(a[0], (int)a[1]);
-    case SH_POSIX: {
-        void *p = NULL;
-        c->err = ((int (*)(void **, size_t, size_t))f)(&p, a[1], a[2]);
-        return c->err ? NULL : p;
+    const struct hk_row *r = &hk_rows[id];
+    switch (r->shape) {
+    case SH_MALLOC: return (struct hk_ask){a0, r->p1 & 2 ? PAGE : 0, r->p1 & 1};
+    case SH_CALLOC: return (struct hk_ask){a0 * a1, 0, r->p1 & 1};
+    case SH_MEMALIGN: return (struct hk_ask){a1, a0, 0};
+    case SH_ALIGNED: return (struct hk_ask){a0, a1, r->p1 & 1};
+    case SH_CALLOC_AL: return (struct hk_ask){a0 * a1, a2, 1};
+    case SH_MALLOCX: return (struct hk_ask){a0, mallocx_align((int)a1), ((int)a1 & 0x40) != 0};
+    case SH_POSIX: return (struct hk_ask){a2, a1, 0};
     }
-    }
-    return NULL;
+    return (struct hk_ask){a0, 0, 0};
 }
 
-/* An allocation of `size` bytes (aligned to `align`, zeroed if `zero`): sampled from the range, or
- * forwarded to the original. */
-static ML_NOINLINE void *alloc_slow(struct hk_slot *s, int id, size_t size, size_t align, int zero, struct hk_call *c,
-                                    uintptr_t ra)
+static void *call_alloc(void *f, int shape, uintptr_t a0, uintptr_t a1, uintptr_t a2)
 {
-    size_t sz = size ? size : 1;
+    switch (shape) {
+    case SH_MALLOC: return ((void *(*)(size_t, uintptr_t))f)(a0, a1);
+    case SH_MEMALIGN: return ((void *(*)(size_t, size_t))f)(a0, a1);
+    case SH_MALLOCX: return ((void *(*)(size_t, int))f)(a0, (int)a1);
+    }
+    return ((void *(*)(uintptr_t, uintptr_t, uintptr_t))f)(a0, a1, a2);
+}
+
+/* The countdown ran out: the allocation asked for is sampled from the range, or forwarded to the
+ * original. Returns the block; for posix_memalign (`err`), *err is its result and the block is
+ * stored through a0. */
+static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t ra, int *err)
+{
+    int id = SID_ROW(sid);
+    struct hk_ask k = ask_of(id, a0, a1, a2);
+    size_t sz = k.size ? k.size : 1;
     int d = ml_src_decide(sz);
-    if (d == ML_SAMPLE) {
-        void *p = ml_src_sample_of(&s->fam, sz, align, zero, ra);
+    if (d == ML_SAMPLE && sample_begin()) {
+        void *p = ml_src_sample_of(&SID_SLOT(sid)->fam, sz, k.align, k.zero, ra);
+        sample_end();
         if (p)
             return p;
     }
-    void *p = call_alloc(s->orig[id], c);
+    void *f = SID_SLOT(sid)->orig[id], *p;
+    if (err) {
+        *err = ((int (*)(void **, size_t, size_t))f)((void **)a0, a1, a2);
+        p = *err ? NULL : *(void **)a0;
+    } else {
+        p = call_alloc(f, hk_rows[id].shape, a0, a1, a2);
+    }
     if (p && d == ML_EXACT)
         ml_src_exact(ML_SRC_HOOKED, sz, ra);
     return p;
+}
+
+static ML_NOINLINE void *alloc_slow(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t ra)
+{
+    return alloc_decide(sid, a0, a1, a2, ra, NULL);
+}
+
+static ML_NOINLINE int posix_slow(int sid, void **out, size_t al, size_t n, uintptr_t ra)
+{
+    void *f = SID_SLOT(sid)->orig[SID_ROW(sid)];
+    if (al < sizeof(void *) || (al & (al - 1)))
+        return ((int (*)(void **, size_t, size_t))f)(out, al, n);
+    void *q = NULL;
+    int err = 0;
+    void *p = alloc_decide(sid, (uintptr_t)&q, al, n, ra, &err);
+    if (!p)
+        return err ? err : ENOMEM;
+    *out = p;
+    return 0;
 }
 
 static void *call_realloc(void *f, int shape, void *p, uintptr_t a1, uintptr_t a2)
@@ -116,27 +190,35 @@ static void slot_free_sized(struct hk_slot *s, void *q, size_t n, int flags)
 
 /* realloc of the allocator's own block p whose countdown ran out: sampled, or forwarded. A sampled
  * one is reallocated by the allocator first (it knows p's size, we do not), then copied into the
- * range and the allocator's copy freed: one copy more, on sampled reallocations only. */
-static ML_NOINLINE void *realloc_slow(struct hk_slot *s, int id, void *p, size_t n, size_t align, int zero,
-                                      uintptr_t a1, uintptr_t a2, uintptr_t ra)
+ * range and the allocator's copy freed: one copy more, on sampled reallocations only. n, the
+ * alignment and zeroing come from the row's shape (tail-called from the hook: see SID). */
+static ML_NOINLINE void *realloc_slow(int sid, void *p, uintptr_t a1, uintptr_t a2, uintptr_t ra)
 {
-    int shape = hk_rows[id].shape;
+    int id = SID_ROW(sid), shape = hk_rows[id].shape, zero = hk_rows[id].p1 & 1;
+    struct hk_slot *s = SID_SLOT(sid);
+    size_t n = shape == SH_REALLOCN ? a1 * a2 : a1, align = 0;
+    if (shape == SH_REALLOC_AL)
+        align = a2;
+    if (shape == SH_RALLOCX)
+        align = mallocx_align((int)a2), zero = ((int)a2 & 0x40) != 0;
     if (ml_src_owns(p))
         return realloc_owned(s, p, n, align, zero, ra);
     int d = n ? ml_src_decide(n) : ML_FORWARD;
+    if (d == ML_SAMPLE && !sample_begin())
+        d = ML_FORWARD;
     if (d == ML_SAMPLE && !p) { /* realloc(NULL, n) allocates */
         void *q = ml_src_sample_of(&s->fam, n, align, zero, ra);
         if (q)
-            return q;
+            return sample_end(), q;
     }
     void *q = call_realloc(s->orig[id], shape, p, a1, a2);
-    if (q && d == ML_SAMPLE && p) {
-        void *r = ml_src_sample_of(&s->fam, n, align, 0, ra);
-        if (r) {
-            memcpy(r, q, n);
-            slot_free_sized(s, q, n, shape == SH_RALLOCX ? (int)a2 : 0);
-            return r;
-        }
+    void *r = q && d == ML_SAMPLE && p ? ml_src_sample_of(&s->fam, n, align, 0, ra) : NULL;
+    if (d == ML_SAMPLE)
+        sample_end();
+    if (r) {
+        memcpy(r, q, n);
+        slot_free_sized(s, q, n, shape == SH_RALLOCX ? (int)a2 : 0);
+        return r;
     }
     if (q && d == ML_EXACT)
         ml_src_exact(ML_SRC_HOOKED, n, ra);
@@ -181,6 +263,7 @@ SLOT_FNS(2)
 
 void hk_slot_basics(int s)
 {
+    memlens_hooks_quiet.live = ml_range_live_addr();
     static void *(*const m[HK_SLOTS])(size_t) = {slot_malloc_0, slot_malloc_1, slot_malloc_2};
     static void (*const f[HK_SLOTS])(void *) = {slot_free_0, slot_free_1, slot_free_2};
     hk_slots[s].fam.malloc = m[s];
@@ -189,14 +272,8 @@ void hk_slot_basics(int s)
 
 /* ---- the hooks, by shape ---- */
 
-static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 << (flags & 0x3f) : 0; }
-
 #define ORIG(S, id, T) ((T)hk_slots[S].orig[HK_##id])
-#define SLOW_ALLOC(S, id, size, align, zero, ...)                                                             \
-    do {                                                                                               \
-        struct hk_call c = {hk_rows[HK_##id].shape, {__VA_ARGS__}, 0};                                 \
-        return alloc_slow(&hk_slots[S], HK_##id, size, align, zero, &c, RA());                         \
-    } while (0)
+#define SLOW_ALLOC(S, id, a0, a1, a2) return alloc_slow(SID(S, id), a0, a1, a2, RA())
 
 #define FN_SH_MALLOC(S, id, p1)                                                                        \
     static FAST void *hk_##S##_##id(size_t n, uintptr_t x)                                             \
@@ -204,7 +281,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         ML_COUNTDOWN_OR(n, slow);                                                                      \
         return ORIG(S, id, f_n_x)(n, x);                                                                      \
     slow:                                                                                              \
-        SLOW_ALLOC(S, id, n, (p1) & 2 ? PAGE : 0, (p1) & 1, n, x);                                            \
+        SLOW_ALLOC(S, id, n, x, 0);                                            \
     }
 #define FN_SH_CALLOC(S, id, p1)                                                                        \
     static FAST void *hk_##S##_##id(size_t n, size_t sz, uintptr_t x)                                  \
@@ -215,7 +292,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         ML_COUNTDOWN_OR(t, slow);                                                                      \
         return ORIG(S, id, void *(*)(size_t, size_t, uintptr_t))(n, sz, x);                                   \
     slow:                                                                                              \
-        SLOW_ALLOC(S, id, t, 0, p1, n, sz, x);                                                                \
+        SLOW_ALLOC(S, id, n, sz, x);                                                                \
     }
 #define FN_SH_MEMALIGN(S, id, p1)                                                                      \
     static FAST void *hk_##S##_##id(size_t al, size_t n)                                               \
@@ -225,7 +302,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
     slow:                                                                                              \
         if (al & (al - 1)) /* not a power of two: the allocator's answer */                            \
             return ORIG(S, id, void *(*)(size_t, size_t))(al, n);                                             \
-        SLOW_ALLOC(S, id, n, al, 0, al, n);                                                                   \
+        SLOW_ALLOC(S, id, al, n, 0);                                                                   \
     }
 #define FN_SH_ALIGNED(S, id, p1)                                                                       \
     static FAST void *hk_##S##_##id(size_t n, size_t al, uintptr_t x)                                  \
@@ -235,7 +312,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
     slow:                                                                                              \
         if (al & (al - 1))                                                                             \
             return ORIG(S, id, void *(*)(size_t, size_t, uintptr_t))(n, al, x);                               \
-        SLOW_ALLOC(S, id, n, al, p1, n, al, x);                                                               \
+        SLOW_ALLOC(S, id, n, al, x);                                                               \
     }
 #define FN_SH_CALLOC_AL(S, id, p1)                                                                     \
     static FAST void *hk_##S##_##id(size_t n, size_t sz, size_t al)                                    \
@@ -246,7 +323,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         ML_COUNTDOWN_OR(t, slow);                                                                      \
         return ORIG(S, id, void *(*)(size_t, size_t, size_t))(n, sz, al);                                     \
     slow:                                                                                              \
-        SLOW_ALLOC(S, id, t, al, 1, n, sz, al);                                                               \
+        SLOW_ALLOC(S, id, n, sz, al);                                                               \
     }
 #define FN_SH_POSIX(S, id, p1)                                                                         \
     static FAST int hk_##S##_##id(void **out, size_t al, size_t n)                                     \
@@ -254,14 +331,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         ML_COUNTDOWN_OR(n, slow);                                                                      \
         return ORIG(S, id, int (*)(void **, size_t, size_t))(out, al, n);                                     \
     slow:                                                                                              \
-        if (al < sizeof(void *) || (al & (al - 1)))                                                    \
-            return ORIG(S, id, int (*)(void **, size_t, size_t))(out, al, n);                                 \
-        struct hk_call c = {SH_POSIX, {0, al, n}, 0};                                                  \
-        void *p = alloc_slow(&hk_slots[S], HK_##id, n, al, 0, &c, RA());                               \
-        if (!p)                                                                                        \
-            return c.err ? c.err : ENOMEM;                                                             \
-        *out = p;                                                                                      \
-        return 0;                                                                                      \
+        return posix_slow(SID(S, id), out, al, n, RA());                                               \
     }
 #define FN_SH_MALLOCX(S, id, p1)                                                                       \
     static FAST void *hk_##S##_##id(size_t n, int fl)                                                  \
@@ -269,16 +339,16 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         ML_COUNTDOWN_OR(n, slow);                                                                      \
         return ORIG(S, id, void *(*)(size_t, int))(n, fl);                                                    \
     slow:                                                                                              \
-        SLOW_ALLOC(S, id, n, mallocx_align(fl), fl & 0x40, n, (uintptr_t)fl);                                 \
+        SLOW_ALLOC(S, id, n, (uintptr_t)fl, 0);                                 \
     }
-#define REALLOC_BODY(S, id, n, align, zero, a1, a2, call)                                              \
+#define REALLOC_BODY(S, id, n, a1, a2, call)                                                            \
     if (likely(!ml_src_owns(p)) && likely((ml_tls.countdown -= (int64_t)(n)) > 0))                     \
         return call;                                                                                   \
-    return realloc_slow(&hk_slots[S], HK_##id, p, n, align, zero, a1, a2, RA());
+    return realloc_slow(SID(S, id), p, a1, a2, RA());
 #define FN_SH_REALLOC(S, id, p1)                                                                       \
     static FAST void *hk_##S##_##id(void *p, size_t n)                                                 \
     {                                                                                                  \
-        REALLOC_BODY(S, id, n, 0, p1, n, 0, ORIG(S, id, f_p_n)(p, n))                                         \
+        REALLOC_BODY(S, id, n, n, 0, ORIG(S, id, f_p_n)(p, n))                                         \
     }
 #define FN_SH_REALLOCN(S, id, p1)                                                                      \
     static FAST void *hk_##S##_##id(void *p, size_t n, size_t sz)                                      \
@@ -286,17 +356,17 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
         size_t t;                                                                                      \
         if (unlikely(__builtin_mul_overflow(n, sz, &t)))                                               \
             return ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, sz);                                  \
-        REALLOC_BODY(S, id, t, 0, p1, n, sz, ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, sz))        \
+        REALLOC_BODY(S, id, t, n, sz, ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, sz))        \
     }
 #define FN_SH_REALLOC_AL(S, id, p1)                                                                    \
     static FAST void *hk_##S##_##id(void *p, size_t n, size_t al)                                      \
     {                                                                                                  \
-        REALLOC_BODY(S, id, n, al, p1, n, al, ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, al))       \
+        REALLOC_BODY(S, id, n, n, al, ORIG(S, id, void *(*)(void *, size_t, size_t))(p, n, al))       \
     }
 #define FN_SH_RALLOCX(S, id, p1)                                                                       \
     static FAST void *hk_##S##_##id(void *p, size_t n, int fl)                                         \
     {                                                                                                  \
-        REALLOC_BODY(S, id, n, mallocx_align(fl), fl & 0x40, n, (uintptr_t)fl,                         \
+        REALLOC_BODY(S, id, n, n, (uintptr_t)fl,                                                      \
                      ORIG(S, id, void *(*)(void *, size_t, int))(p, n, fl))                                   \
     }
 #define FN_SH_FREE(S, id, p1)                                                                          \

@@ -5,12 +5,14 @@
  *   site:   jmp rel32 check (or stub)  (5 bytes; the rest of what it displaced becomes int3)
  *   check:  the hook's fast path, emitted here for the common shapes (patch.h): countdown
  *           subtract or range compare, falling through to the trampoline, else to the slow exit
- *   tramp:  endbr64; <displaced instructions, relocated>; jmp rel32 site+len
+ *   tramp:  endbr64; <displaced instructions, relocated>; <the ones after them, relocated, through
+ *           the first ret or jmp (copy_through)>, else jmp rel32 back into the function
  *   exit:   (add the size back to the countdown;) jmp stub
  *   stub:   jmp *target(%rip)          (target: the hook, or the trampoline when the hook is off)
- * So the common call costs two jumps (to the check, back into the function), as an interposed
- * malloc costs one more than the bare one; the C hook runs only when the countdown runs out or the
- * block is ours.
+ * So the common call costs one jump (to the check), as an interposed malloc costs one more than
+ * the bare one: an allocator's fast path is straight code with branches out to its slow path and
+ * one `ret`, which the trampoline holds whole (jemalloc's malloc and free, mimalloc's mi_malloc and
+ * mi_free). The C hook runs only when the countdown runs out or the block is ours.
  *
  * Stub and trampoline live in a page mapped within ±2 GiB of the site (rel32 reaches it, and the
  * relocated rip-relative operands still reach their targets). The page is mapped twice (shared
@@ -42,7 +44,7 @@
 #include "../base/rt.h"
 
 #define PAGE 4096
-#define SLOT 192  /* a stub, the hook's fast check, the trampoline, the slow exit */
+#define SLOT 320  /* a stub, the hook's fast check, the trampoline, the slow exit (5 cache lines) */
 #define TARGET 0  /* the stub's target, 8 bytes */
 #define STUB 8    /* jmp *-14(%rip): 6 bytes */
 #define FAST 16   /* the fast check (patch.h), then the trampoline */
@@ -314,27 +316,72 @@ static int relocate(const ZydisDecodedInstruction *ins, const ZydisDecodedOperan
 
 static const uint8_t ENDBR64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
 
+/* Decode one instruction at `at`, reading no further than `left` bytes (the function's end). */
+static int decode_at(const ZydisDecoder *d, uintptr_t at, size_t left, ZydisDecodedInstruction *ins,
+                     ZydisDecodedOperand *ops)
+{
+    if (left > ZYDIS_MAX_INSTRUCTION_LENGTH)
+        left = ZYDIS_MAX_INSTRUCTION_LENGTH;
+    return ZYAN_SUCCESS(ZydisDecoderDecodeFull(d, (const void *)at, left, ins, ops)) && ins->length <= left;
+}
+
+static int never_falls_through(const ZydisDecodedInstruction *ins)
+{
+    ZydisInstructionCategory c = ins->meta.category;
+    return c == ZYDIS_CATEGORY_UNCOND_BR || c == ZYDIS_CATEGORY_RET;
+}
+
+/* Copy the instructions after the displaced ones too, relocated, up to the first that never falls
+ * through (the fast path's `ret`, or its tail jump): the common call then leaves the trampoline by
+ * the function's own return instead of a jump back into it, so a hook costs one jump, as
+ * interposition does. The original code is left as it is (only the displaced bytes are replaced),
+ * so every branch out of the copy, and any branch the copy does not reproduce, lands there. Stops,
+ * and jumps back, before a call (its return address must be in the original code, where unwinders
+ * and exceptions find the function's frame), before anything it cannot relocate, and when the slot
+ * is full. Returns 1 if the copy ends in an instruction that never falls through. */
+static int copy_through(const struct ml_patch *p, size_t avail, uint8_t *rw, uintptr_t rx, size_t room,
+                        size_t *out, size_t *at_off)
+{
+    ZydisDecoder d = decoder();
+    size_t off = p->len;
+    for (;;) {
+        ZydisDecodedInstruction ins;
+        ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+        uintptr_t at = p->site + off;
+        if (off >= avail || !decode_at(&d, at, avail - off, &ins, ops) ||
+            ins.meta.category == ZYDIS_CATEGORY_CALL || *out + 16 + 5 > room)
+            break;
+        const char *why = NULL;
+        int n = relocate(&ins, ops, at, rw + *out, rx + *out, 0, NULL, &why);
+        if (n < 0)
+            break;
+        *out += (size_t)n;
+        off += ins.length;
+        if (never_falls_through(&ins)) {
+            *at_off = off;
+            return 1;
+        }
+    }
+    *at_off = off;
+    return 0;
+}
+
 /* Relocate the instructions at p->site into the trampoline at rx (written at rw) until they cover 5
- * bytes; sets p->len. Returns NULL or why not. */
+ * bytes (sets p->len), then copy_through. Returns NULL or why not. */
 static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintptr_t rx, const struct ret_quad *q,
                             size_t room, size_t *used)
 {
     ZydisDecoder d = decoder();
     size_t out = 0;
-    int ends = 0; /* the last instruction never falls through (jmp, ret): no jump back */
+    int ends = 0; /* the last instruction never falls through (jmp, ret, a relocated call) */
     p->len = 0;
     while (p->len < 5) {
         ZydisDecodedInstruction ins;
         ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
         uintptr_t at = p->site + p->len;
-        size_t left = avail - p->len; /* never read past the function's end */
-        if (left > ZYDIS_MAX_INSTRUCTION_LENGTH)
-            left = ZYDIS_MAX_INSTRUCTION_LENGTH;
-        if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&d, (const void *)at, left, &ins, ops)))
-            return p->len + left < 5 ? "it is shorter than the 5-byte jump"
-                                     : "an instruction Zydis cannot decode in its first bytes";
-        if (p->len + ins.length > avail)
-            return "it is shorter than the 5-byte jump";
+        if (!decode_at(&d, at, avail - p->len, &ins, ops))
+            return avail < 5 ? "it is shorter than the 5-byte jump"
+                             : "an instruction Zydis cannot decode in its first bytes";
         if (p->len + ins.length > ML_PATCH_MAX || out + 16 + 5 > room)
             return "its first instructions are too long to displace";
         const char *why = NULL;
@@ -344,12 +391,14 @@ static const char *displace(struct ml_patch *p, size_t avail, uint8_t *rw, uintp
             return why;
         out += (size_t)n;
         p->len += ins.length;
-        ends = ins.meta.category == ZYDIS_CATEGORY_UNCOND_BR || ins.meta.category == ZYDIS_CATEGORY_RET ||
-               ins.meta.category == ZYDIS_CATEGORY_CALL;
+        ends = never_falls_through(&ins) || ins.meta.category == ZYDIS_CATEGORY_CALL;
     }
+    size_t back = p->len;
+    if (!ends)
+        ends = copy_through(p, avail, rw, rx, room, &out, &back);
     if (!ends) {
         rw[out] = 0xe9;
-        if (put_rel32(rw + out + 1, rx + out + 5, p->site + p->len) != 0)
+        if (put_rel32(rw + out + 1, rx + out + 5, p->site + back) != 0)
             return "its code is out of the trampoline's reach";
         out += 5;
     }

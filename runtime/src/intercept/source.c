@@ -88,7 +88,7 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t room
     weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = intern(kind, ra);
-    void *p = ml_block_new(real, room, align, zero, id, w_fx, w_bytes, ra);
+    void *p = ml_block_new(real, room, size, align, zero, id, w_fx, w_bytes, ra);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
      * live tracking. */

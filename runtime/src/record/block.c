@@ -250,8 +250,8 @@ static int reweigh(struct ml_block *b, uint64_t now)
     return snap;
 }
 
-void *ml_block_new(size_t size, size_t room, size_t align, int zero, uint32_t id, uint64_t w_fx,
-                   uint64_t w_bytes, uintptr_t ra)
+void *ml_block_new(size_t size, size_t room, size_t weigh, size_t align, int zero, uint32_t id,
+                   uint64_t w_fx, uint64_t w_bytes, uintptr_t ra)
 {
     uint64_t now = 0;
     if (atomic_load_explicit(&ml_views_on, memory_order_relaxed)) {
@@ -274,7 +274,7 @@ void *ml_block_new(size_t size, size_t room, size_t align, int zero, uint32_t id
     b->born = now;
     b->ra = ra;
     b->gen = atomic_load_explicit(&gen, memory_order_relaxed);
-    choose_halves(b, size, atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed));
+    choose_halves(b, weigh, atomic_load_explicit(&ml_cfg.interval, memory_order_relaxed));
     link_block(b);
     int64_t dh[2] = {(int64_t)b->w_half[0], (int64_t)b->w_half[1]};
     int snap = count(b, (int64_t)w_fx, (int64_t)w_bytes, dh, now);

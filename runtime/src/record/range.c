@@ -118,6 +118,7 @@ int ml_range_lock_bounded(void)
 }
 
 int64_t ml_range_live_bytes(void) { return atomic_load_explicit(&live_bytes, memory_order_relaxed); }
+const _Atomic int64_t *ml_range_live_addr(void) { return &live_bytes; }
 
 /* Lock held: a plain add (no bus lock) that readers elsewhere may load at any time. */
 static inline void live_add(int64_t d)

@@ -61,6 +61,8 @@ void ml_range_free_locked(struct ml_block *b);
 void ml_range_heap_room_locked(int64_t below_peak);
 /* Real bytes of the chunks of live sampled blocks (the allocator does not see them). */
 int64_t ml_range_live_bytes(void);
+/* Where that count lives (memlens detach reads it from outside, every thread stopped: hooks.c). */
+const _Atomic int64_t *ml_range_live_addr(void);
 static inline struct ml_block *ml_block_of(void *p) { return (struct ml_block *)p - 1; }
 
 #pragma GCC visibility pop
