@@ -309,7 +309,9 @@ fn the_timeline_shows_a_kept_mapping_apart_from_the_heap() {
     let (mib, heap_want) = (f64::from(1u32 << 20), f64::from(32u32 << 20));
     let (heap, mmap) = (
         last["heap_bytes"].as_f64().unwrap(),
-        last["mmap_bytes"].as_f64().expect("mmap_bytes in each point"),
+        last["mmap_bytes"]
+            .as_f64()
+            .expect("mmap_bytes in each point"),
     );
     // 64 MiB in one mapping against a 16 KiB interval: sampled with certainty, its weight exact.
     assert!((mmap - 64.0 * mib).abs() <= 0.01 * 64.0 * mib, "{last:#}");
@@ -335,7 +337,10 @@ fn the_timeline_shows_a_kept_mapping_apart_from_the_heap() {
     for p in churn {
         let (h, m) = (p["heap_bytes"].as_f64().unwrap(), p["mmap_bytes"].as_f64());
         let in_use = p["allocator_in_use"].as_f64().unwrap();
-        assert!((m.unwrap() - 64.0 * mib).abs() <= 0.01 * 64.0 * mib, "{p:#}");
+        assert!(
+            (m.unwrap() - 64.0 * mib).abs() <= 0.01 * 64.0 * mib,
+            "{p:#}"
+        );
         assert!((h - in_use).abs() <= 0.1 * in_use, "{p:#}");
     }
     let text = memlens()
