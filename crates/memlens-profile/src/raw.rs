@@ -698,7 +698,7 @@ end
             .replace(
                 "0x555555555030\nend\n",
                 "0x555555555030\nview tsc_hz 1000000000\nview heap_max 4096 77\n\
-                 view allocator jemalloc\ntl 5 4096 8192 -1 -1\nend\n",
+                 view allocator jemalloc\ntl 5 4096 8192 -1 -1\ntl 6 4096 8192 -1 -1 65536\nend\n",
             );
         let d = parse(&text).unwrap();
         let l = d.stacks[0].life.as_ref().unwrap();
@@ -714,7 +714,13 @@ end
             (1000000000, 4096, 77)
         );
         assert_eq!(v.allocator, "jemalloc");
-        assert_eq!(v.timeline, vec![[5, 4096, 8192, -1, -1, -1]]);
+        // a point of a runtime before the split (5 fields: the mmap unknown) and one after
+        assert_eq!(
+            v.timeline,
+            vec![[5, 4096, 8192, -1, -1, -1], [6, 4096, 8192, -1, -1, 65536]]
+        );
+        let long = text.replace("-1 65536\n", "-1 65536 7\n");
+        assert!(format!("{:#}", parse(&long).unwrap_err()).contains("tl line needs"));
         let bad = text.replace("life 65536 512", "life 65536 x");
         assert!(format!("{:#}", parse(&bad).unwrap_err()).contains("peak_bytes"));
     }
