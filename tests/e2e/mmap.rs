@@ -383,3 +383,45 @@ fn the_timeline_shows_a_kept_mapping_apart_from_the_heap() {
         assert_eq!(p["heap_bytes"].as_f64(), Some(*h as f64), "{p:#}");
     }
 }
+
+#[test]
+fn the_html_timeline_draws_the_mapping_as_a_line_of_its_own() {
+    let Some(chrome) = crate::browser::chromium_or_skip("the report page's mmap line") else {
+        return;
+    };
+    let dir = test_dir();
+    let (prof, html) = (dir.path().join("p.pb.gz"), dir.path().join("p.html"));
+    memlens()
+        .arg("run")
+        .arg("-o")
+        .arg(&prof)
+        .args(["--interval", "16K", "--"])
+        .arg(prog(&dir, "mmap_timeline"))
+        .ok();
+    memlens()
+        .arg("report")
+        .arg(&prof)
+        .arg("--html")
+        .arg(&html)
+        .ok();
+    let url = format!("file://{}", html.display());
+    let mut b = crate::browser::Browser::open(&chrome, &url, 1280, 1400);
+    b.wait_until("document.querySelector('#tl polyline.line')", 30);
+    // The last point's height of each line (SVG y grows downwards): the mapping's 64 MiB above
+    // the heap's 32 MiB, both drawn.
+    let last_y = b.eval(
+        "Object.fromEntries([...document.querySelectorAll('#tl polyline.line')].map(l => \
+         [l.dataset.line, +l.getAttribute('points').trim().split(' ').pop().split(',')[1]]))",
+    );
+    let y = |name: &str| {
+        last_y[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {name} line: {last_y}"))
+    };
+    assert!(y("anonymous mmap (est.)") < y("estimated heap"), "{last_y}");
+    let legend = b.eval("document.querySelector('section.timeline .legend').textContent");
+    assert!(
+        legend.as_str().unwrap().contains("anonymous mmap (est.)"),
+        "{legend}"
+    );
+}
