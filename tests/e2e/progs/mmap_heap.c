@@ -4,15 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-__attribute__((noinline)) void **hold(size_t n, size_t size)
-{
-    void **v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = malloc(size);
-        memset(v[i], 1, size);
-    }
-    return v;
-}
+#include "hold.h"
 int main(void)
 {
     void **v = hold(1536, 64 << 10);

@@ -6,20 +6,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include "hold.h"
 __attribute__((noinline)) void *keep_mapping(size_t n)
 {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     memset(p, 1, n);
     return p;
-}
-__attribute__((noinline)) void **hold(size_t n, size_t size)
-{
-    void **v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = malloc(size);
-        memset(v[i], 1, size);
-    }
-    return v;
 }
 static double now(void)
 {
