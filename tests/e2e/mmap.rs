@@ -65,6 +65,16 @@ fn a_kept_mapping_shows_at_its_call_site() {
         ),
         "{text}"
     );
+    // The peak: both mappings were live at once (72 MiB, each sampled with certainty). A shadow's
+    // peak weights are drawn at the size it stands for, not at its one byte (which weighed ~1 MiB).
+    let peak = memlens()
+        .args(["report", "--view", "peak"])
+        .arg(&prof)
+        .ok_stdout();
+    assert!(
+        peak.contains("estimated live heap at its peak 72.00 MiB"),
+        "{peak}"
+    );
     if Command::new("go").arg("version").output().is_err() {
         println!("SKIPPED: go tool pprof (go not installed)");
         return;
