@@ -19,12 +19,12 @@
  *    points then have no allocator figures (-1), and the dump says how many reads were skipped
  *    (`view allocator_stats`);
  *  - glibc's walk costs what its free chunks number, and those grow when the program frees more
- *    blocks than it allocates: a program that frees most of a large heap at once (perl destroying
- *    its hashes at exit) leaves glibc a million free chunks in an unchanged resident set, and the
- *    next read took 25-128 ms (against 10-60 us for each read before; the program's frees wait on
- *    the arena's lock meanwhile): 5-9 % of perl's CPU at 512K. So the prediction adds what the
- *    blocks freed since the last read (the net drop of the objects in use, as the samples estimate
- *    them, while frees outweigh allocations) would add to the walk, at NS_PER_CHUNK each;
+ *    blocks than it reuses: perl making and freeing a list of 360 000 temporaries before it exits
+ *    leaves glibc that many free chunks in an unchanged resident set, and the next read took 12-42
+ *    ms (against 10-60 us for each read before; the program's frees wait on the arena's lock
+ *    meanwhile): up to 7 % of perl's CPU at 512K. So the prediction adds what the objects freed
+ *    since the last read (as the samples estimate them) would add to the walk, at NS_PER_CHUNK
+ *    each, when they are a large part of the heap (too_costly);
  *  - a read that took longer than GIVE_UP_NS ends the reading for good (said the same way): the
  *    prediction cannot see every jump.
  * Points take the latest figures only while they are recent (two timeline periods); older ones
@@ -65,7 +65,7 @@ static _Atomic uint64_t last_ns; /* CLOCK_MONOTONIC when that read ended, 0: non
 /* What the samples say of the program's heap: objects in use, bytes allocated and bytes freed (each
  * an estimate; the last two cumulative). */
 struct heap_est {
-    int64_t objects, alloc_bytes, freed_bytes;
+    int64_t objects, alloc_objects, alloc_bytes, freed_bytes;
 };
 
 /* The thread's own bookkeeping. */
@@ -177,19 +177,14 @@ static void read_stats(int64_t *in_use, int64_t *footprint)
     }
 }
 
-/* Resident bytes from /proc/self/statm (second field, in pages); -1 unknown. */
-static int64_t rss_now(void)
-{
-    char buf[128];
-    if (ml_proc_read("/proc/self/statm", buf, sizeof buf) < 0)
-        return -1;
-    return ml_proc_statm_rss(buf);
-}
+/* Resident bytes; -1 unknown. */
+static int64_t rss_now(void) { return ml_proc_rss_own(); }
 
 static void add_est(struct ml_stack *r, void *arg)
 {
     struct heap_est *e = arg;
     e->objects += atomic_load_explicit(&r->inuse_fx, memory_order_relaxed) >> 16;
+    e->alloc_objects += (int64_t)(atomic_load_explicit(&r->alloc_fx, memory_order_relaxed) >> 16);
     e->alloc_bytes += (int64_t)atomic_load_explicit(&r->alloc_bytes, memory_order_relaxed);
     for (int i = 0; i < 10; i++) /* ML_LIFE_BUCKETS */
         e->freed_bytes += (int64_t)atomic_load_explicit(&r->life[i], memory_order_relaxed);
@@ -198,26 +193,30 @@ static void add_est(struct ml_stack *r, void *arg)
 /* A sum over the stack table's listed records: a few thousand, once per period, by this thread. */
 static struct heap_est heap_now(void)
 {
-    struct heap_est e = {0, 0, 0};
+    struct heap_est e = {0, 0, 0, 0};
     ml_stacks_each(add_est, &e);
     return e;
 }
 
 /* Would a read now take longer than READ_MAX_NS? The last read's time, scaled by the growth of the
  * resident set since (a heap's free chunks grow with it); for glibc, plus the walk over the chunks
- * of the objects freed (net) since, when frees outweigh allocations two to one (a steady program's
- * estimates move by a few samples either way: at 512K one sample of a 32-byte block stands for
- * 16 K objects; a program tearing its heap down frees and does not allocate). Before any read,
- * only a small process is read. */
+ * the objects freed since may have left, when that is a large part of the heap: frees outweighing
+ * allocations two to one (a heap torn down), or frees of a quarter or more of the objects in use (a
+ * burst of temporaries made and freed: perl's `map` over 360 000 keys before it exits). A steady
+ * churn reuses its chunks and frees a small share of its objects per period; its estimates move by
+ * a few samples either way (at 512K one sample of a 32-byte block stands for 16 K objects). Before
+ * any read, only a small process is read. */
 static int too_costly(int64_t rss, const struct heap_est *e)
 {
     if (!cost_rss)
         return rss < 0 || rss > FIRST_RSS_MAX;
     double grow = rss > cost_rss ? (double)rss / (double)cost_rss : 1.0;
-    int64_t drop = cost_est.objects - e->objects;
+    int64_t made = e->alloc_objects - cost_est.alloc_objects;
+    int64_t gone = made - (e->objects - cost_est.objects); /* objects freed since */
     int64_t alloc = e->alloc_bytes - cost_est.alloc_bytes, freed = e->freed_bytes - cost_est.freed_bytes;
-    int tearing = stats_kind == ST_GLIBC && drop > 0 && freed > 2 * (alloc > 0 ? alloc : 0);
-    return (double)cost_ns * grow + (tearing ? (double)drop * NS_PER_CHUNK : 0) > READ_MAX_NS;
+    int big = gone > 0 && (freed > 2 * (alloc > 0 ? alloc : 0) || gone >= (e->objects > 0 ? e->objects : 0) / 4);
+    double walk = stats_kind == ST_GLIBC && big ? (double)gone * NS_PER_CHUNK : 0;
+    return (double)cost_ns * grow + walk > READ_MAX_NS;
 }
 
 int64_t ml_allocstats_poll(void)
