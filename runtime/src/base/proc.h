@@ -19,6 +19,8 @@ char ml_proc_task_state(const char *tid);
 char ml_proc_main_state(void);
 /* The resident set in bytes from the text of /proc/self/statm (its second field, in pages). */
 int64_t ml_proc_statm_rss(const char *statm);
+/* The resident set in bytes (-1 unknown), for the runtime's thread only (one descriptor of its own). */
+int64_t ml_proc_rss_own(void);
 
 /* Is the process under a seccomp filter (Seccomp: 1 or 2 in /proc/self/status)? Then the runtime keeps
  * to its minimal set of system calls (runtime/README.md): no libunwind, no process_vm_readv. The

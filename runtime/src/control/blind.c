@@ -15,16 +15,7 @@
 
 #define BLIND_GROWTH ((int64_t)256 << 20) /* resident growth worth a word */
 
-static int64_t resident(void)
-{
-    char buf[128];
-    if (ml_proc_read("/proc/self/statm", buf, sizeof buf) <= 0)
-        return -1;
-    char *p = buf;
-    strtoll(p, &p, 10);                       /* size */
-    long long pages = strtoll(p, NULL, 10); /* resident */
-    return (int64_t)pages * sysconf(_SC_PAGESIZE);
-}
+static int64_t resident(void) { return ml_proc_rss_own(); }
 
 void ml_blind_check(void)
 {

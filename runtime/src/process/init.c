@@ -3,6 +3,7 @@
  * an arbitrary malloc call, because it takes loader locks or allocates: the unwinder (dlopen of
  * libunwind), the fork handlers, the module list and the control thread. Nothing calls back up
  * into this file. */
+#include "../base/proc.h"
 #include "../control/ctl.h"
 #include "../intercept/boot.h"
 #include "../intercept/finder.h"
@@ -23,5 +24,6 @@ __attribute__((constructor(101))) static void ml_constructor(void)
         ml_hooks_scan(ML_HOOK_NOW, NULL, 0);
     ml_tls.busy--;
     ml_cfg.ready = 1;
+    ml_proc_rss_own(); /* its descriptor opened here, before main: not while the program sets up its own */
     ml_ctl_start();
 }
