@@ -200,10 +200,9 @@ fn a_mapping_partly_unmapped_or_remapped_keeps_what_is_left() {
 
 /// An allocator preloaded before the program maps its arenas through the same mmap: those bytes
 /// are its blocks, which memlens counts through malloc. The profile holds no anonymous mmap, and
-/// with jemalloc the 96 MiB the program keeps once. (With tcmalloc and mimalloc preloaded the heap
-/// itself reads about twice what is held whether mmap is sampled or not: their `tc_*`/`mi_*`
-/// entry points are hooked behind the interposed malloc, a double count of the hooks' own, not
-/// checked here.)
+/// the 96 MiB the program keeps once (tcmalloc's and mimalloc's `tc_*`/`mi_*` entry points were
+/// hooked behind the interposed malloc too, and the heap read 1.8x: only their pointer-taking ones
+/// are guarded now).
 #[test]
 fn preloaded_allocators_arenas_are_not_counted_twice() {
     let dir = test_dir();
@@ -240,11 +239,16 @@ fn preloaded_allocators_arenas_are_not_counted_twice() {
             mmap / 1048576.0,
             held / 1048576.0
         );
-        // 1536 blocks of 64 KiB against 512 KiB: about 190 samples, a standard error of ~7 %.
+        // 1536 blocks of 64 KiB against 512 KiB: about 190 samples, a standard error of ~7 %. The
+        // heap once: tcmalloc's and mimalloc's tc_malloc / mi_malloc are the malloc the interposed
+        // one forwards to, and hooking them too counted every block twice (1.8x).
         assert!(
-            !so.starts_with("libjemalloc") || (total - held).abs() <= held * 0.25,
+            (total - held).abs() <= held * 0.25,
             "{so}: {total} in use against {held} held\n{r:#}"
         );
+        // Debian's libjemalloc is stripped: its malloc is interposed, nothing is missing.
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("cannot hook"), "{so}: {err}");
         assert!(
             mmap <= held * 0.02,
             "{so}: arenas counted as mmap: {mmap}\n{r:#}"

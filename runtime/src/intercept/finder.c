@@ -142,6 +142,7 @@ struct entry { int row; uintptr_t addr; size_t size; };
 struct family {
     const char *alloc, *label; /* "jemalloc", "_rjem_*" */
     int pf;
+    int guards_only; /* its malloc is the one the interposed malloc forwards to: counted there */
     struct entry e[HK_NROWS * 2];
     int n;
 };
@@ -238,6 +239,8 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
     for (int i = 0; i < f->n; i++) {
         const struct entry *e = &f->e[i];
         hk_slots[s].orig[e->row] = (void *)e->addr;
+        if (f->guards_only && hk_counts(&hk_rows[e->row]))
+            continue; /* the interposed functions count its allocations already */
         if (skip[i]) {
             o->nested++;
             continue;
@@ -315,6 +318,8 @@ static void say_found(const struct mod *m, const struct family *f, const struct 
     ml_buf_str(&b, deferred ? "): hooking " : "): hooked ");
     ml_buf_u64(&b, (uint64_t)o->hooked);
     ml_buf_str(&b, " entry points");
+    if (f->guards_only)
+        ml_buf_str(&b, " that take a pointer (its malloc is the one memlens interposes: counted there)");
     if (o->failed) {
         ml_buf_str(&b, "; ");
         ml_buf_u64(&b, (uint64_t)o->failed);
@@ -350,6 +355,9 @@ static void check_stripped(const struct mod *m, int got)
 {
     if (got & (ML_SYMS_SYMTAB | ML_SYMS_MINIDEBUG | ML_SYMS_DEBUGFILE | ML_SYMS_UNREADABLE))
         return;
+    const struct hit *hm = &hits[P_NONE][HK_STD_malloc];
+    if (hm->seen && hm->addr == (uintptr_t)ml_next.malloc)
+        return; /* a preloaded stripped libjemalloc: its malloc is the one we interpose, and counted */
     static const char *const needles[] = {"<jemalloc>", "mimalloc: ", "MIMALLOC_", "tcmalloc: ", "TCMALLOC_", NULL};
     static const char *const names[] = {"jemalloc", "mimalloc", "mimalloc", "tcmalloc", "tcmalloc"};
     int k = ml_elf_contains(m->path, needles);
@@ -389,6 +397,11 @@ static void scan_module(const struct mod *m, enum ml_hook_mode mode)
         f.alloc = pf == P_MI ? "mimalloc" : pf == P_TC ? "tcmalloc" : "jemalloc";
         f.label = pf == P_MI ? "mi_*" : pf == P_TC ? "tc_*" : jlabel[pf];
         add_rows(&f, pf);
+        /* A preloaded libtcmalloc or libmimalloc: its tc_malloc / mi_malloc is the malloc our
+         * interposed malloc forwards to. Hooking its allocating entry points counted every block
+         * twice (1.8x the heap); its pointer-taking ones are still guarded (a tc_free of a block of
+         * ours must not reach it). */
+        f.guards_only = hits[pf][mr].seen && hits[pf][mr].addr == (uintptr_t)ml_next.malloc;
         /* The allocator also defines malloc itself (mimalloc's and gperftools' overrides). */
         if (hits[pf][mr].seen && hits[P_NONE][HK_STD_malloc].seen &&
             hits[P_NONE][HK_STD_malloc].addr == hits[pf][mr].addr) {
