@@ -433,6 +433,14 @@ pub(crate) fn plan(p: &Tracee) -> Result<Plan> {
             let path = m.clone();
             unsafe_spans.extend(p.code_of(|q| q == path));
         }
+        if *m != libc_path {
+            // an allocator linked in under a prefix (redis's je_*, Rust's tikv _rjem_*, mimalloc's
+            // mi_*, tcmalloc's tc_*): not exported, and its locks are taken in those functions (a
+            // remote pthread_create waited on one for ever)
+            if let Ok(spans) = p.function_spans(m, linked_allocator_function) {
+                unsafe_spans.extend(spans);
+            }
+        }
         for (name, (addr, size)) in syms {
             if *m == libc_path && UNSAFE.contains(&name.as_str()) {
                 unsafe_spans.push((addr, addr + size.max(1)));
@@ -466,6 +474,12 @@ pub(crate) fn plan(p: &Tracee) -> Result<Plan> {
         unwinder,
         r_debug,
     })
+}
+
+/// A function of an allocator linked into a module, by its name's prefix.
+fn linked_allocator_function(name: &str) -> bool {
+    const PREFIXES: [&str; 6] = ["je_", "_rjem_", "mi_", "_mi_", "tc_", "_ZN8tcmalloc"];
+    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 fn read_word(tid: i32, addr: u64) -> Option<u64> {

@@ -104,6 +104,33 @@ impl Tracee {
         read_regular(Path::new(&file), Links::Follow, budget()).ok()
     }
 
+    /// Run-time spans of the functions of module `path` (its `.symtab` and `.dynsym`) whose names
+    /// `keep` accepts.
+    pub fn function_spans(
+        &self,
+        path: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        let data = self.read_file(path)?;
+        let file = object::File::parse(&*data)
+            .with_context(|| format!("{path} of {} is not an ELF file", self.label()))?;
+        let base = self
+            .base_of(path)
+            .ok_or_else(|| anyhow!("{path} is not mapped in {}", self.label()))?;
+        let first_vaddr = first_load_vaddr(&file).unwrap_or(0) & !0xfff;
+        let mut out = Vec::new();
+        for s in file.symbols().chain(file.dynamic_symbols()) {
+            if s.is_undefined() || s.address() == 0 || s.kind() != object::SymbolKind::Text {
+                continue;
+            }
+            if s.name().is_ok_and(&keep) {
+                let lo = base + s.address() - first_vaddr;
+                out.push((lo, lo + s.size().max(1)));
+            }
+        }
+        Ok(out)
+    }
+
     /// Run-time addresses of the defined dynamic symbols `names` of module `path`:
     /// name -> (address, size).
     pub fn symbols(&self, path: &str, names: &[&str]) -> Result<HashMap<String, (u64, u64)>> {
