@@ -96,7 +96,6 @@ static time_t lost_at; /* when the program closed ours: not opened again for a s
 
 int64_t ml_proc_rss_own(void)
 {
-    char buf[128];
     int had = own_statm.ino != 0, fd = ml_fd_get(&own_statm);
     if (fd < 0 && had && !lost_at) {
         lost_at = time(NULL); /* it closes descriptors now: it may be reopening its own */
@@ -104,10 +103,16 @@ int64_t ml_proc_rss_own(void)
     }
     if (fd < 0 && lost_at && time(NULL) - lost_at < 2)
         return -1;
-    if (fd < 0) {
-        lost_at = 0;
-        fd = ml_fd_adopt(&own_statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
-    }
+    lost_at = 0;
+    return ml_proc_rss_at(&own_statm);
+}
+
+int64_t ml_proc_rss_at(struct ml_fd *statm)
+{
+    char buf[128];
+    int fd = ml_fd_get(statm);
+    if (fd < 0)
+        fd = ml_fd_adopt(statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
     ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, 0);
     if (n <= 0)
         return -1;

@@ -21,6 +21,10 @@ char ml_proc_main_state(void);
 int64_t ml_proc_statm_rss(const char *statm);
 /* The resident set in bytes (-1 unknown), for the runtime's thread only (one descriptor of its own). */
 int64_t ml_proc_rss_own(void);
+struct ml_fd;
+/* The resident set in bytes (-1 unknown) from /proc/self/statm kept open in *statm (opened when it is
+ * not ours), read with pread; the caller serialises its uses. */
+int64_t ml_proc_rss_at(struct ml_fd *statm);
 
 /* Is the process under a seccomp filter (Seccomp: 1 or 2 in /proc/self/status)? Then the runtime keeps
  * to its minimal set of system calls (runtime/README.md): no libunwind, no process_vm_readv. The

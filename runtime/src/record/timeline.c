@@ -45,18 +45,7 @@ static _Atomic int lock;
  * held. */
 static struct ml_fd statm = ML_FD_NONE;
 
-static int64_t rss_bytes(void)
-{
-    char buf[128];
-    int fd = ml_fd_get(&statm);
-    if (fd < 0)
-        fd = ml_fd_adopt(&statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
-    ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return ml_proc_statm_rss(buf);
-}
+static int64_t rss_bytes(void) { return ml_proc_rss_at(&statm); }
 
 static void compact(void)
 {
