@@ -433,20 +433,38 @@ fn stress_fifty_cycles_and_attach_inside_malloc_and_dlopen() {
         &[],
     );
     let lib = late_lib(&dir);
-    // Fresh injections while every thread is in malloc/free/realloc and one loops on dlopen.
+    // Fresh injections while every thread is in malloc/free/realloc and one loops on dlopen. That
+    // thread holds the loader's lock nearly all the time: on a loaded machine (CI with four busy
+    // loops) the injected loader thread may not get it within attach's 20 s, and attach then
+    // refuses with that reason; the program must run on unharmed either way, and at least one of
+    // the three injections must get through.
+    let mut attached = 0;
     for _ in 0..3 {
         let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("1.5"));
         let busy = child.id();
         wait_for("the four busy threads", 10, || thread_count(busy) >= 5);
-        ml(
+        let o = ml(
             &dir,
             &["attach", &child.id().to_string(), "--interval", "8K"],
         )
-        .ok_stdout();
+        .output()
+        .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if o.status.success() {
+            attached += 1;
+        } else {
+            assert!(
+                err.contains("the loader thread did not finish"),
+                "attach failed{}",
+                printed(&o)
+            );
+            println!("attach refused under a busy loader: {err}");
+        }
         let done = child.wait_with_output().unwrap();
         assert_ok(&format!("{} {} 1.5", prog.display(), lib.display()), &done);
         assert_eq!(stdout(&done), "ready\nok\n");
     }
+    assert!(attached >= 1, "no injection of the three got through");
     // 50 attach/detach cycles on one busy process, sampling densely in between.
     let child = spawn(&dir, Command::new(&prog).arg(&lib).arg("60"));
     let pid = child.id().to_string();
