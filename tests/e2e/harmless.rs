@@ -7,9 +7,10 @@
 //! all is a benchmark (docs/benchmarks.md, "Harmless in production"), never asserted here.
 use crate::util::*;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 /// A program of runtime/tests (or runtime/bench) compiled into `dir`.
@@ -67,9 +68,11 @@ fn allocator_stats(dump: &str) -> (String, u64, u64) {
 /// read (glibc's mallinfo2, whose cost grows with the heap) at most once per 100 ms of its life,
 /// by the runtime's thread: the dump says how many reads there were and whether they were given
 /// up as too expensive.
-fn statistics_read_at_a_bounded_rate(dir: &Path, interval: &str, cmd: &[&str]) {
-    let raw = dir.join(format!("raw-{interval}"));
-    let out = dir.join(format!("p-{interval}.pb.gz"));
+/// `memlens run --interval INTERVAL --keep-raw` of `cmd` in `dir` (named after `tag`): its output
+/// and the main process's exit dump.
+fn run_for_exit_dump(dir: &Path, tag: &str, interval: &str, cmd: &[&OsStr]) -> (Output, String) {
+    let raw = dir.join(format!("raw-{tag}"));
+    let out = dir.join(format!("p-{tag}.pb.gz"));
     let o = ml(dir, &["run", "--interval", interval, "--keep-raw"])
         .arg(&raw)
         .arg("-o")
@@ -78,18 +81,23 @@ fn statistics_read_at_a_bounded_rate(dir: &Path, interval: &str, cmd: &[&str]) {
         .args(cmd)
         .ok();
     assert!(out.exists(), "no profile{}", printed(&o));
-    let dumps = raw_dumps(&raw);
-    let main = dumps
-        .iter()
+    let main = raw_dumps(&raw)
+        .into_iter()
         .find(|d| d.contains("\nreason exit\n"))
         .unwrap_or_else(|| panic!("no exit dump in {}", raw.display()));
-    let (state, reads, _skipped) = allocator_stats(main);
+    (o, main)
+}
+
+fn statistics_read_at_a_bounded_rate(dir: &Path, interval: &str, cmd: &[&str]) {
+    let cmd: Vec<&OsStr> = cmd.iter().map(OsStr::new).collect();
+    let (_, main) = run_for_exit_dump(dir, interval, interval, &cmd);
+    let (state, reads, _skipped) = allocator_stats(&main);
     assert!(
         ["read", "gave-up"].contains(&state.as_str()),
         "allocator_stats {state}"
     );
     assert!(reads >= 1, "the allocator's figures were never read");
-    let lived_ms = (header(main, "time_ns") - header(main, "start_ns")) / 1_000_000;
+    let lived_ms = (header(&main, "time_ns") - header(&main, "start_ns")) / 1_000_000;
     assert!(
         reads <= lived_ms / 100 + 2,
         "{reads} reads of the allocator's figures in {lived_ms} ms: more than one per 100 ms"
@@ -113,21 +121,9 @@ fn a_torn_down_heap_is_not_walked() {
     let dir = test_dir();
     let inc = format!("-I{}", root().join("runtime/include").display());
     let exe = prog(&dir, "runtime/tests/teardown.c", &[inc.as_str()]);
-    let raw = dir.join("raw");
-    let o = ml(&dir, &["run", "--interval", "512K", "--keep-raw"])
-        .arg(&raw)
-        .arg("-o")
-        .arg(dir.join("p.pb.gz"))
-        .arg("--")
-        .arg(&exe)
-        .ok();
+    let (o, main) = run_for_exit_dump(&dir, "teardown", "512K", &[exe.as_os_str()]);
     assert!(o.stdout.starts_with(b"300000"), "{}", printed(&o));
-    let dumps = raw_dumps(&raw);
-    let main = dumps
-        .iter()
-        .find(|d| d.contains("\nreason exit\n"))
-        .unwrap_or_else(|| panic!("no exit dump in {}", raw.display()));
-    let (state, reads, skipped) = allocator_stats(main);
+    let (state, reads, skipped) = allocator_stats(&main);
     assert_eq!(
         state, "read",
         "reading was given up: a walk over the torn-down heap ran"

@@ -104,6 +104,18 @@ impl Tracee {
         read_regular(Path::new(&file), Links::Follow, budget()).ok()
     }
 
+    /// `f` of module `path` parsed, with the amount its symbols' addresses move by at run time.
+    fn with_elf<T>(&self, path: &str, f: impl FnOnce(&object::File, u64) -> T) -> Result<T> {
+        let data = self.read_file(path)?;
+        let file = object::File::parse(&*data)
+            .with_context(|| format!("{path} of {} is not an ELF file", self.label()))?;
+        let base = self
+            .base_of(path)
+            .ok_or_else(|| anyhow!("{path} is not mapped in {}", self.label()))?;
+        let first_vaddr = first_load_vaddr(&file).unwrap_or(0) & !0xfff;
+        Ok(f(&file, base.wrapping_sub(first_vaddr)))
+    }
+
     /// Run-time spans of the functions of module `path` (its `.symtab` and `.dynsym`) whose names
     /// `keep` accepts.
     pub fn function_spans(
@@ -111,48 +123,38 @@ impl Tracee {
         path: &str,
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<(u64, u64)>> {
-        let data = self.read_file(path)?;
-        let file = object::File::parse(&*data)
-            .with_context(|| format!("{path} of {} is not an ELF file", self.label()))?;
-        let base = self
-            .base_of(path)
-            .ok_or_else(|| anyhow!("{path} is not mapped in {}", self.label()))?;
-        let first_vaddr = first_load_vaddr(&file).unwrap_or(0) & !0xfff;
-        let mut out = Vec::new();
-        for s in file.symbols().chain(file.dynamic_symbols()) {
-            if s.is_undefined() || s.address() == 0 || s.kind() != object::SymbolKind::Text {
-                continue;
+        self.with_elf(path, |file, bias| {
+            let mut out = Vec::new();
+            for s in file.symbols().chain(file.dynamic_symbols()) {
+                if s.is_undefined() || s.address() == 0 || s.kind() != object::SymbolKind::Text {
+                    continue;
+                }
+                if s.name().is_ok_and(&keep) {
+                    let lo = bias.wrapping_add(s.address());
+                    out.push((lo, lo + s.size().max(1)));
+                }
             }
-            if s.name().is_ok_and(&keep) {
-                let lo = base + s.address() - first_vaddr;
-                out.push((lo, lo + s.size().max(1)));
-            }
-        }
-        Ok(out)
+            out
+        })
     }
 
     /// Run-time addresses of the defined dynamic symbols `names` of module `path`:
     /// name -> (address, size).
     pub fn symbols(&self, path: &str, names: &[&str]) -> Result<HashMap<String, (u64, u64)>> {
-        let data = self.read_file(path)?;
-        let file = object::File::parse(&*data)
-            .with_context(|| format!("{path} of {} is not an ELF file", self.label()))?;
-        let base = self
-            .base_of(path)
-            .ok_or_else(|| anyhow!("{path} is not mapped in {}", self.label()))?;
-        let first_vaddr = first_load_vaddr(&file).unwrap_or(0) & !0xfff;
-        let mut out = HashMap::new();
-        for s in file.dynamic_symbols() {
-            if s.is_undefined() || s.address() == 0 {
-                continue;
+        self.with_elf(path, |file, bias| {
+            let mut out = HashMap::new();
+            for s in file.dynamic_symbols() {
+                if s.is_undefined() || s.address() == 0 {
+                    continue;
+                }
+                let Ok(n) = s.name() else { continue };
+                // versioned duplicates: the first (default) definition wins
+                if names.contains(&n) && !out.contains_key(n) {
+                    out.insert(n.to_string(), (bias.wrapping_add(s.address()), s.size()));
+                }
             }
-            let Ok(n) = s.name() else { continue };
-            // versioned duplicates: the first (default) definition wins
-            if names.contains(&n) && !out.contains_key(n) {
-                out.insert(n.to_string(), (base + s.address() - first_vaddr, s.size()));
-            }
-        }
-        Ok(out)
+            out
+        })
     }
 }
 
