@@ -869,7 +869,10 @@ fn max_peak_judges_the_split_peak_on_a_churning_heap() {
         "churn",
         &[],
     );
-    let (j, p) = (dir.path().join("churn.json"), dir.path().join("churn.pb.gz"));
+    let (j, p) = (
+        dir.path().join("churn.json"),
+        dir.path().join("churn.pb.gz"),
+    );
     for _ in 0..3 {
         let args = [
             "--interval",
