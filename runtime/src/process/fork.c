@@ -26,6 +26,7 @@ static void prepare(void)
 {
     ml_dump_lock();
     ml_range_lock();
+    ml_state_fork_prepare(); /* no block event runs now: the header the child starts from */
 }
 
 static void parent(void)

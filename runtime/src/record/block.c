@@ -97,10 +97,8 @@ static int accounts_ok(void)
     return n == nlive && timed == ml_heap_now() && half[0] == ml_heap_half(0) && half[1] == ml_heap_half(1);
 }
 
-/* Lock held: the block's weights change by (dfx, dbytes) and its half-sample weights by dh — its
- * stack's live counts and age, and the heap estimates if it is timed. 1 when that took a peak
- * snapshot. */
-static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, const int64_t dh[2], uint64_t now)
+/* The block's stack's live counts and age change by (dfx, dbytes). */
+static void count_stack(const struct ml_block *b, int64_t dfx, int64_t dbytes)
 {
     struct ml_stack *st = stack_of(b);
     if (st) {
@@ -111,6 +109,14 @@ static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, const in
             add_i64(&st->age_w, dbytes);
         }
     }
+}
+
+/* Lock held: the block's weights change by (dfx, dbytes) and its half-sample weights by dh — its
+ * stack's live counts and age, and the heap estimates if it is timed. 1 when that took a peak
+ * snapshot. */
+static int count(const struct ml_block *b, int64_t dfx, int64_t dbytes, const int64_t dh[2], uint64_t now)
+{
+    count_stack(b, dfx, dbytes);
     return b->born ? ml_heap_change_locked(dbytes, dh, now) : 0;
 }
 
@@ -513,6 +519,15 @@ void ml_blocks_fork_child(void)
 }
 
 void ml_blocks_reset(void) { atomic_fetch_add(&gen, 1); }
+
+/* No range lock: every writer of a record or of this list calls ml_state_own first, and the copy
+ * that calls this holds it up (state.c). The blocks are this process's memory, as at the fork. The
+ * heap estimates are in the header, which the child took as at the fork: only the records need it. */
+void ml_blocks_recount(void)
+{
+    for (const struct ml_block *b = head; b; b = b->next)
+        count_stack(b, (int64_t)b->w_fx, (int64_t)b->w_bytes);
+}
 
 /* The record's dump columns, zeroed on this dump's first use (a fork child writes no other record:
  * its stack table stays shared with the parent's). */

@@ -30,6 +30,8 @@ void ml_sampled_free(void *p);
 void *ml_block_realloc(void *p, size_t n, size_t room, uintptr_t ra, void *(*out)(size_t));
 /* fork child: inherited blocks, a fresh peak and timeline (fork.c then starts the views' dumps anew) */
 void ml_blocks_fork_child(void);
+/* fork child, its stack table just copied (state.c): the live columns again from its own blocks */
+void ml_blocks_recount(void);
 /* ml_reset: reallocations pending before it are not counted */
 void ml_blocks_reset(void);
 /* Before a dump's stack lines (dump lock held): what live blocks have not flushed yet, per stack

@@ -35,6 +35,7 @@
 #include "../base/log.h"
 #include "../base/proc.h"
 #include "../base/views.h"
+#include "../record/block.h"
 #include "stacks.h"
 #include "state.h"
 
@@ -383,10 +384,12 @@ int ml_state_init(uint64_t listed, uint64_t arena, _Atomic uint32_t **listed_p, 
     return 0;
 }
 
-/* Zero the cumulative counts of the records in a copy of the table part (`t`: the list at offset
- * 0, the arena at arena_at - listed_at): they are the parent's. The live counts stay the child's
- * (it inherited the blocks), the peak columns wait for its own first snapshot. */
-static void zero_cumulative(char *t, const struct ml_state *h)
+/* Zero the counts of the records in a copy of the table part (`t`: the list at offset 0, the arena
+ * at arena_at - listed_at): they are the parent's. The cumulative ones start over; the live ones are
+ * counted again from the blocks the child inherited (block.c), because the copy is taken at the
+ * child's first write, and the parent has been changing them in the shared file since the fork;
+ * the peak columns wait for the child's own first snapshot. */
+static void zero_counts(char *t, const struct ml_state *h)
 {
     const _Atomic uint32_t *listed = (const _Atomic uint32_t *)t;
     char *arena = t + (h->arena_at - h->listed_at);
@@ -399,6 +402,9 @@ static void zero_cumulative(char *t, const struct ml_state *h)
         for (int k = 0; k < ML_LIFE_BUCKETS; k++)
             r->life[k] = 0;
         r->peak_fx = r->peak_bytes = 0;
+        r->inuse_fx = r->inuse_bytes = r->age_w = 0;
+        r->age_sum = 0;
+        r->dumped_inuse = 0;
     }
 }
 
@@ -432,7 +438,7 @@ static void own_table(void)
     if (m != MAP_FAILED) {
         memcpy(m, base + at, used_listed);
         memcpy(m + (h->arena_at - at), base + h->arena_at, used_arena);
-        zero_cumulative(m, h);
+        zero_counts(m, h);
         if (replace(m, at, len) == 0) {
             room_listed = file ? round_page(used_listed) : h->listed_cap * 4;
             room_arena = file ? round_page(used_arena) : h->arena_cap;
@@ -456,10 +462,26 @@ void ml_state_own_slow(void)
     ml_spin_lock(&own_lock);
     if (atomic_load_explicit(&ml_st_table_pending, memory_order_acquire)) {
         own_table();
+        /* The live columns just copied are the parent's of now, not of the fork: it went on
+         * allocating into the file since. Our blocks (private memory, as at the fork) say what is
+         * ours. No one else writes a record meanwhile: every writer comes here first. */
+        if (ml_st->table_own)
+            ml_blocks_recount();
         atomic_store_explicit(&ml_st_table_pending, 0, memory_order_release);
     }
     ml_spin_unlock(&own_lock);
     ml_busy_leave();
+}
+
+/* The header as it was at the fork (fork.c's prepare handler, our locks held): the child's copy.
+ * Read in the child from the parent's file instead, it would hold what the parent counted after
+ * the fork (its heap, new stacks it listed), as far as the parent got before the child ran. */
+static _Alignas(64) char fork_header[PAGE];
+
+void ml_state_fork_prepare(void)
+{
+    if (base && in_file)
+        memcpy(fork_header, base, PAGE);
 }
 
 void ml_state_fork_child(void)
@@ -478,7 +500,7 @@ void ml_state_fork_child(void)
     /* The small part (header, modules, timeline) is the child's at once: the atfork handlers write
      * the header. The table part (list and arena, the bulk) stays the parent's until the child
      * writes to it: a child that execs or exits without sampling copies nothing. */
-    const struct ml_state *h = ml_st;
+    const struct ml_state *h = (const struct ml_state *)fork_header;
     uint64_t small = h->listed_at;
     uint64_t used_modules = h->nmodules * sizeof(struct ml_state_module);
     /* The parent's descriptor came along with fork: it is the parent's file, not ours (our copy of
@@ -496,7 +518,7 @@ void ml_state_fork_child(void)
         /* a private copy: the child is profiled, it only has no file to survive in */
         m = mmap(NULL, small, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     }
-    if (m == MAP_FAILED || (memcpy(m, base, PAGE), memcpy(m + h->modules_at, base + h->modules_at, used_modules),
+    if (m == MAP_FAILED || (memcpy(m, fork_header, PAGE), memcpy(m + h->modules_at, base + h->modules_at, used_modules),
                             replace(m, 0, small)) != 0) {
         int err = errno; /* of the mmap or the mremap that failed */
         if (m != MAP_FAILED)

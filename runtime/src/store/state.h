@@ -117,6 +117,8 @@ int ml_state_modules_room(uint64_t entries);
 int ml_state_points_room(uint64_t entries);
 /* Fork child: its own file, mapped where the parent's was: the header and modules at once, the stack
  * table (a copy with the cumulative counts zeroed) at its first write. */
+/* Before a fork, our locks held: the header as the child must start from. */
+void ml_state_fork_prepare(void);
 void ml_state_fork_child(void);
 /* Before any write to the stack table (a sample, the free or realloc of a sampled block, a dump, a
  * reset): a fork child copies its parent's table first. One predictable branch on slow paths. */
