@@ -446,21 +446,23 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
         npatches = from; /* guards that went in stay: they forward what is not ours */
         return 0;
     }
-    if (mode == ML_HOOK_DEFER) {
-        for (int pass = 0; pass < 2; pass++) /* guards first, as write_all */
-            for (int i = from; i < npatches; i++) {
-                if (patches[i].counts != pass)
-                    continue;
-                struct ml_pending_patch *q = &memlens_pending.p[memlens_pending.count++];
-                q->site = patches[i].site;
-                q->len = patches[i].len;
-                memcpy(q->code, patches[i].code, sizeof q->code);
-                memcpy(q->old, patches[i].old, sizeof q->old);
-                q->pad[0] = patches[i].counts;
-                q->pad[1] = !patches[i].counts || patches[i].guard;
-            }
+    /* Written now too: under attach, a library the loader's notification hooked (loadwatch.c) is
+     * put back by memlens detach with the others. An entry is filled before it is counted. */
+    for (int pass = 0; pass < 2; pass++) /* guards first, as write_all */
+        for (int i = from; i < npatches; i++) {
+            if (patches[i].counts != pass)
+                continue;
+            struct ml_pending_patch *q = &memlens_pending.p[memlens_pending.count];
+            q->site = patches[i].site;
+            q->len = patches[i].len;
+            memcpy(q->code, patches[i].code, sizeof q->code);
+            memcpy(q->old, patches[i].old, sizeof q->old);
+            q->pad[0] = patches[i].counts;
+            q->pad[1] = !patches[i].counts || patches[i].guard;
+            __atomic_store_n(&memlens_pending.count, memlens_pending.count + 1, __ATOMIC_RELEASE);
+        }
+    if (mode == ML_HOOK_DEFER)
         atomic_store(&memlens_pending.state, 1);
-    }
     say_found(m, f, &o, mode == ML_HOOK_DEFER);
     return 1;
 }
