@@ -521,7 +521,8 @@ pub(crate) fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// jemalloc's initial-exec TLS needs more of the static TLS block than glibc keeps for libraries
 /// loaded later (without it, dlopen fails: "cannot allocate memory in static TLS block").
-pub(crate) const STATIC_TLS: (&str, &str) = ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
+pub(crate) const STATIC_TLS: (&str, &str) =
+    ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
 
 /// A library loaded with dlopen after start, with jemalloc linked into it: memlens finds it and
 /// hooks it while the loader maps it, before its code runs (the loader's r_brk notification), and

@@ -294,8 +294,16 @@ fn library_dlopened_after_the_attach_with_jemalloc_linked_in() {
     let file = d.join("a.pb.gz");
     run(&["ctl", &p.pid, "dump", "-o", file.to_str().unwrap()]);
     let got = inuse_at_hold(&file);
-    within("after the attach, vs the program's own count", got, own.held);
-    within("after the attach, vs jemalloc's stats.allocated", got, reference.allocator);
+    within(
+        "after the attach, vs the program's own count",
+        got,
+        own.held,
+    );
+    within(
+        "after the attach, vs jemalloc's stats.allocated",
+        got,
+        reference.allocator,
+    );
     assert!(
         attached.contains("the loader's notification hooked") && watched != original,
         "the loader's notification should hold a jump: {watched:x?} vs {original:x?}\n{attached}"

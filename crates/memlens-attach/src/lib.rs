@@ -229,7 +229,9 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         }
         let what = match (h.hooks, h.watching) {
             (0, false) => None,
-            (0, true) => Some("the loader's notification hooked, libraries loaded later are scanned".into()),
+            (0, true) => {
+                Some("the loader's notification hooked, libraries loaded later are scanned".into())
+            }
             (n, _) => Some(format!("{n} entry points hooked")),
         };
         if let Some(what) = what {
