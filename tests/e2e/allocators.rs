@@ -123,9 +123,14 @@ fn mimalloc_sources() -> PathBuf {
 
 /// tests/programs/alloc_sites.c linked with `alloc` ("jemalloc", "tcmalloc", "mimalloc").
 fn c_program(dir: &Path, alloc: &str) -> PathBuf {
+    c_program_of(dir, "alloc_sites.c", alloc)
+}
+
+/// tests/programs/`source` linked with `alloc`.
+fn c_program_of(dir: &Path, source: &str, alloc: &str) -> PathBuf {
     let lib = "/usr/lib/x86_64-linux-gnu";
-    let src = root().join("tests/programs/alloc_sites.c");
-    let out = dir.join(format!("sites_{alloc}"));
+    let src = root().join("tests/programs").join(source);
+    let out = dir.join(format!("{}_{alloc}", source.trim_end_matches(".c")));
     let mut c = Command::new("gcc");
     c.args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
         .arg(&out);
@@ -180,18 +185,25 @@ fn said(out: &str) -> Said {
 /// Bytes in use at the `hold` site of a profile: stacks with a frame named `hold`, or, in Rust,
 /// inside `rust_allocs::hold` (its closure; `hold` itself tail-calls `collect` and leaves no frame).
 fn inuse_at_hold(file: &Path) -> f64 {
+    at_site(file, "inuse_space", "hold")
+}
+
+/// The `index` column (inuse_space, alloc_space) of the stacks with a frame named `site` (or a
+/// Rust path ending in `::site`, or inside `rust_allocs::site`).
+fn at_site(file: &Path, index: &str, site: &str) -> f64 {
     let folded = memlens()
         .arg("report")
         .arg(file)
-        .args(["--format", "folded", "--sample-index", "inuse_space"])
+        .args(["--format", "folded", "--sample-index", index])
         .ok_stdout();
+    let (suffix, inside) = (format!("::{site}"), format!("rust_allocs::{site}::"));
     folded
         .lines()
         .filter(|l| {
             let (stack, _) = l.rsplit_once(' ').unwrap();
             stack
                 .split(';')
-                .any(|f| f == "hold" || f.ends_with("::hold") || f.contains("rust_allocs::hold::"))
+                .any(|f| f == site || f.ends_with(&suffix) || f.contains(&inside))
         })
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
         .sum()
@@ -378,6 +390,35 @@ fn rust_with_mimalloc_run() {
 #[test]
 fn rust_with_mimalloc_attach() {
     check_attach(&rust_programs().join("sites-mimalloc"), "mimalloc", "mi_*");
+}
+
+/// mimalloc's first-class heaps (tests/programs/mi_heaps.c): what `keep` allocates through
+/// mi_heap_malloc and its kin into a heap that stays is in use within ±10 % of the program's own
+/// count and of mimalloc's (mi_heap_visit_blocks over that heap, from the run without memlens);
+/// what `doomed` put in a heap that mi_heap_destroy freed whole is allocated but no longer in use;
+/// what `moved` put in a heap that mi_heap_delete gave to the backing heap is still in use.
+#[test]
+fn c_with_mimalloc_heaps_run() {
+    let dir = test_dir();
+    let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
+    let reference = bare(&prog);
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens_run(&file, &prog).output().unwrap();
+    assert_ok(&prog, &o);
+    let out = stdout(&o);
+    let s = said(&out);
+    let at = |index: &str, site: &str| at_site(&file, index, site);
+    let keep = at("inuse_space", "keep");
+    within("keep, vs the program's own count", keep, s.held);
+    within("keep, vs mimalloc's own count", keep, reference.allocator);
+    let doomed_alloc = at("alloc_space", "doomed");
+    within("doomed, allocated", doomed_alloc, HELD);
+    let doomed = at("inuse_space", "doomed");
+    assert!(
+        doomed <= 0.01 * HELD,
+        "{doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
+    );
+    within("moved, in use after mi_heap_delete", at("inuse_space", "moved"), HELD);
 }
 
 /// memlens_alloc::Profiled<Jemalloc>: the program reports through the API, the hooks on jemalloc

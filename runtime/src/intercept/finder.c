@@ -239,6 +239,8 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
     for (int i = 0; i < f->n; i++) {
         const struct entry *e = &f->e[i];
         hk_slots[s].orig[e->row] = (void *)e->addr;
+        if (hk_rows[e->row].shape == SH_LOOKUP)
+            continue; /* called by the hooks, never hooked */
         if (f->guards_only && hk_counts(&hk_rows[e->row]))
             continue; /* the interposed functions count its allocations already */
         if (skip[i]) {
