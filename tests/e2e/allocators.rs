@@ -418,7 +418,11 @@ fn c_with_mimalloc_heaps_run() {
         doomed <= 0.01 * HELD,
         "{doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
     );
-    within("moved, in use after mi_heap_delete", at("inuse_space", "moved"), HELD);
+    within(
+        "moved, in use after mi_heap_delete",
+        at("inuse_space", "moved"),
+        HELD,
+    );
 }
 
 /// memlens_alloc::Profiled<Jemalloc>: the program reports through the API, the hooks on jemalloc
