@@ -425,6 +425,33 @@ fn c_with_mimalloc_heaps_run() {
     );
 }
 
+/// The shared libmimalloc (its malloc is the interposed malloc's next, so memlens counts there and
+/// only guards mimalloc's own entry points): mi_realloc and mi_heap_realloc of a block memlens
+/// sampled (every block, in exact mode) keep its bytes, and the reallocations are counted.
+#[test]
+fn shared_mimalloc_reallocates_sampled_blocks() {
+    let dir = test_dir();
+    let prog = dir.path().join("mi_realloc_ours");
+    Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&prog)
+        .arg(root().join("tests/programs/mi_realloc_ours.c"))
+        .arg("-lmimalloc")
+        .ok();
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens()
+        .args(["run", "--exact", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    assert!(stdout(&o).contains("kept=2000 of 2000"), "{}", printed(&o));
+    let allocated = at_site(&file, "alloc_space", "main");
+    within("malloc and realloc, allocated", allocated, 2000.0 * 6000.0);
+}
+
 /// memlens_alloc::Profiled<Jemalloc>: the program reports through the API, the hooks on jemalloc
 /// stop counting, and `hold` is counted once.
 #[test]
