@@ -8,11 +8,13 @@
  *            backing heap and stay in use.
  * It prints its own count of what `keep` and `moved` hold and mimalloc's own count of the kept
  * heap's bytes (mi_heap_visit_blocks over it, from the run without memlens: a sampled block lives
- * in memlens's range, where mimalloc does not see it). */
+ * in memlens's range, where mimalloc does not see it). With two file arguments it runs the sites
+ * again once the first exists (memlens attach comes in meanwhile). */
 #include <mimalloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N 8192
 #define SIZE 4096
@@ -55,19 +57,46 @@ static bool add_block(const mi_heap_t *h, const mi_heap_area_t *a, void *block, 
     return true;
 }
 
-int main(void)
+/* The three sites, each heap new; returns mimalloc's count of the kept heap's bytes. */
+static size_t sites(mi_heap_t **hk)
 {
-    mi_heap_t *hk = mi_heap_new(), *hd = mi_heap_new(), *hm = mi_heap_new();
-    keep(hk);
+    mi_heap_t *hd = mi_heap_new(), *hm = mi_heap_new();
+    *hk = mi_heap_new();
+    keep(*hk);
     doomed(hd);
     mi_heap_destroy(hd);
     moved(hm);
     mi_heap_delete(hm);
     size_t visited = 0;
-    mi_heap_visit_blocks(hk, true, add_block, &visited);
+    mi_heap_visit_blocks(*hk, true, add_block, &visited);
+    return visited;
+}
+
+static void wait_for(const char *path)
+{
+    while (access(path, F_OK) != 0)
+        usleep(10000);
+}
+
+/* With two paths (memlens attach): after the first round it waits for the first file, then its
+ * kept heap is destroyed and the sites run again (now profiled), and it waits for the second. */
+int main(int argc, char **argv)
+{
+    mi_heap_t *hk;
+    size_t visited = sites(&hk);
     printf("held_bytes=%zu allocator=mi_heap_visit_blocks allocator_before=0 allocator_after=%zu "
            "moved_bytes=%zu doomed_bytes=%zu\n",
            (size_t)N * SIZE, visited, (size_t)N * SIZE, (size_t)N * SIZE);
     fflush(stdout);
+    if (argc > 2) {
+        wait_for(argv[1]);
+        mi_heap_destroy(hk); /* its blocks were not sampled: none of memlens's to free */
+        for (int i = 0; i < N; i++)
+            mi_free(left[i]); /* the deleted heap's blocks, now the backing heap's */
+        visited = sites(&hk);
+        printf("again held_bytes=%zu allocator_after=%zu\n", (size_t)N * SIZE, visited);
+        fflush(stdout);
+        wait_for(argv[2]);
+    }
     return 0; /* the profile at exit: what keep and moved hold is still in use */
 }
