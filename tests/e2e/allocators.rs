@@ -219,6 +219,21 @@ fn memlens_run(file: &Path, prog: &Path) -> Command {
     c
 }
 
+/// `memlens run OPTIONS -o file -- prog`, which must succeed.
+fn run_ok(options: &[&str], file: &Path, prog: &Path) -> std::process::Output {
+    let o = memlens()
+        .arg("run")
+        .args(options)
+        .arg("-o")
+        .arg(file)
+        .arg("--")
+        .arg(prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    o
+}
+
 /// `memlens ctl PID dump -o file`, with the test's private control directory.
 pub(crate) fn ctl_dump(pid: &str, file: &Path, dir: &Path) {
     memlens()
@@ -412,23 +427,31 @@ fn c_with_mimalloc_heaps_run() {
     let o = memlens_run(&file, &prog).output().unwrap();
     assert_ok(&prog, &o);
     let out = stdout(&o);
-    let s = said(&out);
-    let at = |index: &str, site: &str| at_site(&file, index, site);
-    let keep = at("inuse_space", "keep");
-    within("keep, vs the program's own count", keep, s.held);
+    let keep = heap_sites(&file, "");
+    within("keep, vs the program's own count", keep, said(&out).held);
     within("keep, vs mimalloc's own count", keep, reference.allocator);
-    let doomed_alloc = at("alloc_space", "doomed");
-    within("doomed, allocated", doomed_alloc, HELD);
+}
+
+/// mi_heaps.c's profile: `doomed` allocated HELD and holds nothing, `moved` holds HELD; returns
+/// what `keep` holds. `how` prefixes the messages.
+fn heap_sites(file: &Path, how: &str) -> f64 {
+    let at = |index: &str, site: &str| at_site(file, index, site);
+    within(
+        &format!("{how}doomed, allocated"),
+        at("alloc_space", "doomed"),
+        HELD,
+    );
     let doomed = at("inuse_space", "doomed");
     assert!(
         doomed <= 0.01 * HELD,
-        "{doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
+        "{how}{doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
     );
     within(
-        "moved, in use after mi_heap_delete",
+        &format!("{how}moved, in use after mi_heap_delete"),
         at("inuse_space", "moved"),
         HELD,
     );
+    at("inuse_space", "keep")
 }
 
 /// mimalloc's heaps under `memlens attach` (the program runs its sites again after it): the kept
@@ -438,23 +461,8 @@ fn c_with_mimalloc_heaps_attach() {
     let dir = test_dir();
     let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
     let file = attach_and_dump(&prog, "mimalloc", "mi_*", dir.path());
-    let at = |index: &str, site: &str| at_site(&file, index, site);
-    within("under attach, keep", at("inuse_space", "keep"), HELD);
-    within(
-        "under attach, doomed, allocated",
-        at("alloc_space", "doomed"),
-        HELD,
-    );
-    let doomed = at("inuse_space", "doomed");
-    assert!(
-        doomed <= 0.01 * HELD,
-        "under attach, {doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
-    );
-    within(
-        "under attach, moved, in use after mi_heap_delete",
-        at("inuse_space", "moved"),
-        HELD,
-    );
+    let keep = heap_sites(&file, "under attach, ");
+    within("under attach, keep", keep, HELD);
 }
 
 /// The shared libmimalloc (its malloc is the interposed malloc's next, so memlens counts there and
@@ -471,14 +479,7 @@ fn shared_mimalloc_reallocates_sampled_blocks() {
         .arg("-lmimalloc")
         .ok();
     let file = dir.path().join("p.pb.gz");
-    let o = memlens()
-        .args(["run", "--exact", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert_ok(&prog, &o);
+    let o = run_ok(&["--exact"], &file, &prog);
     assert!(stdout(&o).contains("kept=2000 of 2000"), "{}", printed(&o));
     let allocated = at_site(&file, "alloc_space", "main");
     within("malloc and realloc, allocated", allocated, 2000.0 * 6000.0);
@@ -582,14 +583,7 @@ fn a_heap_growing_unseen_is_said() {
         &[],
     );
     let file = dir.path().join("blind.pb.gz");
-    let o = memlens()
-        .args(["run", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert_ok(&prog, &o);
+    let o = run_ok(&[], &file, &prog);
     let want = "resident memory grew by";
     assert!(
         stderr(&o).contains(want) && stderr(&o).contains("cannot see"),

@@ -437,6 +437,27 @@ fn fd_walk(c: &mut Command) -> &mut Command {
         .stdout(Stdio::null())
 }
 
+/// `memlens run --interval 16K` of fd (with jemalloc linked in) walking /usr into `file`; memlens
+/// must have said it hooked jemalloc.
+fn fd_profiled(fd: &Path, file: &Path) {
+    let o = fd_walk(
+        memlens()
+            .args(["run", "--interval", "16K", "-o"])
+            .arg(file)
+            .arg("--")
+            .arg(fd),
+    )
+    .output()
+    .unwrap();
+    assert_ok(&fd, &o);
+    let found = "fd allocates through jemalloc linked into it (_rjem_*): hooked";
+    assert!(
+        stderr(&o).contains(found),
+        "no '{found}' in:\n{}",
+        stderr(&o)
+    );
+}
+
 /// jemalloc's own count of allocation requests in a run (small and large, every arena), from its
 /// statistics printed at exit as JSON.
 fn jemalloc_requests(stats: &str) -> f64 {
@@ -481,22 +502,7 @@ fn fd_with_tikv_jemallocator_run() {
     let want = jemalloc_requests(&stderr(&bare));
     let dir = test_dir();
     let file = dir.path().join("fd.pb.gz");
-    let o = fd_walk(
-        memlens()
-            .args(["run", "--interval", "16K", "-o"])
-            .arg(&file)
-            .arg("--")
-            .arg(&fd),
-    )
-    .output()
-    .unwrap();
-    assert_ok(&fd, &o);
-    let found = "fd allocates through jemalloc linked into it (_rjem_*): hooked";
-    assert!(
-        stderr(&o).contains(found),
-        "no '{found}' in:\n{}",
-        stderr(&o)
-    );
+    fd_profiled(&fd, &file);
     let got = fd_own(&file, "alloc_objects");
     let err = (got - want) / want;
     eprintln!(
@@ -589,22 +595,7 @@ fn fd_with_tikv_jemallocator_vs_heaptrack_without_it() {
     let (ht_total, ht_opendir) =
         heaptrack_allocated(dir.path(), fd_walk(&mut Command::new(&fd_glibc)), "opendir");
     let file = dir.path().join("fd.pb.gz");
-    let o = fd_walk(
-        memlens()
-            .args(["run", "--interval", "16K", "-o"])
-            .arg(&file)
-            .arg("--")
-            .arg(&fd_je),
-    )
-    .output()
-    .unwrap();
-    assert_ok(&fd_je, &o);
-    let found = "fd allocates through jemalloc linked into it (_rjem_*): hooked";
-    assert!(
-        stderr(&o).contains(found),
-        "no '{found}' in:\n{}",
-        stderr(&o)
-    );
+    fd_profiled(&fd_je, &file);
     let (ml_total, ml_opendir) = memlens_allocated(&file, "opendir");
     let (own, ht_own) = (ml_total - ml_opendir, ht_total - ht_opendir);
     let pct = |got: f64, want: f64| (got - want) / want * 100.0;
