@@ -502,7 +502,8 @@ void hk_slot_basics(int s)
     }
 /* mi_heap_delete: the heap's sampled blocks go to the backing heap first. mi_heap_destroy: they
  * are freed after the original ran, which jumps to mi_heap_delete when it only deletes (a heap
- * made without allow_destroy, the backing heap, a guarded build): that has moved them then. */
+ * made without allow_destroy, a guarded build), meant to have moved them by then. Found not to hold
+ * for a heap of mi_heap_new_ex(0, false, 0): its blocks were dropped anyway (docs/allocators.md). */
 #define FN_SH_HDESTROY(S, id, p1)                                                                      \
     static void hk_##S##_##id(void *h)                                                                 \
     {                                                                                                  \
