@@ -21,6 +21,7 @@
 # timing, widens this).
 # Temporaries: heaptrack counts the allocations freed before any other allocation is made (share of
 # all calls); memlens measures lifetimes, and gives the share of freed bytes that lived under 1 ms.
+# VS_HEAPTRACK_KEEP=DIR keeps memlens's profiles there (WORKLOAD.TOOL.ROUND.pb.gz), to read again.
 # Not a test; the tables go to stdout and out/vs-heaptrack.txt, the raw figures to
 # out/vs-heaptrack.tsv. Needs heaptrack, redis-server, redis-benchmark, g++, go, rg, sqlite3, git, perl
 # (scripts/install-deps.sh).
@@ -234,6 +235,7 @@ for r in $(seq "$ROUNDS"); do
             workload "$w" "$tool" "$out" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
             cpu=$(tail -n 1 "$W/cpu" | awk '{print $1 + $2}') # after "exited with non-zero status" (rg: no match)
             echo -e "$w\t$tool\t$r\t$cpu\t$(figures "$tool" "$out" | tr ' ' '\t')" >>"$TSV"
+            [ -z "${VS_HEAPTRACK_KEEP:-}" ] || [ ! -e "$out.pb.gz" ] || cp "$out.pb.gz" "$VS_HEAPTRACK_KEEP/"
             rm -f "$out".*
         done
     done
