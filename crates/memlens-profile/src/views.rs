@@ -313,11 +313,10 @@ pub(crate) fn summary(p: &Profile, view: View) -> String {
     }
 }
 
-/// The peak's 95 % interval as a clause, and why its upper end is above the estimate's own ± when it
-/// is (`peak_estimate`).
+/// The peak's 95 % interval as a clause, and why its upper end lies where it does (`peak_estimate`).
 fn peak_range(p: &Profile, lo: f64, est: f64, hi: f64) -> String {
     if hi <= lo {
-        return String::new(); // exact mode
+        return String::new(); // exact mode: the figure alone
     }
     let brief = if hi > est + interval_95(p, est) * 1.001 {
         "; the upper end is what the highest estimate allows: a spike briefer than the heap's \
@@ -357,8 +356,11 @@ pub(crate) fn peak_estimate(p: &Profile) -> Option<(f64, f64, f64)> {
     if est <= 0.0 {
         return None;
     }
-    let hw = interval_95(p, est);
     let r = p.meta.interval as f64;
+    if r <= 0.0 {
+        return Some((est, est, est)); // exact mode: the halves are the heap
+    }
+    let hw = interval_95(p, est);
     let m = v.heap_max_bytes.max(0.0);
     let from_max = (0.98 * r.sqrt() + (0.9604 * r + m).sqrt()).powi(2);
     Some(((est - hw).max(0.0), est, (est + hw).max(from_max)))
@@ -889,5 +891,41 @@ mod tests {
         assert!(unresolved_bound(&p, 3.8 * r).is_some());
         assert!(unresolved_bound(&p, 3.9 * r).is_none());
         assert!(unresolved_bound(&at_interval(0), 10.0).is_none());
+    }
+
+    #[test]
+    fn peak_interval_reaches_what_the_highest_estimate_allows() {
+        // git pack-objects at 64K: the split read the plateau (1.3 MB), the highest estimate 2.4 MB.
+        let mut p = at_interval(64 << 10);
+        p.views = Some(crate::model::Views {
+            split_peak_bytes: 1.3e6,
+            heap_max_bytes: 2.4e6,
+            ..Default::default()
+        });
+        let (lo, est, hi) = peak_estimate(&p).unwrap();
+        let r: f64 = 65536.0;
+        assert_eq!(est, 1.3e6);
+        assert!(
+            (lo - (1.3e6 - 1.96 * (1.3e6 * r).sqrt())).abs() < 1.0,
+            "{lo}"
+        );
+        // hi solves hi − 1.96·√(hi·R) = 2.4 MB: a peak above it would put the estimate at its
+        // moment below the highest seen with less than 2.5 % probability
+        assert!((hi - 1.96 * (hi * r).sqrt() - 2.4e6).abs() < 1.0, "{hi}");
+        assert!(peak_range(&p, lo, est, hi).contains("a spike briefer"));
+        // A highest estimate below the split one (halves that grew after the last dump's
+        // flush): the split's own ±, no clause.
+        p.views.as_mut().unwrap().heap_max_bytes = 1.0e6;
+        let (lo, est, hi) = peak_estimate(&p).unwrap();
+        assert!(
+            (hi - (1.3e6 + 1.96 * (1.3e6 * r).sqrt())).abs() < 1.0,
+            "{hi}"
+        );
+        assert!(!peak_range(&p, lo, est, hi).contains("spike"));
+        // Exact mode: the figure alone.
+        let mut x = at_interval(0);
+        x.views = p.views.clone();
+        let (lo, est, hi) = peak_estimate(&x).unwrap();
+        assert_eq!(peak_range(&x, lo, est, hi), "");
     }
 }
