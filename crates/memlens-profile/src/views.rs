@@ -352,8 +352,10 @@ pub(crate) fn interval_95(p: &Profile, heap: f64) -> f64 {
 /// (`peak_interval_covers_a_churning_heap`, `peak_interval_holds_a_brief_spike`).
 pub(crate) fn peak_estimate(p: &Profile) -> Option<(f64, f64, f64)> {
     let v = p.views.as_ref()?;
-    let est = v.split_peak_bytes;
-    if est <= 0.0 {
+    // A split whose halves both read 0 at the other's highest (a heap of a few intervals at 512K:
+    // git's 2 MB) is an estimate of 0, not a missing one: the moments are known.
+    let est = v.split_peak_bytes.max(0.0);
+    if est <= 0.0 && v.split_peak_ns == 0 {
         return None;
     }
     let r = p.meta.interval as f64;
@@ -922,6 +924,15 @@ mod tests {
             "{hi}"
         );
         assert!(!peak_range(&p, lo, est, hi).contains("spike"));
+        // Both halves read 0 at the other's highest: an estimate of 0 up to the highest's bound.
+        p.views.as_mut().unwrap().split_peak_bytes = 0.0;
+        p.views.as_mut().unwrap().split_peak_ns = 1;
+        let (lo, est, hi) = peak_estimate(&p).unwrap();
+        assert_eq!((lo, est), (0.0, 0.0));
+        assert!((hi - 1.96 * (hi * r).sqrt() - 1.0e6).abs() < 1.0, "{hi}");
+        p.views.as_mut().unwrap().split_peak_ns = 0; // no split written (an older runtime)
+        assert!(peak_estimate(&p).is_none());
+        p.views.as_mut().unwrap().split_peak_bytes = 1.3e6;
         // Exact mode: the figure alone.
         let mut x = at_interval(0);
         x.views = p.views.clone();
