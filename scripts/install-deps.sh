@@ -48,6 +48,8 @@ PKGS=(
   # sys/sdt.h: the runtime's otel_memory USDT probes (runtime/src/record/usdt.c); bpftrace counts them in
   # tests/e2e/usdt.rs, as an eBPF profiler would consume them
   systemtap-sdt-dev bpftrace
+  # strace: tests/e2e/harmless.rs counts the runtime thread's opens of its /proc files
+  strace
   # containers (tests/e2e/containers.rs): podman with its OCI runtimes, mmdebstrap for the test
   # rootfs, systemd-nspawn; python3-yaml checks docs/containers.md's Kubernetes manifest
   podman runc crun mmdebstrap systemd-container python3-yaml

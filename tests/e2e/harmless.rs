@@ -207,6 +207,42 @@ fn daemon_that_closes_every_descriptor_serves_every_client() {
     assert!(out.exists(), "no profile of the daemon{}", printed(&o));
 }
 
+/// The runtime's thread reads /proc/self/status (seccomp), its main thread's stat (is main gone?) and
+/// statm every second; opened anew at each look, each took the lowest free descriptor for a moment,
+/// and a daemon that closed every descriptor in that moment got its next socket at that number, which
+/// we then read and closed. They are kept open at high numbers now (base/proc.c): under strace, a
+/// program that sleeps 3.5 s (three or more of the thread's one-second looks) opens each once. Before:
+/// status 4 times, the task's stat 3.
+#[test]
+fn the_runtime_thread_keeps_its_proc_files_open() {
+    let dir = test_dir();
+    let log = dir.join("strace.log");
+    let o = Command::new("strace")
+        .args(["-f", "-e", "trace=openat", "-o"])
+        .arg(&log)
+        .arg(memlens_path())
+        .args(["run", "-o"])
+        .arg(dir.join("s.pb.gz"))
+        .args(["--", "sleep", "3.5"])
+        .current_dir(&*dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", printed(&o));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let opens = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    // `memlens run` itself reads neither; the program (sleep) is the only process with the runtime
+    assert_eq!(opens("\"/proc/self/status\""), 1, "{text}");
+    let task_stat = text
+        .lines()
+        .filter(|l| l.contains("\"/proc/self/task/") && l.contains("/stat\""))
+        .count();
+    assert!(
+        task_stat <= 1,
+        "the main thread's stat opened {task_stat} times:\n{text}"
+    );
+    assert!(opens("\"/proc/self/statm\"") <= 2, "{text}");
+}
+
 // ---- 3. seccomp ----
 
 /// The system calls of systemd's `@system-service` (`systemd-analyze syscall-filter`, its groups

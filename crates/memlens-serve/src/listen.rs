@@ -117,12 +117,24 @@ fn bind_unix(path: &Path) -> Result<Listener> {
         }
         std::fs::remove_file(path).ok();
     }
+    // Bound and listening under a name of its own first, then renamed into place: the path appears
+    // only once the socket listens (a client that connects as soon as it sees the path, as a
+    // scraper started beside us does, is never refused in between).
+    let name = path
+        .file_name()
+        .map_or("serve.sock".into(), |n| n.to_string_lossy());
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    std::fs::remove_file(&tmp).ok();
     // SAFETY: umask has no preconditions; it is restored right after the bind.
     let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
+    let bound = UnixListener::bind(&tmp);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
     let l = bound.map_err(|e| anyhow!("cannot listen on unix:{}: {e}", path.display()))?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        std::fs::remove_file(&tmp).ok();
+        return Err(anyhow!("cannot listen on unix:{}: {e}", path.display()));
+    }
     Ok(Listener::Unix(l, path.to_path_buf()))
 }
 

@@ -16,6 +16,7 @@ const char *ml_proc_after_comm(const char *stat);
 /* The state letter (R, S, Z, …) of task `tid` of this process, or of its main thread; 0 if it cannot
  * be read (the task is gone). */
 char ml_proc_task_state(const char *tid);
+/* The main thread's, from a descriptor kept open for the runtime's thread (the only caller). */
 char ml_proc_main_state(void);
 /* The resident set in bytes from the text of /proc/self/statm (its second field, in pages). */
 int64_t ml_proc_statm_rss(const char *statm);
@@ -33,6 +34,8 @@ int64_t ml_proc_rss_at(struct ml_fd *statm);
  * does), returning the mode (-1 unknown). */
 int ml_seccomp_filtered(void);
 int ml_seccomp_refresh(void);
+/* Fork child: the descriptors the parent kept for its own /proc files are closed (reopened later). */
+void ml_proc_fork_child(void);
 
 #pragma GCC visibility pop
 #endif

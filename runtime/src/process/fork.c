@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../base/log.h"
+#include "../base/proc.h"
 #include "../control/ctl.h"
 #include "../control/dump.h"
 #include "../record/block.h"
@@ -52,6 +53,7 @@ static void child(void)
     atomic_store(&ml_cfg.start_ns, ml_now_ns());
     ml_ctl_atfork_child();
     ml_setxid_fork_child();
+    ml_proc_fork_child();
 }
 
 void ml_fork_setup(void)
