@@ -13,7 +13,8 @@
 #     (default 3 rounds; python3 redis gcc; bare m512 m64 ht)
 #   scripts/vs-heaptrack.sh 8 "rg sqlite3 git perl redis" "m512 m64 ht"   (docs/heap-views.md's accuracy table)
 # memlens's peak is the split-sample estimate with its 95 % interval (report --view timeline's
-# peak_estimate_bytes, peak_interval_bytes); its leak's interval is ±1.96·√(L·R), or [0, the bound the
+# peak_estimate_bytes, peak_interval_bytes: the upper end is what the highest estimate allows, a brief
+# spike being out of the samples' reach; docs/heap-views.md); its leak's interval is ±1.96·√(L·R), or [0, the bound the
 # leaks view prints] when L is below 3.84 R (not resolved). The second table says, per program and
 # interval, the median and range of memlens's figure over the rounds, the median as a share of
 # heaptrack's median, and in how many rounds the printed interval holds heaptrack's median (the
@@ -171,7 +172,7 @@ def b(v):
             return float(v[: -len(u)] or 0) * m
 tl, lk, pk = (json.load(open(f"{w}/{n}.json")) for n in ("tl", "lk", "pk"))
 R = float(tl["meta"]["interval"])
-peak = tl.get("peak_estimate_bytes") or tl["heap_max_bytes"]
+peak = tl["peak_estimate_bytes"] if tl.get("peak_estimate_bytes") is not None else tl["heap_max_bytes"]
 lo, hi = tl.get("peak_interval_bytes") or [peak, peak]
 L = float(lk["totals"].get("inuse_space", 0))
 if R and L <= 3.84 * R:  # the leaks view's bound (docs/heap-views.md): not resolved
