@@ -137,6 +137,76 @@ pub(crate) fn ptrace(
 }
 
 pub(crate) fn wait(tid: i32) -> Result<i32> {
+    wait_until(tid, None).map(|st| st.expect("no deadline"))
+}
+
+/// How long an injected call may take: mmap and pthread_create return in microseconds, but one
+/// that waits on a lock its own thread held where it was stopped never returns.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// A limit on this thread's blocking waits: a timer of its own (SIGEV_THREAD_ID) that, from
+/// `at` on, sends it SIGALRM every 100 ms, whose handler does nothing but interrupt the wait
+/// (EINTR; repeated, so an expiry just before the wait began is not lost). Deleted when dropped.
+pub(crate) struct Deadline {
+    timer: libc::timer_t,
+    at: Instant,
+}
+
+extern "C" fn on_alarm(_: libc::c_int) {}
+
+impl Deadline {
+    pub(crate) fn after(d: Duration) -> Result<Deadline> {
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        // SAFETY: sigaction, timer_create and timer_settime with structures on our stack; the
+        // handler is async-signal-safe (it does nothing), installed without SA_RESTART.
+        unsafe {
+            HANDLER.call_once(|| {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_alarm as *const () as libc::sighandler_t;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut());
+            });
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = libc::SIGALRM;
+            ev.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::mem::zeroed();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut timer) != 0 {
+                bail!("timer_create: {}", std::io::Error::last_os_error());
+            }
+            let ts = |d: Duration| libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            };
+            let spec = libc::itimerspec {
+                it_value: ts(d.max(Duration::from_nanos(1))),
+                it_interval: ts(Duration::from_millis(100)),
+            };
+            let dl = Deadline {
+                timer,
+                at: Instant::now() + d,
+            };
+            if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+                bail!("timer_settime: {}", std::io::Error::last_os_error());
+            }
+            Ok(dl)
+        }
+    }
+
+    fn passed(&self) -> bool {
+        Instant::now() >= self.at
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        // SAFETY: a timer created in after().
+        unsafe { libc::timer_delete(self.timer) };
+    }
+}
+
+/// waitpid on `tid` (every stop of a traced thread), or None once `limit` has passed.
+pub(crate) fn wait_until(tid: i32, limit: Option<&Deadline>) -> Result<Option<i32>> {
     let mut st = 0;
     loop {
         // SAFETY: waitpid writes the status into `st`.
@@ -145,10 +215,13 @@ pub(crate) fn wait(tid: i32) -> Result<i32> {
             if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
                 bail!("the process exited during attach");
             }
-            return Ok(st);
+            return Ok(Some(st));
         }
         if errno() != libc::EINTR {
             bail!("waitpid failed: {}", std::io::Error::last_os_error());
+        }
+        if limit.is_some_and(Deadline::passed) {
+            return Ok(None);
         }
     }
 }
@@ -279,6 +352,32 @@ impl Stopped {
         r1.and(r2).and(r3.map(|_| ()))
     }
 
+    /// The injected call did not return in time: stop the thread where it waits (at once from a
+    /// lock's wait; from an uninterruptible sleep, when it ends), so that the caller puts it back
+    /// where it was (`restore`) and lets it go; what to say.
+    fn abandon_call(&mut self) -> anyhow::Error {
+        let _ = ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0);
+        loop {
+            match wait(self.tid) {
+                Err(e) => return e,
+                Ok(st) if is_event_stop(st) => break,
+                Ok(st) => {
+                    // a signal of the program's on its way: held back for the release
+                    self.pending = libc::WSTOPSIG(st);
+                    let _ = ptrace(libc::PTRACE_CONT, self.tid, 0, 0);
+                    let _ = ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0);
+                }
+            }
+        }
+        anyhow!(
+            "the call made in thread {} did not return within {} s (it waits, likely on a lock the \
+             thread held where it was stopped); the thread was put back where it was and the \
+             process runs on",
+            self.tid,
+            CALL_LIMIT.as_secs()
+        )
+    }
+
     /// Call `func(args…)` in the stopped thread and return its rax.
     pub(crate) fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let mut r = self.regs;
@@ -302,11 +401,14 @@ impl Stopped {
             unsafe { *regs[i] = *a };
         }
         set_regs(self.tid, &r)?;
+        let limit = Deadline::after(CALL_LIMIT)?;
         let mut sig = 0u64;
         loop {
             ptrace(libc::PTRACE_CONT, self.tid, 0, sig)
                 .map_err(|e| anyhow!("ptrace cont: errno {e}"))?;
-            let st = wait(self.tid)?;
+            let Some(st) = wait_until(self.tid, Some(&limit))? else {
+                return Err(self.abandon_call());
+            };
             sig = 0;
             if is_event_stop(st) {
                 continue;
@@ -773,7 +875,9 @@ fn load(mut s: Stopped, p: &Tracee, plan: &Plan) -> Result<(u64, Option<i32>, Re
         put(OFF_SIGSET, &u64::MAX.to_le_bytes());
         put(CODE, LOADER);
         write_mem(p.mem_pid(), page, &data)?;
-        let rc = s.call(f("pthread_create"), &[page + OFF_TID, 0, page + CODE, page])? as i32;
+        let rc = s
+            .call(f("pthread_create"), &[page + OFF_TID, 0, page + CODE, page])
+            .context("pthread_create")? as i32;
         if rc != 0 {
             bail!(
                 "pthread_create failed in the process: {}",
@@ -998,6 +1102,24 @@ fn wait_loaded(p: &Tracee, loader: &mut Loader) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait on a thread that never stops (here a child that sleeps) ends at its limit: an
+    /// injected call that never returns cannot hang memlens attach.
+    #[test]
+    fn a_wait_ends_at_its_limit() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let limit = Deadline::after(Duration::from_millis(300)).unwrap();
+        let r = wait_until(child.id() as i32, Some(&limit));
+        let waited = t0.elapsed();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(r.unwrap().is_none(), "the child should still be running");
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    }
 
     /// LOADER must be loader.S assembled (when the assembler is installed).
     #[test]
