@@ -13,7 +13,8 @@
 #     (default 3 rounds; python3 redis gcc; bare m512 m64 ht)
 #   scripts/vs-heaptrack.sh 8 "rg sqlite3 git perl redis" "m512 m64 ht"   (docs/heap-views.md's accuracy table)
 # memlens's peak is the split-sample estimate with its 95 % interval (report --view timeline's
-# peak_estimate_bytes, peak_interval_bytes); its leak's interval is ±1.96·√(L·R), or [0, the bound the
+# peak_estimate_bytes, peak_interval_bytes: the upper end is what the highest estimate allows, a brief
+# spike being out of the samples' reach; docs/heap-views.md); its leak's interval is ±1.96·√(L·R), or [0, the bound the
 # leaks view prints] when L is below 3.84 R (not resolved). The second table says, per program and
 # interval, the median and range of memlens's figure over the rounds, the median as a share of
 # heaptrack's median, and in how many rounds the printed interval holds heaptrack's median (the
@@ -21,6 +22,7 @@
 # timing, widens this).
 # Temporaries: heaptrack counts the allocations freed before any other allocation is made (share of
 # all calls); memlens measures lifetimes, and gives the share of freed bytes that lived under 1 ms.
+# VS_HEAPTRACK_KEEP=DIR keeps memlens's profiles there (WORKLOAD.TOOL.ROUND.pb.gz), to read again.
 # Not a test; the tables go to stdout and out/vs-heaptrack.txt, the raw figures to
 # out/vs-heaptrack.tsv. Needs heaptrack, redis-server, redis-benchmark, g++, go, rg, sqlite3, git, perl
 # (scripts/install-deps.sh).
@@ -170,7 +172,7 @@ def b(v):
             return float(v[: -len(u)] or 0) * m
 tl, lk, pk = (json.load(open(f"{w}/{n}.json")) for n in ("tl", "lk", "pk"))
 R = float(tl["meta"]["interval"])
-peak = tl.get("peak_estimate_bytes") or tl["heap_max_bytes"]
+peak = tl["peak_estimate_bytes"] if tl.get("peak_estimate_bytes") is not None else tl["heap_max_bytes"]
 lo, hi = tl.get("peak_interval_bytes") or [peak, peak]
 L = float(lk["totals"].get("inuse_space", 0))
 if R and L <= 3.84 * R:  # the leaks view's bound (docs/heap-views.md): not resolved
@@ -234,6 +236,7 @@ for r in $(seq "$ROUNDS"); do
             workload "$w" "$tool" "$out" >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
             cpu=$(tail -n 1 "$W/cpu" | awk '{print $1 + $2}') # after "exited with non-zero status" (rg: no match)
             echo -e "$w\t$tool\t$r\t$cpu\t$(figures "$tool" "$out" | tr ' ' '\t')" >>"$TSV"
+            [ -z "${VS_HEAPTRACK_KEEP:-}" ] || [ ! -e "$out.pb.gz" ] || cp "$out.pb.gz" "$VS_HEAPTRACK_KEEP/"
             rm -f "$out".*
         done
     done

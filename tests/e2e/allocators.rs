@@ -123,9 +123,14 @@ fn mimalloc_sources() -> PathBuf {
 
 /// tests/programs/alloc_sites.c linked with `alloc` ("jemalloc", "tcmalloc", "mimalloc").
 fn c_program(dir: &Path, alloc: &str) -> PathBuf {
+    c_program_of(dir, "alloc_sites.c", alloc)
+}
+
+/// tests/programs/`source` linked with `alloc`.
+fn c_program_of(dir: &Path, source: &str, alloc: &str) -> PathBuf {
     let lib = "/usr/lib/x86_64-linux-gnu";
-    let src = root().join("tests/programs/alloc_sites.c");
-    let out = dir.join(format!("sites_{alloc}"));
+    let src = root().join("tests/programs").join(source);
+    let out = dir.join(format!("{}_{alloc}", source.trim_end_matches(".c")));
     let mut c = Command::new("gcc");
     c.args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
         .arg(&out);
@@ -180,18 +185,25 @@ pub(crate) fn said(out: &str) -> Said {
 /// Bytes in use at the `hold` site of a profile: stacks with a frame named `hold`, or, in Rust,
 /// inside `rust_allocs::hold` (its closure; `hold` itself tail-calls `collect` and leaves no frame).
 pub(crate) fn inuse_at_hold(file: &Path) -> f64 {
+    at_site(file, "inuse_space", "hold")
+}
+
+/// The `index` column (inuse_space, alloc_space) of the stacks with a frame named `site` (or a
+/// Rust path ending in `::site`, or inside `rust_allocs::site`).
+fn at_site(file: &Path, index: &str, site: &str) -> f64 {
     let folded = memlens()
         .arg("report")
         .arg(file)
-        .args(["--format", "folded", "--sample-index", "inuse_space"])
+        .args(["--format", "folded", "--sample-index", index])
         .ok_stdout();
+    let (suffix, inside) = (format!("::{site}"), format!("rust_allocs::{site}::"));
     folded
         .lines()
         .filter(|l| {
             let (stack, _) = l.rsplit_once(' ').unwrap();
             stack
                 .split(';')
-                .any(|f| f == "hold" || f.ends_with("::hold") || f.contains("rust_allocs::hold::"))
+                .any(|f| f == site || f.ends_with(&suffix) || f.contains(&inside))
         })
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
         .sum()
@@ -205,6 +217,21 @@ fn memlens_run(file: &Path, prog: &Path) -> Command {
         .arg("--")
         .arg(prog);
     c
+}
+
+/// `memlens run OPTIONS -o file -- prog`, which must succeed.
+fn run_ok(options: &[&str], file: &Path, prog: &Path) -> std::process::Output {
+    let o = memlens()
+        .arg("run")
+        .args(options)
+        .arg("-o")
+        .arg(file)
+        .arg("--")
+        .arg(prog)
+        .output()
+        .unwrap();
+    assert_ok(&prog, &o);
+    o
 }
 
 /// `memlens ctl PID dump -o file`, with the test's private control directory.
@@ -264,7 +291,17 @@ fn check_run(prog: &Path, alloc: &str, label: &str, allocator_counts: bool) {
 /// `memlens attach` to prog while it waits, then its sites run again: the dump's bytes at `hold`.
 fn check_attach(prog: &Path, alloc: &str, label: &str) {
     let dir = test_dir();
-    let d = dir.path();
+    let file = attach_and_dump(prog, alloc, label, dir.path());
+    within(
+        "under attach, vs the program's own count",
+        inuse_at_hold(&file),
+        HELD,
+    );
+}
+
+/// Start prog (it runs its sites once and waits), `memlens attach` to it, let it run its sites
+/// again, and dump: the profile (in `d`).
+fn attach_and_dump(prog: &Path, alloc: &str, label: &str, d: &Path) -> PathBuf {
     let (go, end) = (d.join("go"), d.join("end"));
     let mut child = Command::new(prog)
         .arg(&go)
@@ -297,11 +334,7 @@ fn check_attach(prog: &Path, alloc: &str, label: &str) {
     std::fs::write(&end, "").unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "{prog:?} under attach: {st}");
-    within(
-        "under attach, vs the program's own count",
-        inuse_at_hold(&file),
-        HELD,
-    );
+    file
 }
 
 #[test]
@@ -378,6 +411,78 @@ fn rust_with_mimalloc_run() {
 #[test]
 fn rust_with_mimalloc_attach() {
     check_attach(&rust_programs().join("sites-mimalloc"), "mimalloc", "mi_*");
+}
+
+/// mimalloc's first-class heaps (tests/programs/mi_heaps.c): what `keep` allocates through
+/// mi_heap_malloc and its kin into a heap that stays is in use within ±10 % of the program's own
+/// count and of mimalloc's (mi_heap_visit_blocks over that heap, from the run without memlens);
+/// what `doomed` put in a heap that mi_heap_destroy freed whole is allocated but no longer in use;
+/// what `moved` put in a heap that mi_heap_delete gave to the backing heap is still in use.
+#[test]
+fn c_with_mimalloc_heaps_run() {
+    let dir = test_dir();
+    let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
+    let reference = bare(&prog);
+    let file = dir.path().join("p.pb.gz");
+    let o = memlens_run(&file, &prog).output().unwrap();
+    assert_ok(&prog, &o);
+    let out = stdout(&o);
+    let keep = heap_sites(&file, "");
+    within("keep, vs the program's own count", keep, said(&out).held);
+    within("keep, vs mimalloc's own count", keep, reference.allocator);
+}
+
+/// mi_heaps.c's profile: `doomed` allocated HELD and holds nothing, `moved` holds HELD; returns
+/// what `keep` holds. `how` prefixes the messages.
+fn heap_sites(file: &Path, how: &str) -> f64 {
+    let at = |index: &str, site: &str| at_site(file, index, site);
+    within(
+        &format!("{how}doomed, allocated"),
+        at("alloc_space", "doomed"),
+        HELD,
+    );
+    let doomed = at("inuse_space", "doomed");
+    assert!(
+        doomed <= 0.01 * HELD,
+        "{how}{doomed} bytes in use at `doomed` after mi_heap_destroy of its heap"
+    );
+    within(
+        &format!("{how}moved, in use after mi_heap_delete"),
+        at("inuse_space", "moved"),
+        HELD,
+    );
+    at("inuse_space", "keep")
+}
+
+/// mimalloc's heaps under `memlens attach` (the program runs its sites again after it): the kept
+/// heap in use within ±10 %, the destroyed one at ≤ 1 % in use, the deleted one's blocks in use.
+#[test]
+fn c_with_mimalloc_heaps_attach() {
+    let dir = test_dir();
+    let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
+    let file = attach_and_dump(&prog, "mimalloc", "mi_*", dir.path());
+    let keep = heap_sites(&file, "under attach, ");
+    within("under attach, keep", keep, HELD);
+}
+
+/// The shared libmimalloc (its malloc is the interposed malloc's next, so memlens counts there and
+/// only guards mimalloc's own entry points): mi_realloc and mi_heap_realloc of a block memlens
+/// sampled (every block, in exact mode) keep its bytes, and the reallocations are counted.
+#[test]
+fn shared_mimalloc_reallocates_sampled_blocks() {
+    let dir = test_dir();
+    let prog = dir.path().join("mi_realloc_ours");
+    Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&prog)
+        .arg(root().join("tests/programs/mi_realloc_ours.c"))
+        .arg("-lmimalloc")
+        .ok();
+    let file = dir.path().join("p.pb.gz");
+    let o = run_ok(&["--exact"], &file, &prog);
+    assert!(stdout(&o).contains("kept=2000 of 2000"), "{}", printed(&o));
+    let allocated = at_site(&file, "alloc_space", "main");
+    within("malloc and realloc, allocated", allocated, 2000.0 * 6000.0);
 }
 
 /// memlens_alloc::Profiled<Jemalloc>: the program reports through the API, the hooks on jemalloc
@@ -478,14 +583,7 @@ fn a_heap_growing_unseen_is_said() {
         &[],
     );
     let file = dir.path().join("blind.pb.gz");
-    let o = memlens()
-        .args(["run", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert_ok(&prog, &o);
+    let o = run_ok(&[], &file, &prog);
     let want = "resident memory grew by";
     assert!(
         stderr(&o).contains(want) && stderr(&o).contains("cannot see"),

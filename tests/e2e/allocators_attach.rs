@@ -197,7 +197,16 @@ fn detach_keeps_the_free_side_while_sampled_blocks_live_and_attach_hooks_again()
         return;
     };
     let d = dir.path();
-    // It holds 256 blocks of 64 B..256 KiB: at 16K some are sampled, live in memlens's range.
+    // It holds 256 blocks of 64 B..256 KiB: at 16K some are sampled, live in memlens's range — once
+    // its churn has replaced some (beside four busy loops, 300 ms were not always enough: then no
+    // sampled block was live and the detach rightly gave free back too).
+    let file = d.join("live.pb.gz");
+    wait_for("a sampled block live in the program", 60, || {
+        p.memlens(d, &["ctl", &p.pid, "dump", "-o", file.to_str().unwrap()]);
+        report_json(&file, &[])["totals"]["inuse_objects"]
+            .as_f64()
+            .is_some_and(|n| n > 0.0)
+    });
     let out = p.memlens(d, &["detach", &p.pid]);
     assert!(
         out.contains("allocator entry points given their original bytes back")

@@ -86,11 +86,17 @@ impl Tracer {
 
     /// Stop it (SIGINT: its END runs and it prints its maps): `@name` → value (0 when never set).
     fn finish(mut self) -> HashMap<String, u64> {
-        // SAFETY: a signal to our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        // Detaching its uprobes and printing its maps took over 60 s once beside three engineers'
-        // builds (load 5-9).
+        // bpftrace sometimes takes a SIGINT and goes on waiting (seen once beside three builds: still
+        // running an hour later; a second SIGINT ended it at once), and ending can take a minute at
+        // load 9: the signal is sent again every 5 s.
+        let pid = self.child.id() as i32;
+        let mut last: Option<std::time::Instant> = None;
         wait_for("bpftrace to end", 240, || {
+            if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(5)) {
+                // SAFETY: a signal to our own child, not yet reaped.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                last = Some(std::time::Instant::now());
+            }
             self.child.try_wait().is_ok_and(|s| s.is_some())
         });
         let text = std::fs::read_to_string(&self.out).unwrap();

@@ -67,7 +67,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "SIZE")]
     pub(crate) interval: Option<String>,
     /// Record every allocation (every figure exact, at the cost of unwinding each allocation and
-    /// 128 bytes of header per live block)
+    /// 176 bytes of header per live block)
     #[arg(long, conflicts_with = "interval")]
     pub(crate) exact: bool,
     /// Stack unwinder: dwarf, fp, libgcc, libunwind [default: dwarf]

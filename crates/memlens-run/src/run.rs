@@ -26,7 +26,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", default_value = "512K")]
     pub(crate) interval: String,
     /// Record every allocation (same as --interval 0): every block is served from memlens's own
-    /// range (128 bytes of header each, and one lock), so the live heap, peak, leaks and
+    /// range (176 bytes of header each, and one lock), so the live heap, peak, leaks and
     /// lifetimes are exact too
     #[arg(long, conflicts_with = "interval")]
     pub(crate) exact: bool,

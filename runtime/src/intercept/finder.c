@@ -239,8 +239,15 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
     for (int i = 0; i < f->n; i++) {
         const struct entry *e = &f->e[i];
         hk_slots[s].orig[e->row] = (void *)e->addr;
-        if (f->guards_only && hk_counts(&hk_rows[e->row]))
-            continue; /* the interposed functions count its allocations already */
+        if (hk_rows[e->row].shape == SH_LOOKUP)
+            continue; /* called by the hooks, never hooked */
+        /* The interposed functions count its allocations already; its reallocating entry points
+         * still get their guard (mi_realloc of a block of ours: mimalloc read no size in it and
+         * copied nothing). */
+        int guard_only = f->guards_only && hk_counts(&hk_rows[e->row]);
+        void *hook = guard_only ? hk_guard(s, e->row) : hk_hook(s, e->row);
+        if (!hook)
+            continue;
         if (skip[i]) {
             o->nested++;
             continue;
@@ -250,7 +257,7 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
             why = "too many entry points hooked in this process";
         struct ml_patch_fast fast = fast_path(&hk_rows[e->row]);
         if (!why)
-            why = ml_patch_plan(&out[*nout], e->addr, e->size, hk_hook(s, e->row), &fast);
+            why = ml_patch_plan(&out[*nout], e->addr, e->size, hook, guard_only ? NULL : &fast);
         if (why && !hk_counts(&hk_rows[e->row]) && e->size < 5 && ml_patch_inert(e->addr, e->size))
             continue; /* a stub that returns a constant: nothing to guard */
         if (why && !hk_counts(&hk_rows[e->row])) {
@@ -265,7 +272,7 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
             continue;
         }
         hk_slots[s].orig[e->row] = out[*nout].tramp;
-        out[*nout].counts = (uint8_t)hk_counts(&hk_rows[e->row]);
+        out[*nout].counts = (uint8_t)(hk_counts(&hk_rows[e->row]) && !guard_only);
         out[*nout].guard = hk_guard(s, e->row);
         (*nout)++;
         o->hooked++;

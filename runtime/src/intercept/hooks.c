@@ -84,6 +84,9 @@ static struct hk_ask ask_of(int id, uintptr_t a0, uintptr_t a1, uintptr_t a2)
     case SH_CALLOC_AL: return (struct hk_ask){a0 * a1, a2, 1};
     case SH_MALLOCX: return (struct hk_ask){a0, mallocx_align((int)a1), ((int)a1 & 0x40) != 0};
     case SH_POSIX: return (struct hk_ask){a2, a1, 0};
+    case SH_HMALLOC: return (struct hk_ask){a1, 0, r->p1 & 1};
+    case SH_HCALLOC: return (struct hk_ask){a1 * a2, 0, r->p1 & 1};
+    case SH_HALIGNED: return (struct hk_ask){a1, a2, r->p1 & 1};
     }
     return (struct hk_ask){a0, 0, 0};
 }
@@ -98,6 +101,37 @@ static void *call_alloc(void *f, int shape, uintptr_t a0, uintptr_t a1, uintptr_
     return ((void *(*)(uintptr_t, uintptr_t, uintptr_t))f)(a0, a1, a2);
 }
 
+/* ---- mimalloc's heaps ---- */
+
+/* The thread's backing heap of slot s's mimalloc (never destroyed: mi_heap_destroy of it only
+ * deletes), or NULL. */
+static void *backing(const struct hk_slot *s)
+{
+    void *(*get)(void) = (void *(*)(void))s->orig[HK_MI_heap_get_backing];
+    return get ? get() : NULL;
+}
+
+/* The sampled block p was served for a call of `shape` (heap: its first argument): it remembers
+ * the mimalloc heap the call allocates from — the one passed, or for the heap-less entry points the
+ * thread's default heap (mi_heap_set_default may have made it one of the program's) — unless that
+ * is the backing heap (block.h). Sampled calls only. */
+static void heap_mark(const struct hk_slot *s, void *p, int shape, uintptr_t heap)
+{
+    void *(*dflt)(void) = (void *(*)(void))s->orig[HK_MI_heap_get_default];
+    if (!p || !ml_src_owns(p) || (!hk_heap_first(shape) && !dflt))
+        return;
+    void *h = hk_heap_first(shape) ? (void *)heap : dflt();
+    ml_block_set_heap(p, h == backing(s) ? NULL : h);
+}
+
+/* mi_heap_destroy (destroyed = 1: after the original ran; h is only a key then) or mi_heap_delete
+ * of h (before it). */
+static void heap_gone(const struct hk_slot *s, void *h, int destroyed)
+{
+    if (h && h != backing(s))
+        ml_blocks_heap_gone(h, destroyed);
+}
+
 /* The countdown ran out: the allocation asked for is sampled from the range, or forwarded to the
  * original. Returns the block; for posix_memalign (`err`), *err is its result and the block is
  * stored through a0. */
@@ -110,6 +144,7 @@ static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uin
     if (d == ML_SAMPLE && sample_begin()) {
         void *p = ml_src_sample_of(&SID_SLOT(sid)->fam, sz, k.align, k.zero, ra);
         sample_end();
+        heap_mark(SID_SLOT(sid), p, hk_rows[id].shape, a0);
         if (p)
             return p;
     }
@@ -144,10 +179,14 @@ static ML_NOINLINE int posix_slow(int sid, void **out, size_t al, size_t n, uint
     return 0;
 }
 
-static void *call_realloc(void *f, int shape, void *p, uintptr_t a1, uintptr_t a2)
+static void *call_realloc(void *f, int shape, uintptr_t h, void *p, uintptr_t a1, uintptr_t a2)
 {
     if (shape == SH_REALLOC)
         return ((f_p_n)f)(p, a1);
+    if (shape == SH_HREALLOC)
+        return ((void *(*)(uintptr_t, void *, uintptr_t))f)(h, p, a1);
+    if (hk_heap_first(shape))
+        return ((void *(*)(uintptr_t, void *, uintptr_t, uintptr_t))f)(h, p, a1, a2);
     return ((void *(*)(void *, uintptr_t, uintptr_t))f)(p, a1, a2);
 }
 
@@ -191,31 +230,39 @@ static void slot_free_sized(struct hk_slot *s, void *q, size_t n, int flags)
 /* realloc of the allocator's own block p whose countdown ran out: sampled, or forwarded. A sampled
  * one is reallocated by the allocator first (it knows p's size, we do not), then copied into the
  * range and the allocator's copy freed: one copy more, on sampled reallocations only. n, the
- * alignment and zeroing come from the row's shape (tail-called from the hook: see SID). */
-static ML_NOINLINE void *realloc_slow(int sid, void *p, uintptr_t a1, uintptr_t a2, uintptr_t ra)
+ * alignment and zeroing come from the row's shape (tail-called from the hook: see SID); h is
+ * mimalloc's heap for the shapes that take one (0 for the others). A block of ours reallocated
+ * through a heap is that heap's now; through a heap-less entry it keeps its heap (mimalloc keeps
+ * a block it resizes in place in its heap). */
+static ML_NOINLINE void *realloc_slow(int sid, uintptr_t h, void *p, uintptr_t a1, uintptr_t a2, uintptr_t ra)
 {
     int id = SID_ROW(sid), shape = hk_rows[id].shape, zero = hk_rows[id].p1 & 1;
     struct hk_slot *s = SID_SLOT(sid);
-    size_t n = shape == SH_REALLOCN ? a1 * a2 : a1, align = 0;
-    if (shape == SH_REALLOC_AL)
+    size_t n = shape == SH_REALLOCN || shape == SH_HREALLOCN ? a1 * a2 : a1, align = 0;
+    if (shape == SH_REALLOC_AL || shape == SH_HREALLOC_AL)
         align = a2;
     if (shape == SH_RALLOCX)
         align = mallocx_align((int)a2), zero = ((int)a2 & 0x40) != 0;
-    if (ml_src_owns(p))
-        return realloc_owned(s, p, n, align, zero, ra);
+    if (ml_src_owns(p)) {
+        void *q = realloc_owned(s, p, n, align, zero, ra);
+        if (hk_heap_first(shape))
+            heap_mark(s, q, shape, h);
+        return q;
+    }
     int d = n ? ml_src_decide(n) : ML_FORWARD;
     if (d == ML_SAMPLE && !sample_begin())
         d = ML_FORWARD;
     if (d == ML_SAMPLE && !p) { /* realloc(NULL, n) allocates */
         void *q = ml_src_sample_of(&s->fam, n, align, zero, ra);
         if (q)
-            return sample_end(), q;
+            return sample_end(), heap_mark(s, q, shape, h), q;
     }
-    void *q = call_realloc(s->orig[id], shape, p, a1, a2);
+    void *q = call_realloc(s->orig[id], shape, h, p, a1, a2);
     void *r = q && d == ML_SAMPLE && p ? ml_src_sample_of(&s->fam, n, align, 0, ra) : NULL;
     if (d == ML_SAMPLE)
         sample_end();
     if (r) {
+        heap_mark(s, r, shape, h);
         memcpy(r, q, n);
         slot_free_sized(s, q, n, shape == SH_RALLOCX ? (int)a2 : 0);
         return r;
@@ -344,7 +391,7 @@ void hk_slot_basics(int s)
 #define REALLOC_BODY(S, id, n, a1, a2, call)                                                            \
     if (likely(!ml_src_owns(p)) && likely((ml_tls.countdown -= (int64_t)(n)) > 0))                     \
         return call;                                                                                   \
-    return realloc_slow(SID(S, id), p, a1, a2, RA());
+    return realloc_slow(SID(S, id), 0, p, a1, a2, RA());
 #define FN_SH_REALLOC(S, id, p1)                                                                       \
     static FAST void *hk_##S##_##id(void *p, size_t n)                                                 \
     {                                                                                                  \
@@ -400,6 +447,78 @@ void hk_slot_basics(int s)
         return ORIG(S, id, f_p_n)(p, n);                                                                      \
     }
 
+/* mimalloc's heap shapes: the heap first, passed through (the stub's fast path counts %rdi, so
+ * these count in the hook). */
+#define FN_SH_HMALLOC(S, id, p1)                                                                       \
+    static FAST void *hk_##S##_##id(uintptr_t h, size_t n)                                           \
+    {                                                                                                  \
+        ML_COUNTDOWN_OR(n, slow);                                                                      \
+        return ORIG(S, id, void *(*)(uintptr_t, size_t))(h, n);                                        \
+    slow:                                                                                              \
+        SLOW_ALLOC(S, id, h, n, 0);                                                                    \
+    }
+#define FN_SH_HCALLOC(S, id, p1)                                                                       \
+    static FAST void *hk_##S##_##id(uintptr_t h, size_t n, size_t sz)                                \
+    {                                                                                                  \
+        size_t t;                                                                                      \
+        if (unlikely(__builtin_mul_overflow(n, sz, &t)))                                               \
+            return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t))(h, n, sz);                        \
+        ML_COUNTDOWN_OR(t, slow);                                                                      \
+        return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t))(h, n, sz);                            \
+    slow:                                                                                              \
+        SLOW_ALLOC(S, id, h, n, sz);                                                                   \
+    }
+#define FN_SH_HALIGNED(S, id, p1)                                                                      \
+    static FAST void *hk_##S##_##id(uintptr_t h, size_t n, size_t al)                                \
+    {                                                                                                  \
+        ML_COUNTDOWN_OR(n, slow);                                                                      \
+        return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t))(h, n, al);                            \
+    slow:                                                                                              \
+        if (al & (al - 1))                                                                             \
+            return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t))(h, n, al);                        \
+        SLOW_ALLOC(S, id, h, n, al);                                                                   \
+    }
+#define H_REALLOC_BODY(S, id, n, a1, a2, call)                                                         \
+    if (likely(!ml_src_owns(p)) && likely((ml_tls.countdown -= (int64_t)(n)) > 0))                     \
+        return call;                                                                                   \
+    return realloc_slow(SID(S, id), h, p, a1, a2, RA());
+#define FN_SH_HREALLOC(S, id, p1)                                                                      \
+    static FAST void *hk_##S##_##id(uintptr_t h, void *p, size_t n)                                  \
+    {                                                                                                  \
+        H_REALLOC_BODY(S, id, n, n, 0, ORIG(S, id, void *(*)(uintptr_t, void *, size_t))(h, p, n))    \
+    }
+#define FN_SH_HREALLOCN(S, id, p1)                                                                     \
+    static FAST void *hk_##S##_##id(uintptr_t h, void *p, size_t n, size_t sz)                       \
+    {                                                                                                  \
+        size_t t;                                                                                      \
+        if (unlikely(__builtin_mul_overflow(n, sz, &t)))                                               \
+            return ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, sz);             \
+        H_REALLOC_BODY(S, id, t, n, sz, ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, sz)) \
+    }
+#define FN_SH_HREALLOC_AL(S, id, p1)                                                                   \
+    static FAST void *hk_##S##_##id(uintptr_t h, void *p, size_t n, size_t al)                       \
+    {                                                                                                  \
+        H_REALLOC_BODY(S, id, n, n, al, ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, al)) \
+    }
+/* mi_heap_delete: the heap's sampled blocks go to the backing heap first. mi_heap_destroy: they
+ * are freed after the original ran, which jumps to mi_heap_delete when it only deletes (a heap
+ * made without allow_destroy, a guarded build), meant to have moved them by then. Found not to hold
+ * for a heap of mi_heap_new_ex(0, false, 0): its blocks were dropped anyway (docs/allocators.md). */
+#define FN_SH_HDESTROY(S, id, p1)                                                                      \
+    static void hk_##S##_##id(void *h)                                                                 \
+    {                                                                                                  \
+        ORIG(S, id, void (*)(void *))(h);                                                              \
+        heap_gone(&hk_slots[S], h, 1);                                                                 \
+    }
+#define FN_SH_HDELETE(S, id, p1)                                                                       \
+    static void hk_##S##_##id(void *h)                                                                 \
+    {                                                                                                  \
+        heap_gone(&hk_slots[S], h, 0);                                                                 \
+        ORIG(S, id, void (*)(void *))(h);                                                              \
+    }
+#define FN_SH_LOOKUP(S, id, p1)                                                                        \
+    static void hk_##S##_##id(void) {}
+
 /* Guards of the reallocating rows, for when their hooks stop counting (ml_hooks_counting): a block
  * of ours still never reaches the allocator. Other rows have none (their original serves). */
 #define GUARD(S, id, p1, params, n, align, call)                                                       \
@@ -418,6 +537,15 @@ void hk_slot_basics(int s)
 #define G_SH_RALLOCX(S, id, p1)                                                                        \
     GUARD(S, id, (fl & 0x40) != 0, (void *p, size_t n, int fl), n, mallocx_align(fl),                  \
           ORIG(S, id, void *(*)(void *, size_t, int))(p, n, fl))
+#define G_SH_HREALLOC(S, id, p1)                                                                       \
+    GUARD(S, id, p1, (uintptr_t h, void *p, size_t n), n, 0,                                           \
+          ORIG(S, id, void *(*)(uintptr_t, void *, size_t))(h, p, n))
+#define G_SH_HREALLOCN(S, id, p1)                                                                      \
+    GUARD(S, id, p1, (uintptr_t h, void *p, size_t n, size_t sz), n * sz, 0,                           \
+          ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, sz))
+#define G_SH_HREALLOC_AL(S, id, p1)                                                                    \
+    GUARD(S, id, p1, (uintptr_t h, void *p, size_t n, size_t al), n, al,                               \
+          ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, al))
 #define G_NONE(S, id, p1)
 #define G_SH_MALLOC G_NONE
 #define G_SH_CALLOC G_NONE
@@ -430,6 +558,12 @@ void hk_slot_basics(int s)
 #define G_SH_USABLE G_NONE
 #define G_SH_XALLOCX G_NONE
 #define G_SH_EXPAND G_NONE
+#define G_SH_HMALLOC G_NONE
+#define G_SH_HCALLOC G_NONE
+#define G_SH_HALIGNED G_NONE
+#define G_SH_HDESTROY G_NONE
+#define G_SH_HDELETE G_NONE
+#define G_SH_LOOKUP G_NONE
 
 #define HK_FN(S, id, tab, name, shape, p1) FN_##shape(S, id, p1) G_##shape(S, id, p1)
 HK_ROWS(HK_FN, 0)
@@ -445,6 +579,9 @@ static void *const hooks[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_PTR, 0)}, {HK_ROWS(H
 #define P_SH_REALLOCN P_SH_REALLOC
 #define P_SH_REALLOC_AL P_SH_REALLOC
 #define P_SH_RALLOCX P_SH_REALLOC
+#define P_SH_HREALLOC P_SH_REALLOC
+#define P_SH_HREALLOCN P_SH_REALLOC
+#define P_SH_HREALLOC_AL P_SH_REALLOC
 #define P_NONE(S, id) NULL
 #define P_SH_MALLOC P_NONE
 #define P_SH_CALLOC P_NONE
@@ -457,6 +594,12 @@ static void *const hooks[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_PTR, 0)}, {HK_ROWS(H
 #define P_SH_USABLE P_NONE
 #define P_SH_XALLOCX P_NONE
 #define P_SH_EXPAND P_NONE
+#define P_SH_HMALLOC P_NONE
+#define P_SH_HCALLOC P_NONE
+#define P_SH_HALIGNED P_NONE
+#define P_SH_HDESTROY P_NONE
+#define P_SH_HDELETE P_NONE
+#define P_SH_LOOKUP P_NONE
 #define HK_GPTR(S, id, tab, name, shape, p1) P_##shape(S, id),
 static void *const guards[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_GPTR, 0)}, {HK_ROWS(HK_GPTR, 1)}, {HK_ROWS(HK_GPTR, 2)}};
 #undef HK_GPTR

@@ -19,10 +19,20 @@ enum hk_shape {
     SH_REALLOCN,   /* void *(void *p, size_t n, size_t s) p1: 1 zeroes what grows */
     SH_REALLOC_AL, /* void *(void *p, size_t n, size_t align) p1: 1 zeroes what grows */
     SH_RALLOCX,    /* void *(void *p, size_t n, int flags) */
+    /* mimalloc's first-class heaps: the heap first (a sampled block remembers it, block.c) */
+    SH_HMALLOC,    /* void *(mi_heap_t *h, size_t n)      p1: 1 zeroed */
+    SH_HCALLOC,    /* void *(h, size_t n, size_t s)        p1: 1 zeroed */
+    SH_HALIGNED,   /* void *(h, size_t n, size_t align)    p1: 1 zeroed */
+    SH_HREALLOC,   /* void *(h, void *p, size_t n)         p1: 1 zeroes what grows */
+    SH_HREALLOCN,  /* void *(h, void *p, size_t n, size_t s) p1: 1 zeroes what grows */
+    SH_HREALLOC_AL, /* void *(h, void *p, size_t n, size_t align) p1: 1 zeroes what grows */
     SH_FREE,       /* void (void *p [, x, y]): free, sized and aligned frees, operator delete */
     SH_USABLE,     /* size_t (void *p [, x]) */
     SH_XALLOCX,    /* size_t (void *p, size_t n, size_t extra, int flags): resize in place */
     SH_EXPAND,     /* void *(void *p, size_t n): resize in place or NULL */
+    SH_HDESTROY,   /* void (mi_heap_t *h): frees every block of h (no free per block) */
+    SH_HDELETE,    /* void (mi_heap_t *h): h's blocks move to the thread's backing heap, live */
+    SH_LOOKUP,     /* not hooked: its address is kept for the hooks to call (mi_heap_get_default) */
 };
 
 /* Which names a row is looked up under. */
@@ -110,6 +120,27 @@ enum hk_table { T_STD, T_MI, T_TC };
     X(S, MI_new_n, T_MI, "new_n", SH_CALLOC, 0)                                                        \
     X(S, MI_new_realloc, T_MI, "new_realloc", SH_REALLOC, 0)                                           \
     X(S, MI_new_reallocn, T_MI, "new_reallocn", SH_REALLOCN, 0)                                        \
+    X(S, MI_heap_malloc, T_MI, "heap_malloc", SH_HMALLOC, 0)                                           \
+    X(S, MI_heap_zalloc, T_MI, "heap_zalloc", SH_HMALLOC, 1)                                           \
+    X(S, MI_heap_malloc_small, T_MI, "heap_malloc_small", SH_HMALLOC, 0)                               \
+    X(S, MI_heap_zalloc_small, T_MI, "heap_zalloc_small", SH_HMALLOC, 1)                               \
+    X(S, MI_heap_alloc_new, T_MI, "heap_alloc_new", SH_HMALLOC, 0)                                     \
+    X(S, MI_heap_calloc, T_MI, "heap_calloc", SH_HCALLOC, 1)                                           \
+    X(S, MI_heap_mallocn, T_MI, "heap_mallocn", SH_HCALLOC, 0)                                         \
+    X(S, MI_heap_alloc_new_n, T_MI, "heap_alloc_new_n", SH_HCALLOC, 0)                                 \
+    X(S, MI_heap_malloc_aligned, T_MI, "heap_malloc_aligned", SH_HALIGNED, 0)                          \
+    X(S, MI_heap_zalloc_aligned, T_MI, "heap_zalloc_aligned", SH_HALIGNED, 1)                          \
+    X(S, MI_heap_realloc, T_MI, "heap_realloc", SH_HREALLOC, 0)                                        \
+    X(S, MI_heap_reallocf, T_MI, "heap_reallocf", SH_HREALLOC, 0)                                      \
+    X(S, MI_heap_rezalloc, T_MI, "heap_rezalloc", SH_HREALLOC, 1)                                      \
+    X(S, MI_heap_reallocn, T_MI, "heap_reallocn", SH_HREALLOCN, 0)                                     \
+    X(S, MI_heap_recalloc, T_MI, "heap_recalloc", SH_HREALLOCN, 1)                                     \
+    X(S, MI_heap_realloc_aligned, T_MI, "heap_realloc_aligned", SH_HREALLOC_AL, 0)                     \
+    X(S, MI_heap_rezalloc_aligned, T_MI, "heap_rezalloc_aligned", SH_HREALLOC_AL, 1)                   \
+    X(S, MI_heap_destroy, T_MI, "heap_destroy", SH_HDESTROY, 0)                                        \
+    X(S, MI_heap_delete, T_MI, "heap_delete", SH_HDELETE, 0)                                           \
+    X(S, MI_heap_get_default, T_MI, "heap_get_default", SH_LOOKUP, 0)                                  \
+    X(S, MI_heap_get_backing, T_MI, "heap_get_backing", SH_LOOKUP, 0)                                  \
     X(S, TC_malloc, T_TC, "malloc", SH_MALLOC, 0)                                                      \
     X(S, TC_calloc, T_TC, "calloc", SH_CALLOC, 1)                                                      \
     X(S, TC_realloc, T_TC, "realloc", SH_REALLOC, 0)                                                   \
@@ -155,7 +186,9 @@ extern const struct hk_row hk_rows[HK_NROWS];
 
 /* Does a row's hook count allocations (the countdown), or only guard pointers (free, usable size,
  * resize in place: a block of ours must never reach the allocator)? */
-static inline int hk_counts(const struct hk_row *r) { return r->shape <= SH_RALLOCX; }
+static inline int hk_counts(const struct hk_row *r) { return r->shape <= SH_HREALLOC_AL; }
+/* Does a row's shape take mimalloc's heap first? */
+static inline int hk_heap_first(int shape) { return shape >= SH_HMALLOC && shape <= SH_HREALLOC_AL; }
 
 /* Allocators linked into one process that memlens can hook at once. */
 #define HK_SLOTS 3

@@ -73,7 +73,7 @@ static uint32_t intern(enum ml_src_kind kind, uintptr_t ra)
  * block itself (model a, real = size), or a shadow that carries the accounting of memory someone
  * else owns (model b, real = 1). ML_SAMPLE and ML_EXACT both come here for the malloc family:
  * exact mode serves every block from the range too, so that its frees are seen and the live heap,
- * peak, lifetimes and timeline are exact as well (a block costs the range's header, 128 bytes, and
+ * peak, lifetimes and timeline are exact as well (a block costs the range's header, 176 bytes, and
  * the range lock). */
 static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t room, size_t align, int zero,
                     uintptr_t ra)

@@ -52,6 +52,7 @@
 
 static struct ml_block *head; /* live sampled blocks, newest first (range lock) */
 static uint64_t nlive;
+static _Atomic uint64_t nheaped; /* of them, those in a mimalloc heap of their own (range lock) */
 static _Atomic uint32_t gen = 1; /* reallocations pending from an older generation (before a reset,
                                     or the parent's, in a fork child) are not counted */
 static int64_t dump_heap;        /* dump lock: the heap's share of what blocks have not flushed */
@@ -308,6 +309,20 @@ static void defer_free(struct ml_block *b)
                                                   memory_order_relaxed));
 }
 
+/* Lock held: the block leaves every count, the list and the range (freed at `now`). */
+static void release_locked(struct ml_block *b, uint64_t now)
+{
+    uncount(b, now);
+    struct ml_stack *st = stack_of(b);
+    if (st && now && b->w_bytes) {
+        ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
+        add_u64(&st->life[ml_life_bucket(now > b->born ? now - b->born : 0)], b->w_bytes);
+    }
+    add_u64(&nheaped, b->heap ? UINT64_MAX : 0); /* -1 */
+    unlink_block(b);
+    ml_range_free_locked(b);
+}
+
 static void free_now(struct ml_block *b)
 {
     ml_usdt_free(b + 1); /* when it is freed: a deferred free (signal handler) fires it later */
@@ -317,14 +332,7 @@ static void free_now(struct ml_block *b)
     uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
-    uncount(b, now);
-    struct ml_stack *st = stack_of(b);
-    if (st && now && b->w_bytes) {
-        ml_stack_touch(st); /* fork child: the histogram is cumulative, the child's starts at zero */
-        add_u64(&st->life[ml_life_bucket(now > b->born ? now - b->born : 0)], b->w_bytes);
-    }
-    unlink_block(b);
-    ml_range_free_locked(b);
+    release_locked(b, now);
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
     after(now, 0);
@@ -354,6 +362,52 @@ void ml_sampled_free(void *p)
         return;
     }
     free_now(b);
+    drain_deferred();
+}
+
+/* ---- mimalloc's heaps (hooks.c) ---- */
+
+void ml_block_set_heap(void *p, void *heap)
+{
+    struct ml_block *b = ml_block_of(p);
+    if (b->kind != ML_KIND_SAMPLED || b->heap == heap)
+        return;
+    ml_range_lock();
+    add_u64(&nheaped, (uint64_t)((heap != NULL) - (b->heap != NULL)));
+    b->heap = heap;
+    ml_range_unlock();
+}
+
+/* The walk is over every live sampled block, and only while one of them is in a heap of its own:
+ * a program that destroys heaps holding samples pays O(live samples) per destroy (few: one per R
+ * bytes of the heap). */
+void ml_blocks_heap_gone(const void *heap, int destroyed)
+{
+    if (!heap || !atomic_load_explicit(&nheaped, memory_order_relaxed) || ml_tls.busy)
+        return;
+    ml_busy_enter();
+    ml_state_own();
+    uint64_t last = 0;
+    ml_range_lock();
+    for (struct ml_block *b = head, *next; b; b = next) {
+        next = b->next;
+        if (b->heap != heap)
+            continue;
+        if (!destroyed) { /* mi_heap_delete: its blocks live on in the backing heap */
+            b->heap = NULL;
+            add_u64(&nheaped, UINT64_MAX);
+            continue;
+        }
+        ml_usdt_free(b + 1);
+        uint64_t now = tick(b);
+        flush_alloc(b);
+        release_locked(b, now);
+        last = now ? now : last;
+    }
+    ML_ASSERT(accounts_ok());
+    ml_range_unlock();
+    after(last, 0);
+    ml_busy_leave();
     drain_deferred();
 }
 
@@ -399,6 +453,7 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t
     uncount(b, now);
     atomic_fetch_add_explicit(&ml_st->dropped, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->w_bytes, memory_order_relaxed);
+    add_u64(&nheaped, b->heap ? UINT64_MAX : 0); /* -1 */
     unlink_block(b);
     ml_range_free_locked(b);
     ML_ASSERT(accounts_ok());

@@ -28,6 +28,12 @@ void ml_sampled_free(void *p);
  * out to `out`, the malloc of the family the realloc came through); NULL if no memory (p is left as
  * it was). */
 void *ml_block_realloc(void *p, size_t n, size_t room, uintptr_t ra, void *(*out)(size_t));
+/* mimalloc's heaps (hooks.c): the sampled block p was asked of `heap` (NULL: a thread's backing
+ * heap, or no mimalloc); mi_heap_destroy of heap frees its sampled blocks (destroyed = 1: they
+ * leave the live counts, their allocations stay counted), mi_heap_delete moves them to the backing
+ * heap (destroyed = 0: they stay live). */
+void ml_block_set_heap(void *p, void *heap);
+void ml_blocks_heap_gone(const void *heap, int destroyed);
 /* fork child: inherited blocks, a fresh peak and timeline (fork.c then starts the views' dumps anew) */
 void ml_blocks_fork_child(void);
 /* fork child, its stack table just copied (state.c): the live columns again from its own blocks */

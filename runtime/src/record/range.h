@@ -30,11 +30,14 @@ struct ml_block {
     uint64_t point_h[2], point_R;
     uint64_t pend_bytes;   /* reallocations since the last flush, counted exactly (block.c) */
     uint32_t pend_objs, gen; /* and their number; the profile generation they belong to */
+    void *heap;            /* mimalloc's heap it was asked of (hooks.c), or NULL: its thread's backing
+                            * heap, or another allocator. mi_heap_destroy frees the heap's blocks */
     struct ml_block *prev, *next; /* the list of live sampled blocks */
     struct ml_block *deferred; /* block.c: the next block whose free waits (a free from a signal
                                   handler that interrupted the runtime) */
     uint64_t usable;           /* block.c: the usable size the program is told (the family's class
-                                  for `size`; 0: `size`). Also keeps the header 16-byte sized */
+                                  for `size`; 0: `size`) */
+    uint64_t spare;            /* keeps the header 16-byte sized */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
