@@ -229,9 +229,12 @@ fn settle(h: &mut Held) -> Result<()> {
 /// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped. On a
 /// saturated machine a thread asked to stop waits for a CPU before it does, while those already
 /// stopped wait for it: memlens and each thread run SCHED_FIFO meanwhile where memlens may (root,
-/// CAP_SYS_NICE), as for the injection (inject.rs), and are put back after. The threads are listed
-/// and raised before the first is interrupted; then all are interrupted at once and waited for,
-/// so the stop lasts as long as the slowest thread takes to stop, not the sum.
+/// CAP_SYS_NICE), as for the injection (inject.rs). memlens is raised first; each thread is
+/// raised only once interrupted, and put back while still stopped, so no code of the program ever
+/// runs SCHED_FIFO. (Raising busy threads before interrupting them, and memlens last, starved
+/// memlens on 2 cores: real-time threads that never sleep leave ordinary ones 5 % of the CPU, and a
+/// stop took 1–37 s while the program ran at real-time priority.) All are interrupted at once and
+/// waited for, so the stop lasts as long as the slowest thread takes to stop, not the sum.
 struct World {
     held: Vec<Held>,
     boosts: Vec<Boost>,
@@ -242,14 +245,14 @@ struct World {
 
 impl World {
     fn stop(pid: i32) -> Result<World> {
+        let me = Boost::new(0);
         let mut todo = tids(pid);
         let mut w = World {
             held: Vec::new(),
-            boosts: todo.iter().map(|t| Boost::new(*t)).collect(),
-            _me: Boost::new(0),
+            boosts: Vec::new(),
+            _me: me,
             since: Instant::now(),
         };
-        w.since = Instant::now();
         while !todo.is_empty() {
             let from = w.held.len();
             for t in todo.iter().filter(|t| interrupt(**t)) {
@@ -258,6 +261,7 @@ impl World {
                     rip: 0,
                     pending: 0,
                 });
+                w.boosts.push(Boost::new(*t)); // interrupted: it runs no code of its own now
             }
             for h in &mut w.held[from..] {
                 settle(h)?;
@@ -266,7 +270,6 @@ impl World {
                 .into_iter()
                 .filter(|t| !w.held.iter().any(|h| h.tid == *t))
                 .collect();
-            w.boosts.extend(todo.iter().map(|t| Boost::new(*t)));
         }
         Ok(w)
     }
@@ -282,10 +285,12 @@ impl World {
             .map(|h| (h.tid, h.rip))
     }
 
-    /// Let every thread go; how long the first was held, up to the last one's release. (Putting
-    /// the scheduling policies back comes after: once memlens is an ordinary task again, a loaded
-    /// machine may keep it waiting for a CPU for milliseconds, while no thread is held.)
+    /// Let every thread go, each put back to its scheduling policy first; how long the first was
+    /// held, up to the last one's release. (memlens's own policy is put back after: once it is an
+    /// ordinary task again, a loaded machine may keep it waiting for a CPU for milliseconds, while
+    /// no thread is held.)
     fn release(mut self) -> Duration {
+        self.boosts.clear();
         for h in self.held.drain(..) {
             let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
         }
@@ -295,10 +300,10 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.boosts.clear(); // while they are still stopped: each is put back as it was
         for h in &self.held {
             let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
         }
-        self.boosts.clear(); // after the threads go: each is put back as it was
     }
 }
 
