@@ -100,8 +100,13 @@ static unsigned long long listed_at_add(void)
 #endif
 }
 
+/* Only where that dlopen brought an allocator: a program that dlopens in a loop has one racing
+ * nearly every attach, mostly of libraries with nothing to hook. Once. */
 static void say_deferred(void)
 {
+    static int said;
+    if (said++)
+        return;
     ml_note(1, "memlens: a library was loaded while memlens attached: the libraries of the dlopen that "
                "followed are not hooked (their allocators' allocations are not sampled) until the next "
                "memlens attach");
@@ -125,9 +130,8 @@ static void ml_loader_event(void)
     ml_loader_context = 1;
     int defer = defer_once;
     defer_once = 0;
-    if (defer)
+    if (ml_hooks_scan(defer ? ML_HOOK_DEFER : ML_HOOK_NOW, NULL, 0) > 0 && defer)
         say_deferred();
-    ml_hooks_scan(defer ? ML_HOOK_DEFER : ML_HOOK_NOW, NULL, 0);
     ml_loader_context = 0;
     ml_tls.busy--;
     in_scan = 0;
