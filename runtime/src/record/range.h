@@ -37,7 +37,7 @@ struct ml_block {
                                   handler that interrupted the runtime) */
     uint64_t usable;           /* block.c: the usable size the program is told (the family's class
                                   for `size`; 0: `size`) */
-    uint64_t spare;            /* keeps the header 16-byte sized */
+    void *placeholder;         /* block.h: the real allocator's chunk that stands in its place, or NULL */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
