@@ -211,7 +211,10 @@ mod tests {
         let own = Est::split_peak(25e6, 0.0, 512 << 10);
         assert!(own.upper() < 34e6, "{}", own.upper());
         let hi = e.upper();
-        assert!(hi > 40e6 + 1.96 * (40e6 * r).sqrt() * 0.9 && hi > own.upper(), "{hi}");
+        assert!(
+            hi > 40e6 + 1.96 * (40e6 * r).sqrt() * 0.9 && hi > own.upper(),
+            "{hi}"
+        );
         assert_eq!(hi, memlens_profile::peak_bound_from_highest(40e6, r));
         assert_eq!(e.lower(Z), own.lower(Z), "the lower end is the split's");
     }

@@ -154,17 +154,22 @@ void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int
  * is what the program would have cost the allocator anyway; and its usable size is the block's,
  * without a probe (room_of). Not for the hooked families (their heaps and arenas have calls of their
  * own that a placeholder cannot follow: mi_heap_destroy), not in exact mode (every block is in the
- * range: a placeholder would double the heap), nor above glibc's mmap threshold (128 KiB unless the
- * program moved it), where the allocator maps each block apart from its heap: a placeholder there
- * would shape nothing and only take the program's address space (under `ulimit -v` the runtime
- * keeps to its documented reserve, docs/survival.md). */
-#define PH_MAX ((size_t)128 << 10)
+ * range: a placeholder would double the heap), nor above glibc's largest mmap threshold (32 MiB),
+ * above which it maps every block apart from its heap. Between 128 KiB (its first threshold) and
+ * 32 MiB glibc maps a block or cuts it from its heap depending on the largest mapped block freed so
+ * far, so those placeholders count too: with them perl's exit consolidated in 0 of 12 runs, with
+ * placeholders up to 128 KiB only in 3 of 12. A mapped placeholder costs address space (and a
+ * page for glibc's header), so where that is scarce (ml_range_scarce: `ulimit -v`, or strict
+ * overcommit, which charges untouched mappings) only blocks up to 128 KiB have one, and the runtime
+ * keeps to its documented reserve (docs/survival.md). */
+#define PH_MAX ((size_t)32 << 20)
+#define PH_MAX_SCARCE ((size_t)128 << 10)
 
 static void ph_release(void *ph) { ml_next.free(ph); }
 
 static inline int placed(const struct ml_family *f, size_t size)
 {
-    return f == &ml_next && armed_R(&ml_tls) != 0 && size <= PH_MAX;
+    return f == &ml_next && armed_R(&ml_tls) != 0 && size <= (ml_range_scarce() ? PH_MAX_SCARCE : PH_MAX);
 }
 
 /* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
