@@ -622,6 +622,11 @@ fn a_heap_growing_unseen_is_said() {
 /// tests/programs/dlopen_alloc.c: the program, and the library it loads with dlopen, which links
 /// libjemalloc_pic.a and keeps its symbols to itself (`--exclude-libs`: its malloc is local).
 pub(crate) fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
+    dlopen_programs_with(dir, &[])
+}
+
+/// The same, the program compiled with `flags` too.
+fn dlopen_programs_with(dir: &Path, flags: &[&str]) -> (PathBuf, PathBuf) {
     let src = root().join("tests/programs/dlopen_alloc.c");
     let lib = dir.join("libheld.so");
     Command::new("gcc")
@@ -639,7 +644,8 @@ pub(crate) fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
         .arg("/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a")
         .args(["-Wl,--exclude-libs,ALL", "-lpthread", "-lm", "-lstdc++"])
         .ok();
-    (compile(&src, dir, "dlopen_alloc", &["-ldl"]), lib)
+    let flags: Vec<&str> = flags.iter().copied().chain(["-ldl"]).collect();
+    (compile(&src, dir, "dlopen_alloc", &flags), lib)
 }
 
 /// jemalloc's initial-exec TLS needs more of the static TLS block than glibc keeps for libraries
@@ -654,15 +660,38 @@ pub(crate) const STATIC_TLS: (&str, &str) =
 fn library_dlopened_with_jemalloc_linked_in_run() {
     let dir = test_dir();
     let (prog, lib) = dlopen_programs(dir.path());
+    check_dlopened(dir.path(), &prog, &lib);
+}
+
+/// The same when the program names `_r_debug` itself (tests/programs/dlopen_alloc.c, COPY_R_DEBUG):
+/// its copy of the loader's r_debug, which every object's `_r_debug` then is, never changes, and
+/// the runtime watched no dlopen through it (0 samples, nothing said); it now finds the loader's
+/// own through the program's DT_DEBUG (base/rdebug.c).
+#[test]
+fn library_dlopened_by_a_program_that_copies_r_debug_run() {
+    let dir = test_dir();
+    let (prog, lib) = dlopen_programs_with(dir.path(), &["-DCOPY_R_DEBUG"]);
+    let relocs = Command::new("readelf").arg("-rW").arg(&prog).ok_stdout();
+    assert!(
+        relocs
+            .lines()
+            .any(|l| l.contains("R_X86_64_COPY") && l.contains("_r_debug")),
+        "no copy relocation of _r_debug:\n{relocs}"
+    );
+    check_dlopened(dir.path(), &prog, &lib);
+}
+
+/// `memlens run` of the dlopen program: the library's jemalloc hooked, its bytes counted.
+fn check_dlopened(dir: &Path, prog: &Path, lib: &Path) {
     let reference = said(
-        &Command::new(&prog)
-            .arg(&lib)
+        &Command::new(prog)
+            .arg(lib)
             .env(STATIC_TLS.0, STATIC_TLS.1)
             .ok_stdout(),
     );
-    let file = dir.path().join("p.pb.gz");
-    let o = memlens_run(&file, &prog)
-        .arg(&lib)
+    let file = dir.join("p.pb.gz");
+    let o = memlens_run(&file, prog)
+        .arg(lib)
         .env(STATIC_TLS.0, STATIC_TLS.1)
         .output()
         .unwrap();

@@ -43,6 +43,14 @@ size_t allocated(void)
 #include <dlfcn.h>
 #include <link.h>
 
+#ifdef COPY_R_DEBUG
+/* Built with -DCOPY_R_DEBUG the program names _r_debug, as a program with a debugger hook of its own
+ * may: the link copies it into the program (a copy relocation) and the loader never updates that
+ * copy, which every object's _r_debug then is (the runtime must find the loader's own). */
+extern struct r_debug _r_debug;
+__attribute__((used)) int r_debug_version(void) { return _r_debug.r_version; }
+#endif
+
 int main(int argc, char **argv)
 {
     if (argc > 3) {

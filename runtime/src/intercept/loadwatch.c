@@ -33,6 +33,7 @@
 #include "../base/log.h"
 #include "../base/notes.h"
 #include "../base/rt.h"
+#include "../base/rdebug.h"
 #include "finder.h"
 #include "got.h"
 #include "patch.h"
@@ -116,7 +117,7 @@ static void say_deferred(void)
  * is, and returning to the loader as its `ret` would have. */
 static void ml_loader_event(void)
 {
-    int st = _r_debug.r_state;
+    int st = ml_r_debug()->r_state;
     if (in_scan || !ml_cfg.ready)
         return;
     if (st == RT_ADD && check_adds) { /* the first dlopen since the jump was written */
@@ -150,7 +151,7 @@ static void say_blind(const char *why)
 /* The jump at _dl_debug_state, into p; NULL, or why not. */
 static const char *plan(struct ml_patch *p)
 {
-    uintptr_t brk = _r_debug.r_brk;
+    uintptr_t brk = ml_r_debug()->r_brk;
     uintptr_t at = brk ? jump_site(brk) : 0;
     if (!at)
         return "the loader's notification (_dl_debug_state) is not one this runtime can hook";

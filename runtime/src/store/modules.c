@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../base/out.h"
+#include "../base/rdebug.h"
 #include "../control/ctl.h"
 #include "modules.h"
 #include "state.h"
@@ -151,7 +152,7 @@ static int write_loaded(struct dl_phdr_info *info, size_t size, void *arg)
  * headers are found from its first mapping (its ELF header) via the lock-free _dl_find_object. */
 static void iterate_single_threaded(int (*fn)(struct dl_phdr_info *, size_t, void *), void *arg)
 {
-    for (struct link_map *lm = _r_debug.r_map; lm; lm = lm->l_next) {
+    for (struct link_map *lm = ml_r_debug()->r_map; lm; lm = lm->l_next) {
         struct dl_find_object fo;
         if (!lm->l_ld || _dl_find_object((void *)lm->l_ld, &fo) != 0 || !fo.dlfo_map_start)
             continue;
