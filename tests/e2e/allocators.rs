@@ -159,12 +159,12 @@ fn c_program_of(dir: &Path, source: &str, alloc: &str) -> PathBuf {
 }
 
 /// What a program printed: its own count and its allocator's (`allocator_after - _before`).
-struct Said {
-    held: f64,
-    allocator: f64,
+pub(crate) struct Said {
+    pub(crate) held: f64,
+    pub(crate) allocator: f64,
 }
 
-fn said(out: &str) -> Said {
+pub(crate) fn said(out: &str) -> Said {
     let line = out
         .lines()
         .find(|l| l.starts_with("held_bytes="))
@@ -184,7 +184,7 @@ fn said(out: &str) -> Said {
 
 /// Bytes in use at the `hold` site of a profile: stacks with a frame named `hold`, or, in Rust,
 /// inside `rust_allocs::hold` (its closure; `hold` itself tail-calls `collect` and leaves no frame).
-fn inuse_at_hold(file: &Path) -> f64 {
+pub(crate) fn inuse_at_hold(file: &Path) -> f64 {
     at_site(file, "inuse_space", "hold")
 }
 
@@ -244,7 +244,7 @@ pub(crate) fn ctl_dump(pid: &str, file: &Path, dir: &Path) {
 }
 
 #[track_caller]
-fn within(what: &str, got: f64, want: f64) {
+pub(crate) fn within(what: &str, got: f64, want: f64) {
     let err = (got - want) / want;
     assert!(
         err.abs() <= 0.10,
@@ -661,7 +661,7 @@ fn a_heap_growing_unseen_is_said() {
 
 /// tests/programs/dlopen_alloc.c: the program, and the library it loads with dlopen, which links
 /// libjemalloc_pic.a and keeps its symbols to itself (`--exclude-libs`: its malloc is local).
-fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
     let src = root().join("tests/programs/dlopen_alloc.c");
     let lib = dir.join("libheld.so");
     Command::new("gcc")
@@ -684,7 +684,8 @@ fn dlopen_programs(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// jemalloc's initial-exec TLS needs more of the static TLS block than glibc keeps for libraries
 /// loaded later (without it, dlopen fails: "cannot allocate memory in static TLS block").
-const STATIC_TLS: (&str, &str) = ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
+pub(crate) const STATIC_TLS: (&str, &str) =
+    ("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536");
 
 /// A library loaded with dlopen after start, with jemalloc linked into it: memlens finds it and
 /// hooks it while the loader maps it, before its code runs (the loader's r_brk notification), and

@@ -5,6 +5,12 @@
 //! The program (progs/hook_restore.c, linked with libjemalloc_pic.a, so `malloc` and `free` are
 //! defined in it) checks every block it made, and prints its entry points' addresses, whose bytes
 //! the test reads in /proc/PID/mem before the attach, under it, and after the detach.
+//!
+//! A library loaded with dlopen after the attach, with jemalloc linked into it (progs of
+//! allocators.rs: tests/programs/dlopen_alloc.c): the jump at the loader's notification, written by
+//! memlens with every thread stopped, has it scanned and hooked before its code runs, and the bytes
+//! it holds are counted; a detach puts the loader's bytes back, a re-attach writes the jump again.
+use crate::allocators::{dlopen_programs, inuse_at_hold, said, within, STATIC_TLS};
 use crate::util::*;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
@@ -217,4 +223,119 @@ fn detach_keeps_the_free_side_while_sampled_blocks_live_and_attach_hooks_again()
     assert_eq!(p.bytes(), hooked, "the jumps should be back");
     std::thread::sleep(std::time::Duration::from_millis(200));
     p.end(d);
+}
+
+/// The dlopen program started with a third argument: it waits for `go` before it loads the
+/// library, having printed where the loader's notification is (r_debug.r_brk).
+struct Loading {
+    child: Child,
+    out: BufReader<ChildStdout>,
+    pid: String,
+    brk: u64,
+}
+
+impl Loading {
+    fn start(prog: &Path, lib: &Path, d: &Path) -> Loading {
+        let mut child = Command::new(prog)
+            .arg(lib)
+            .arg(d.join("end"))
+            .arg(d.join("go"))
+            .env(STATIC_TLS.0, STATIC_TLS.1)
+            .env("MEMLENS_CTL_DIR", ctl_dir(d))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let first = line(&mut out);
+        let hex = first.strip_prefix("waiting brk=0x").expect(&first);
+        let pid = child.id().to_string();
+        Loading {
+            child,
+            out,
+            pid,
+            brk: u64::from_str_radix(hex, 16).unwrap(),
+        }
+    }
+
+    /// The first 16 bytes of the loader's _dl_debug_state.
+    fn brk_bytes(&self) -> Vec<u8> {
+        let mem = std::fs::File::open(format!("/proc/{}/mem", self.pid)).unwrap();
+        let mut b = vec![0u8; 16];
+        mem.read_exact_at(&mut b, self.brk).unwrap();
+        b
+    }
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn library_dlopened_after_the_attach_with_jemalloc_linked_in() {
+    if !Path::new(JEMALLOC_A).exists() {
+        println!("SKIPPED: {JEMALLOC_A} is not installed (libjemalloc-dev)");
+        return;
+    }
+    let dir = test_dir();
+    let d = dir.path();
+    let (prog, lib) = dlopen_programs(d);
+    let reference = said(
+        &Command::new(&prog)
+            .arg(&lib)
+            .env(STATIC_TLS.0, STATIC_TLS.1)
+            .ok_stdout(),
+    );
+    let mut p = Loading::start(&prog, &lib, d);
+    let original = p.brk_bytes();
+    let run = |args: &[&str]| {
+        memlens()
+            .args(args)
+            .env("MEMLENS_CTL_DIR", ctl_dir(d))
+            .ok_stdout()
+    };
+    let attached = run(&["attach", &p.pid, "--interval", "16K"]);
+    let watched = p.brk_bytes();
+    std::fs::write(d.join("go"), "").unwrap(); // it loads the library and holds 32 MiB through it
+    let own = said(&line(&mut p.out));
+    let file = d.join("a.pb.gz");
+    run(&["ctl", &p.pid, "dump", "-o", file.to_str().unwrap()]);
+    let got = inuse_at_hold(&file);
+    within(
+        "after the attach, vs the program's own count",
+        got,
+        own.held,
+    );
+    within(
+        "after the attach, vs jemalloc's stats.allocated",
+        got,
+        reference.allocator,
+    );
+    assert!(
+        attached.contains("the loader's notification hooked") && watched != original,
+        "the loader's notification should hold a jump: {watched:x?} vs {original:x?}\n{attached}"
+    );
+    let header = memlens().arg("report").arg(&file).ok_stdout();
+    let found = "libheld.so (a library) allocates through jemalloc linked into it";
+    assert!(header.contains(found), "no '{found}' in:\n{header}");
+    // A detach puts the loader's bytes back, and the library's allocating entry points (their
+    // jumps, written inside its dlopen, are listed with the others); a re-attach writes them again.
+    let out = run(&["detach", &p.pid]);
+    assert!(
+        out.contains("the loader's notification given its original bytes back"),
+        "{out}"
+    );
+    assert_eq!(p.brk_bytes(), original, "after the detach");
+    let again = run(&["attach", &p.pid, "--interval", "16K"]);
+    assert!(
+        again.contains("the loader's notification and ")
+            && again.contains("allocator entry points hooked again"),
+        "{again}"
+    );
+    assert_eq!(p.brk_bytes(), watched, "after a second attach");
+    std::fs::write(d.join("end"), "").unwrap();
+    let st = p.child.wait().unwrap();
+    assert!(st.success(), "{prog:?}: {st}");
 }

@@ -852,13 +852,15 @@ fn drawn(doc: &str) -> Vec<Drawn> {
         .collect()
 }
 
-/// `--max-peak` judges the split-sample peak and its 95 % interval (what `report --view peak`
-/// prints), not the highest estimate of the run. runtime/tests/churn_peak.c keeps 800 blocks of
-/// 32 KiB (exact peak 25 MiB) and replaces them one at a time 400,000 times, so at 512K the
-/// highest of its estimates reads 1.5-1.65x the peak while the split estimate reads 0.8-1.1x
-/// (sd about 0.09) with an upper bound 1.1-1.4x (measured 12 runs). A limit of 42M (1.6x) is
-/// therefore held unless the split estimate strays 3.4 standard deviations (about 0.05 % of runs).
-/// 200 blocks (the earlier shape) gave so few samples live (about 12) that the split bound
+/// `--max-peak` judges the split-sample peak and the interval `report --view peak` prints, not the
+/// highest estimate of the run. runtime/tests/churn_peak.c keeps 800 blocks of 32 KiB (exact peak
+/// 25 MiB) and replaces them one at a time 400,000 times, so at 512K the highest of its estimates
+/// reads 1.5-1.65x the peak while the split estimate reads 0.8-1.1x (sd about 0.09) with its own
+/// upper bound 1.1-1.4x (measured 12 runs). The interval's upper end is what the highest estimate
+/// allows (a spike briefer than the churn is not told from noise): about 1.9-2.0x here. So 42M
+/// (1.6x) is inconclusive (held would need the highest estimate under 1.32x: it read 1.53-1.63x in
+/// 12 of 12 runs, the highest of thousands of moments; broken would need the split's lower bound
+/// past 1.6x) and 64M (2.56x) is held (it would need the highest past 2.2x). 200 blocks (the earlier shape) gave so few samples live (about 12) that the split bound
 /// passed 1.6x in 2 runs of 30: a check that fails by chance is not a test.
 #[test]
 fn max_peak_judges_the_split_peak_on_a_churning_heap() {
@@ -873,12 +875,18 @@ fn max_peak_judges_the_split_peak_on_a_churning_heap() {
         dir.path().join("churn.json"),
         dir.path().join("churn.pb.gz"),
     );
-    for _ in 0..3 {
+    // 42M (1.6x) sits between the split estimate's own bound and what the highest estimate allows
+    // (~2x): a brief spike could have passed it unseen, so it is not held; 64M (2.56x) is.
+    for (limit, verdict) in [
+        ("42M", "inconclusive"),
+        ("64M", "held"),
+        ("42M", "inconclusive"),
+    ] {
         let args = [
             "--interval",
             "512K",
             "--max-peak",
-            "42M",
+            limit,
             "--json",
             j.to_str().unwrap(),
             "-o",
@@ -890,7 +898,7 @@ fn max_peak_judges_the_split_peak_on_a_churning_heap() {
         let v = json(&j);
         let l = &v["limits"][0];
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(l["verdict"], "held", "{l}\n{err}");
+        assert_eq!(l["verdict"], verdict, "{l}\n{err}");
         // The figure judged is the split one the report prints, below the run's highest estimate.
         let figure = l["figure"].as_f64().unwrap();
         let tl = report_json(&p, &["--view", "timeline"]);

@@ -657,13 +657,17 @@ struct PeakRun {
     text: String,
 }
 
-fn peak_runs(program: &str, n: usize) -> Vec<PeakRun> {
+fn peak_runs(program: &str, n: usize, args: &[&str]) -> Vec<PeakRun> {
     let dir = test_dir();
     let src = root().join(format!("runtime/tests/{program}.c"));
     let exe = compile(&src, dir.path(), program, &[]);
     (0..n)
         .map(|_| {
-            let (p, out) = profile(dir.path(), &[], &[], &[exe.to_str().unwrap()]);
+            let cmd: Vec<&str> = [exe.to_str().unwrap()]
+                .into_iter()
+                .chain(args.iter().copied())
+                .collect();
+            let (p, out) = profile(dir.path(), &[], &[], &cmd);
             let exact = printed_value(&out, "true_peak");
             let tl = view_json(&p, "timeline");
             let e = tl["peak_estimate_bytes"]
@@ -681,16 +685,17 @@ fn peak_runs(program: &str, n: usize) -> Vec<PeakRun> {
         .collect()
 }
 
-/// A heap that churns at a steady size: 200 blocks of 32 KiB replaced one at a time 400,000 times,
-/// whose peak is exact (6.25 MiB and the array). The highest of the sampled estimate's thousands of
-/// moments reads about twice that at 512 KiB (issue 34); the split-sample estimate the report
+/// A heap that churns at a steady size: 800 blocks of 32 KiB replaced one at a time 400,000 times,
+/// whose peak is exact (25 MiB and the array). The highest of the sampled estimate's thousands of
+/// moments reads 1.5-1.65x that at 512 KiB (issue 34); the split-sample estimate the report
 /// prints must be near the truth and its printed 95 % interval must hold it. Over 8 runs: the
-/// median within ±25 % (its standard error is about 7 % here) and at least 7 of 8 intervals
-/// holding the true peak (each should with probability ≥ 0.95: 6 or fewer happens in about 6 %
-/// of trials at exactly 0.95, and measured coverage was 20 of 20).
+/// median within ±25 % and at least 6 of 8 intervals holding the true peak. One run's estimate
+/// has a standard error of √(R/H) = 14 % here, the median of 8 about 6 %: ±25 % is 4 of them.
+/// With 200 blocks (6.25 MiB, the earlier shape) one run's error was 28 %, the median's 12 %, and
+/// the median left ±25 % by chance (0.65x once, beside the whole suite at load 5).
 #[test]
 fn peak_interval_covers_a_churning_heap() {
-    let runs = peak_runs("churn_peak", 8);
+    let runs = peak_runs("churn_peak", 8, &["800"]);
     let mut est: Vec<f64> = runs.iter().map(|r| r.est).collect();
     let mut highest: Vec<f64> = runs.iter().map(|r| r.highest).collect();
     let inside = runs.iter().filter(|r| r.inside).count();
@@ -703,7 +708,7 @@ fn peak_interval_covers_a_churning_heap() {
     };
     let (m, mh) = (median(&mut est), median(&mut highest));
     assert!(
-        mh > 1.4,
+        mh > 1.3,
         "the churn no longer shows the highest estimate's lean: {highest:?}"
     );
     assert!(
@@ -731,7 +736,7 @@ fn peak_interval_covers_a_churning_heap() {
 /// runs whose halves both chose the spike, ~1 %): 7 of 8 fails with probability < 10^-4.
 #[test]
 fn peak_interval_holds_a_brief_spike() {
-    let runs = peak_runs("spike_peak", 8);
+    let runs = peak_runs("spike_peak", 8, &[]);
     let est: Vec<f64> = runs.iter().map(|r| r.est).collect();
     let inside = runs.iter().filter(|r| r.inside).count();
     for r in &runs {

@@ -3,7 +3,9 @@
  * it keeps to itself) its `hold` keeps HOLD_N blocks of HOLD_SIZE bytes through jemalloc's own
  * malloc, and `allocated` reads jemalloc's "stats.allocated". As the program it dlopens the library
  * given as argv[1] (RTLD_LOCAL), calls `hold` and prints its own count and jemalloc's, as
- * alloc_sites.c does; with a second argument it then waits until that file exists. */
+ * alloc_sites.c does; with a second argument it then waits until that file exists. With a third, it
+ * first prints where the loader's notification is (r_debug.r_brk) and waits until that file exists
+ * before it loads the library (memlens attach comes in meanwhile: tests/e2e/allocators_attach.rs). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -39,9 +41,20 @@ size_t allocated(void)
 }
 #else
 #include <dlfcn.h>
+#include <link.h>
 
 int main(int argc, char **argv)
 {
+    if (argc > 3) {
+        /* Through dlsym: a reference to _r_debug in the program would copy it into the program at
+         * start (a copy relocation), where the loader never updates it, and every module reading
+         * _r_debug, the runtime too, would see that stale copy. */
+        const struct r_debug *r = dlsym(RTLD_DEFAULT, "_r_debug");
+        printf("waiting brk=%p\n", r ? (void *)r->r_brk : NULL);
+        fflush(stdout);
+        while (access(argv[3], F_OK) != 0)
+            usleep(10000);
+    }
     void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "dlopen: %s\n", dlerror());

@@ -16,6 +16,11 @@
 //! size) only when no sampled block is live and no hook is taking a sample — read in the runtime's
 //! `memlens_hooks_quiet` with every thread stopped — since such a block must never reach the
 //! allocator. Whatever stays keeps forwarding through its hook, sampling off.
+//!
+//! One more jump goes in and out with them: the one over the loader's `_dl_debug_state` that has
+//! libraries loaded later (dlopen) scanned for allocators linked into them and hooked before their
+//! code runs (runtime/src/intercept/loadwatch.c, its exported table `memlens_loadwatch`). It is not
+//! an entry point of an allocator (no block reaches it): a detach always puts it back.
 use crate::inject::{ptrace, read_mem, tids, wait, Boost};
 use crate::tracee::{read_maps, Tracee};
 use anyhow::{anyhow, bail, Context, Result};
@@ -26,8 +31,8 @@ use std::time::{Duration, Instant};
 
 /// `struct ml_pending` of runtime/src/intercept/finder.c: keep the two in step.
 const MAGIC: u64 = 0x6d6c_686f_6f6b_7332;
-/// Its state: the jumps are planned (1), written (2), or some were put back by a detach (3).
-const PLANNED: u32 = 1;
+/// Its state: the jumps are planned (1), written (2), or some were put back by a detach (3); which
+/// jumps are to write, or to put back, is read in the sites' bytes.
 const WRITTEN: u32 = 2;
 const RESTORED: u32 = 3;
 /// `struct ml_hooks_quiet` of runtime/src/intercept/hooks.c.
@@ -37,6 +42,11 @@ const SUMMARY: usize = 1024;
 const ENTRY: usize = 48;
 const PATCH_MAX: usize = 16;
 const MAX_ENTRIES: usize = 512;
+/// `struct ml_loadwatch` of runtime/src/intercept/loadwatch.c: keep the two in step.
+const WATCH_MAGIC: u64 = 0x6d6c_6c64_7761_7431;
+const WATCH_CODE: usize = 17;
+const WATCH_WHY: usize = 56;
+const WATCH_SIZE: usize = WATCH_WHY + 256;
 
 /// One jump to write.
 #[derive(Debug, Clone)]
@@ -47,6 +57,8 @@ struct Patch {
     counts: bool,
     /// It takes a pointer (free, realloc, usable size): a sampled block may reach it.
     pointer: bool,
+    /// The jump at the loader's notification (loadwatch.c), not an allocator's entry point.
+    loader: bool,
 }
 
 /// What writing the hooks did.
@@ -60,6 +72,8 @@ pub struct Hooked {
     pub stopped: Duration,
     /// Rounds that found a thread inside a site and let everything go again.
     pub retries: u32,
+    /// The loader's notification was hooked now: libraries loaded from now on are scanned.
+    pub watching: bool,
 }
 
 /// The address of the runtime's exported `name` in the process.
@@ -118,10 +132,58 @@ fn read_pending(pid: i32, at: u64) -> Result<(u32, String, Vec<Patch>)> {
                 old: e[9 + PATCH_MAX..9 + PATCH_MAX + len].to_vec(),
                 counts: e[9 + 2 * PATCH_MAX] != 0,
                 pointer: e[10 + 2 * PATCH_MAX] != 0,
+                loader: false,
             }
         })
         .collect();
     Ok((state, summary, patches))
+}
+
+/// The jump at the loader's notification the runtime planned (`memlens_loadwatch`), or None and
+/// why the runtime could not plan it ("" when it did not try: a runtime of another memlens).
+fn read_loadwatch(p: &Tracee, lib: &[u8]) -> Result<(Option<Patch>, String)> {
+    let Ok(at) = runtime_symbol(p, lib, "memlens_loadwatch") else {
+        return Ok((None, String::new()));
+    };
+    let b = read_exact(p.mem_pid(), at, WATCH_SIZE)?;
+    if u64_at(&b, 0) != WATCH_MAGIC {
+        bail!("the runtime's memlens_loadwatch has another layout than this memlens expects");
+    }
+    let text = &b[WATCH_WHY..];
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    let why = String::from_utf8_lossy(&text[..end]).into_owned();
+    let site = u64_at(&b, 8);
+    if site == 0 {
+        return Ok((None, why));
+    }
+    let len = (b[16] as usize).min(PATCH_MAX);
+    let watch = Patch {
+        site,
+        code: b[WATCH_CODE..WATCH_CODE + len].to_vec(),
+        old: b[WATCH_CODE + PATCH_MAX..WATCH_CODE + PATCH_MAX + len].to_vec(),
+        counts: false,
+        pointer: false,
+        loader: true,
+    };
+    Ok((Some(watch), why))
+}
+
+/// The runtime's jumps, the allocators' and the loader's: (state of memlens_pending, the summary
+/// of what it found, every jump it planned).
+fn planned(p: &Tracee, lib: &[u8]) -> Result<(u32, String, Vec<Patch>)> {
+    let at = runtime_symbol(p, lib, "memlens_pending")?;
+    let (state, mut summary, mut all) = read_pending(p.mem_pid(), at)?;
+    let (watch, why) = read_loadwatch(p, lib)?;
+    all.extend(watch);
+    if !why.is_empty() {
+        if !summary.is_empty() {
+            summary.push('\n');
+        }
+        summary += &format!(
+            "libraries loaded later (dlopen) are not scanned for allocators linked into them: {why}"
+        );
+    }
+    Ok((state, summary, all))
 }
 
 /// A thread we stopped, and the signal to hand back when we let it go.
@@ -167,9 +229,12 @@ fn settle(h: &mut Held) -> Result<()> {
 /// Every thread of the process, stopped (threads born meanwhile too). Let go when dropped. On a
 /// saturated machine a thread asked to stop waits for a CPU before it does, while those already
 /// stopped wait for it: memlens and each thread run SCHED_FIFO meanwhile where memlens may (root,
-/// CAP_SYS_NICE), as for the injection (inject.rs), and are put back after. The threads are listed
-/// and raised before the first is interrupted; then all are interrupted at once and waited for,
-/// so the stop lasts as long as the slowest thread takes to stop, not the sum.
+/// CAP_SYS_NICE), as for the injection (inject.rs). memlens is raised first; each thread is
+/// raised only once interrupted, and put back while still stopped, so no code of the program ever
+/// runs SCHED_FIFO. (Raising busy threads before interrupting them, and memlens last, starved
+/// memlens on 2 cores: real-time threads that never sleep leave ordinary ones 5 % of the CPU, and a
+/// stop took 1–37 s while the program ran at real-time priority.) All are interrupted at once and
+/// waited for, so the stop lasts as long as the slowest thread takes to stop, not the sum.
 struct World {
     held: Vec<Held>,
     boosts: Vec<Boost>,
@@ -180,14 +245,14 @@ struct World {
 
 impl World {
     fn stop(pid: i32) -> Result<World> {
+        let me = Boost::new(0);
         let mut todo = tids(pid);
         let mut w = World {
             held: Vec::new(),
-            boosts: todo.iter().map(|t| Boost::new(*t)).collect(),
-            _me: Boost::new(0),
+            boosts: Vec::new(),
+            _me: me,
             since: Instant::now(),
         };
-        w.since = Instant::now();
         while !todo.is_empty() {
             let from = w.held.len();
             for t in todo.iter().filter(|t| interrupt(**t)) {
@@ -196,6 +261,7 @@ impl World {
                     rip: 0,
                     pending: 0,
                 });
+                w.boosts.push(Boost::new(*t)); // interrupted: it runs no code of its own now
             }
             for h in &mut w.held[from..] {
                 settle(h)?;
@@ -204,7 +270,6 @@ impl World {
                 .into_iter()
                 .filter(|t| !w.held.iter().any(|h| h.tid == *t))
                 .collect();
-            w.boosts.extend(todo.iter().map(|t| Boost::new(*t)));
         }
         Ok(w)
     }
@@ -220,10 +285,12 @@ impl World {
             .map(|h| (h.tid, h.rip))
     }
 
-    /// Let every thread go; how long the first was held, up to the last one's release. (Putting
-    /// the scheduling policies back comes after: once memlens is an ordinary task again, a loaded
-    /// machine may keep it waiting for a CPU for milliseconds, while no thread is held.)
+    /// Let every thread go, each put back to its scheduling policy first; how long the first was
+    /// held, up to the last one's release. (memlens's own policy is put back after: once it is an
+    /// ordinary task again, a loaded machine may keep it waiting for a CPU for milliseconds, while
+    /// no thread is held.)
     fn release(mut self) -> Duration {
+        self.boosts.clear();
         for h in self.held.drain(..) {
             let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
         }
@@ -233,10 +300,10 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.boosts.clear(); // while they are still stopped: each is put back as it was
         for h in &self.held {
             let _ = ptrace(libc::PTRACE_DETACH, h.tid, 0, h.pending as u64);
         }
-        self.boosts.clear(); // after the threads go: each is put back as it was
     }
 }
 
@@ -334,13 +401,15 @@ fn stop_outside(p: &Tracee, ps: &[Patch], tries: u32) -> Result<(Option<World>, 
     }
 }
 
-/// Write the hooks the runtime planned, if any. Called right after the runtime came in, and on a
-/// re-attach through the control socket after a detach put entry points back.
+/// Write the hooks the runtime planned, if any, and the jump at the loader's notification.
+/// Called right after the runtime came in, and on a re-attach through the control socket after a
+/// detach put entry points back.
 pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
     let at = runtime_symbol(p, lib, "memlens_pending")?;
     let pid = p.mem_pid();
-    let (state, summary, all) = read_pending(pid, at)?;
-    // Only the entry points without their jump (after a detach: those it put back).
+    let (state, summary, all) = planned(p, lib)?;
+    // Only the jumps not written (after a detach: those it put back; after a dlopen while
+    // detached, or between the runtime's plan and this write: a library's, planned since).
     let now = read_sites(pid, &all)?;
     let ps: Vec<Patch> = all
         .into_iter()
@@ -348,15 +417,20 @@ pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
         .filter(|(q, b)| *b != q.code)
         .map(|(q, _)| q)
         .collect();
-    if !(state == PLANNED || state == RESTORED) || ps.is_empty() {
-        return Ok(
-            (!summary.is_empty() && state != RESTORED).then_some(Hooked {
-                summary,
-                hooks: 0,
-                stopped: Duration::ZERO,
-                retries: 0,
-            }),
-        );
+    let hooks = ps.iter().filter(|q| !q.loader).count();
+    let summary = if state == RESTORED {
+        String::new()
+    } else {
+        summary
+    };
+    if ps.is_empty() {
+        return Ok((!summary.is_empty()).then_some(Hooked {
+            summary,
+            hooks: 0,
+            stopped: Duration::ZERO,
+            retries: 0,
+            watching: false,
+        }));
     }
     check_sites(pid, &ps, |q| &q.old)?;
     let mem = open_mem(p)?;
@@ -369,17 +443,16 @@ pub fn apply_pending(p: &Tracee, lib: &[u8]) -> Result<Option<Hooked>> {
     };
     check_sites(pid, &ps, |q| &q.old)?;
     write_sites(p, &mem, &ps, |q| !q.counts, |q| &q.code)?;
-    crate::inject::write_mem(pid, at + 12, &WRITTEN.to_le_bytes())?;
+    if hooks > 0 {
+        crate::inject::write_mem(pid, at + 12, &WRITTEN.to_le_bytes())?;
+    }
     let stopped = world.release();
     Ok(Some(Hooked {
-        summary: if state == PLANNED {
-            summary
-        } else {
-            String::new()
-        },
-        hooks: ps.len(),
+        summary,
+        hooks,
         stopped,
         retries,
+        watching: ps.iter().any(|q| q.loader),
     }))
 }
 
@@ -391,6 +464,10 @@ pub struct Restored {
     /// Entry points whose hook stays (forwarding, sampling off), and why.
     pub kept: usize,
     pub why_kept: Option<String>,
+    /// The jump at the loader's notification was put back (libraries loaded from now on are not
+    /// scanned), or stays (a thread stayed inside a patched range).
+    pub unwatched: bool,
+    pub still_watching: bool,
     /// How long every thread was stopped.
     pub stopped: Duration,
 }
@@ -417,11 +494,8 @@ pub fn restore(p: &Tracee, lib: &[u8]) -> Result<Restored> {
     let at = runtime_symbol(p, lib, "memlens_pending")?;
     let quiet_at = runtime_symbol(p, lib, "memlens_hooks_quiet")?;
     let pid = p.mem_pid();
-    let (state, _, all) = read_pending(pid, at)?;
-    if state != WRITTEN && state != RESTORED {
-        return Ok(Restored::default());
-    }
-    // The entry points that still hold our jump.
+    let (_, _, all) = planned(p, lib)?;
+    // The sites that still hold our jump (those planned and never written do not).
     let now = read_sites(pid, &all)?;
     let ps: Vec<Patch> = all
         .into_iter()
@@ -434,10 +508,12 @@ pub fn restore(p: &Tracee, lib: &[u8]) -> Result<Restored> {
     }
     let mem = open_mem(p)?;
     let (world, _) = stop_outside(p, &ps, 20)?;
+    let watching = ps.iter().any(|q| q.loader);
     let Some(world) = world else {
         return Ok(Restored {
-            kept: ps.len(),
+            kept: ps.iter().filter(|q| !q.loader).count(),
             why_kept: Some("a thread stayed inside one of them".into()),
+            still_watching: watching,
             ..Restored::default()
         });
     };
@@ -455,7 +531,9 @@ pub fn restore(p: &Tracee, lib: &[u8]) -> Result<Restored> {
     let stopped = world.release();
     let kept = ps.len() - back.len();
     Ok(Restored {
-        restored: back.len(),
+        restored: back.iter().filter(|q| !q.loader).count(),
+        unwatched: watching,
+        still_watching: false,
         kept,
         why_kept: (kept > 0).then(|| {
             if live != 0 {

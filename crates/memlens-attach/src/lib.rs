@@ -62,7 +62,8 @@ const DETACH_EXAMPLE: &str = "Example:
 Sampling stops and the allocation hooks are removed; the free-side hooks stay (blocks sampled
 earlier may still be live and must come back to memlens), forwarding at the cost of one compare.
 Entry points of an allocator linked into the program get their original bytes back with every
-thread stopped: the allocating ones always, free and realloc once no sampled block is live.
+thread stopped: the allocating ones always, free and realloc once no sampled block is live; so does
+the loader's notification (libraries loaded later are no longer scanned for allocators).
 `memlens attach 1234` re-hooks later without ptrace.";
 
 /// Stop sampling in an attached process and remove its allocation hooks
@@ -151,13 +152,19 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         ))?;
         // Entry points a detach gave their original bytes back get their jumps again.
         let lib = std::fs::read(memlens_native::runtime()?)?;
+        // Modules loaded while it was detached are planned by the runtime's `attach` and hooked
+        // here too.
         match hooks::apply_pending(&p, &lib) {
-            Ok(Some(h)) if h.hooks > 0 => println!(
-                "memlens: {} allocator entry points hooked again (every thread stopped {:.3} ms)",
-                h.hooks,
-                h.stopped.as_secs_f64() * 1e3
-            ),
-            Ok(_) => {}
+            Ok(Some(h)) => {
+                // (without new entry points, the summary is the first attach's)
+                for s in h.summary.lines().filter(|s| !s.is_empty() && h.hooks > 0) {
+                    println!("memlens: {s}");
+                }
+                if let Some(line) = hooked_again(&h) {
+                    println!("{line}");
+                }
+            }
+            Ok(None) => {}
             Err(e) => eprintln!(
                 "memlens: warning: {}: the allocator entry points a detach restored stay unhooked, so \
                  allocations through them are not sampled: {e:#}",
@@ -187,7 +194,8 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         );
     }
     // Allocators linked into the program: their entry points hooked with every thread stopped,
-    // before sampling starts, so that it starts over every allocator at once.
+    // before sampling starts, so that it starts over every allocator at once; in the same stop, the
+    // loader's notification, so that libraries loaded from now on are scanned as they load.
     let hooked = hooks::apply_pending(&p, &lib)?;
     if interval.is_some() {
         t.start(interval).with_context(|| {
@@ -219,10 +227,16 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         for s in h.summary.lines().filter(|s| !s.is_empty()) {
             println!("memlens: {s}");
         }
-        if h.hooks > 0 {
+        let what = match (h.hooks, h.watching) {
+            (0, false) => None,
+            (0, true) => {
+                Some("the loader's notification hooked, libraries loaded later are scanned".into())
+            }
+            (n, _) => Some(format!("{n} entry points hooked")),
+        };
+        if let Some(what) = what {
             label += &format!(
-                " [{} entry points hooked: every thread stopped {:.3} ms{}]",
-                h.hooks,
+                " [{what}: every thread stopped {:.3} ms{}]",
                 h.stopped.as_secs_f64() * 1e3,
                 if h.retries > 0 {
                     format!(", {} retries: a thread inside one", h.retries)
@@ -233,6 +247,20 @@ pub fn attach(pid: i32, interval: Option<u64>, unwinder: Option<&str>) -> Result
         }
     }
     Ok(label)
+}
+
+/// What a re-attach wrote again: a line, or None.
+fn hooked_again(h: &hooks::Hooked) -> Option<String> {
+    let what = match (h.hooks, h.watching) {
+        (0, false) => return None,
+        (0, true) => "the loader's notification".to_string(),
+        (n, false) => format!("{n} allocator entry points"),
+        (n, true) => format!("the loader's notification and {n} allocator entry points"),
+    };
+    Some(format!(
+        "memlens: {what} hooked again (every thread stopped {:.3} ms)",
+        h.stopped.as_secs_f64() * 1e3
+    ))
 }
 
 fn one_shot(pid: i32, d: Duration, output: Option<PathBuf>) -> Result<()> {
@@ -268,20 +296,32 @@ fn put_back(pid: i32) -> String {
         hooks::restore(&p, &lib)
     });
     match done {
-        Ok(r) if r.restored + r.kept == 0 => String::new(),
         Ok(r) => {
-            let mut s = format!(
-                "; {} allocator entry points given their original bytes back (every thread stopped \
-                 {:.3} ms)",
-                r.restored,
-                r.stopped.as_secs_f64() * 1e3
-            );
+            let ms = r.stopped.as_secs_f64() * 1e3;
+            let mut s = String::new();
+            if r.restored + r.kept > 0 {
+                s += &format!(
+                    "; {} allocator entry points given their original bytes back (every thread \
+                     stopped {ms:.3} ms)",
+                    r.restored,
+                );
+            }
             if r.kept > 0 {
                 s += &format!(
                     ", {} keep their hooks, forwarding: {}",
                     r.kept,
                     r.why_kept.unwrap_or_default()
                 );
+            }
+            if r.unwatched {
+                s += "; the loader's notification given its original bytes back";
+                if r.restored + r.kept == 0 {
+                    s += &format!(" (every thread stopped {ms:.3} ms)");
+                }
+                s += ": libraries loaded from now on are not scanned";
+            }
+            if r.still_watching {
+                s += "; the loader's notification keeps its jump (a thread stayed inside a patched range)";
             }
             s
         }

@@ -49,6 +49,11 @@ pub struct Est {
     /// samples): its lower bound needs no widening ([`Est::z_lower`]).
     #[serde(skip)]
     pub one_moment: bool,
+    /// The least its upper bound may be, whatever its own interval: a split peak's is what the
+    /// run's highest estimate allows (a spike briefer than the heap's churn is not told from
+    /// noise; `memlens report --view peak` prints the same upper end). 0: none.
+    #[serde(skip)]
+    pub upper_floor: f64,
 }
 
 impl Est {
@@ -62,13 +67,16 @@ impl Est {
             interval: r,
             missing: 0.0,
             one_moment: false,
+            upper_floor: 0.0,
         }
     }
 
     /// The split-sample peak (`memlens report --view peak`'s figure): the mean of each half's
     /// estimate at the other half's highest, an unbiased estimate of the heap at one moment whose
     /// variance is at most that of one whole estimate, `bytes`·R (docs/heap-views.md).
-    pub fn split_peak(bytes: f64, interval: u64) -> Est {
+    /// `highest`: the run's highest estimate, whose bound is the least upper bound
+    /// ([`Est::upper_floor`]).
+    pub fn split_peak(bytes: f64, highest: f64, interval: u64) -> Est {
         let r = interval as f64;
         let bytes = bytes.max(0.0);
         Est {
@@ -77,6 +85,7 @@ impl Est {
             interval: r,
             missing: 0.0,
             one_moment: true,
+            upper_floor: memlens_profile::peak_bound_from_highest(highest, r),
         }
     }
 
@@ -127,7 +136,7 @@ impl Est {
             Some((c, n)) => c * poisson_upper(n, Z) + unseen(c),
             None => self.value + unseen(0.0),
         };
-        sampled + self.missing
+        sampled.max(self.upper_floor) + self.missing
     }
 }
 
@@ -193,6 +202,22 @@ pub fn pow2_at_most(r: f64) -> Option<u64> {
 mod tests {
     use super::*;
     use memlens_measure::rng::Rng;
+
+    #[test]
+    fn a_split_peak_is_bounded_above_by_what_the_highest_estimate_allows() {
+        let r: f64 = 512.0 * 1024.0;
+        // the split reads the churn's plateau; the highest estimate may hold a brief spike
+        let e = Est::split_peak(25e6, 40e6, 512 << 10);
+        let own = Est::split_peak(25e6, 0.0, 512 << 10);
+        assert!(own.upper() < 34e6, "{}", own.upper());
+        let hi = e.upper();
+        assert!(
+            hi > 40e6 + 1.96 * (40e6 * r).sqrt() * 0.9 && hi > own.upper(),
+            "{hi}"
+        );
+        assert_eq!(hi, memlens_profile::peak_bound_from_highest(40e6, r));
+        assert_eq!(e.lower(Z), own.lower(Z), "the lower end is the split's");
+    }
 
     #[test]
     fn nothing_sampled_bounds_at_ln_40_intervals() {

@@ -171,10 +171,15 @@ impl Figures {
             if v.split_peak_bytes > 0.0 && m.interval > 0 {
                 // The split-sample estimate and its interval, as `report --view peak` prints
                 // them: the highest estimate leans high on a heap that churns (2.2x on
-                // churn_peak at 512K). The stacks set aside leave it with their bytes in the peak
-                // set; the stacks shown are the set's.
+                // churn_peak at 512K), but a spike briefer than the churn is only in it, so the
+                // interval's upper end is what it allows. The stacks set aside leave both with
+                // their bytes in the peak set; the stacks shown are the set's.
                 let missing = peak.missing;
-                *peak = Est::split_peak(v.split_peak_bytes - set_aside, m.interval);
+                *peak = Est::split_peak(
+                    v.split_peak_bytes - set_aside,
+                    v.heap_max_bytes - set_aside,
+                    m.interval,
+                );
                 peak.missing = missing;
             } else {
                 // No split (exact mode, an older runtime): the highest estimate. The peak set is

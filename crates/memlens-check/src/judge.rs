@@ -11,7 +11,7 @@
 //! * A per-stack limit is judged on every stack; it is broken by any stack beyond it, and
 //!   inconclusive if any stack cannot be told — or if the limit is so small that a stack that
 //!   large could go unsampled altogether (under ln 40 ≈ 3.7 intervals).
-use crate::estimate::{interval_to_settle, pow2_at_most, Est, Verdict, Z};
+use crate::estimate::{interval_to_settle, pow2_at_most, Est, Verdict, Z, Z_PEAK};
 use crate::figures::{Figures, StackFig};
 use crate::limits::{Bound, Limit};
 use memlens_measure::units::format_size;
@@ -266,6 +266,10 @@ fn settle_hint(j: &Judged, value: f64, bound: f64, against_base: bool) -> Option
     let margin = (value - bound).abs();
     let z = if value > bound {
         j.figure.z_lower(kind.z_lower())
+    } else if j.figure.upper_floor > bound {
+        // held back by the highest estimate's bound: the highest of a run's estimates leans
+        // high by up to Z_PEAK of their standard errors
+        Z_PEAK
     } else {
         Z
     };

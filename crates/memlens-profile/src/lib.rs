@@ -71,6 +71,7 @@ pub use pprof::{profile_stem, proto, to_proto, write as write_pprof};
 
 pub use agg::{fmt_value, Frames, Stacks};
 pub use names::short_name;
+pub use views::peak_bound_from_highest;
 
 pub use compared::compare;
 pub use diff::{difference_profile, run_diff, DiffArgs};

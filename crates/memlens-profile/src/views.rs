@@ -363,9 +363,15 @@ pub(crate) fn peak_estimate(p: &Profile) -> Option<(f64, f64, f64)> {
         return Some((est, est, est)); // exact mode: the halves are the heap
     }
     let hw = interval_95(p, est);
-    let m = v.heap_max_bytes.max(0.0);
-    let from_max = (0.98 * r.sqrt() + (0.9604 * r + m).sqrt()).powi(2);
+    let from_max = peak_bound_from_highest(v.heap_max_bytes, r);
     Some(((est - hw).max(0.0), est, (est + hw).max(from_max)))
+}
+
+/// What the run's highest live-heap estimate `highest` at interval `r` allows the true peak to be,
+/// at 97.5 % (`peak_estimate` derives it): the upper end of the peak's interval whenever it is above
+/// the split estimate's own. `memlens check --max-peak` bounds the peak by it too.
+pub fn peak_bound_from_highest(highest: f64, r: f64) -> f64 {
+    (0.98 * r.sqrt() + (0.9604 * r + highest.max(0.0)).sqrt()).powi(2)
 }
 
 /// A live estimate too small to tell from nothing: None when it is resolved (its 95 % interval

@@ -9,7 +9,8 @@
  *      was linked with);
  *   3. patches every module's free-side slots, then its allocation slots (got.c), so no block we hand
  *      out can reach the real free;
- *   4. has the runtime's thread (ctl.c) patch modules dlopen'ed later (free side first, again);
+ *   4. has the runtime's thread (ctl.c) patch modules dlopen'ed later (free side first, again), and
+ *      plans the jump that has them scanned for linked-in allocators as they load (loadwatch.c);
  *   5. switches sampling on if asked.
  * `memlens detach` (the control socket's `detach`) stops sampling and puts the allocation slots
  * back; the free side stays for the life of the process, since sampled blocks may still be live.
@@ -254,10 +255,13 @@ ML_EXPORT int memlens_attach_entry(const char *args, char *msg, size_t cap)
         }
         atomic_store(&patching, 0);
     }
-    /* Allocators linked into the program: planned here, written by memlens with every thread
-     * stopped (crates/memlens-attach/src/hooks.rs reads memlens_pending). */
-    if (!why)
+    /* Allocators linked into the program, and the jump that has libraries loaded later scanned
+     * (loadwatch.c): planned here, written by memlens with every thread stopped
+     * (crates/memlens-attach/src/hooks.rs reads memlens_pending and memlens_loadwatch). */
+    if (!why) {
         ml_hooks_scan(ML_HOOK_DEFER, NULL, 0);
+        ml_loader_watch_plan();
+    }
     if (!why && start_watcher() != 0) {
         ml_got_apply(ML_GOT_UNHOOK);
         atomic_store(&hooked, 0);
@@ -302,6 +306,12 @@ static void do_attach(const char *arg, struct ml_buf *out)
         }
         atomic_store(&hooked, 1);
         ml_hooks_counting(1);
+        /* Modules loaded while detached (the loader's jump was put back): planned for memlens to
+         * hook with every thread stopped, with the jump again, right after this reply. */
+        ml_tls.busy++;
+        ml_hooks_scan(ML_HOOK_DEFER, NULL, 0);
+        ml_loader_watch_plan();
+        ml_tls.busy--;
     }
     if (want_active)
         ml_set_active(1);

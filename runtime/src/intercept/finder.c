@@ -18,6 +18,7 @@
 #include <link.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../base/fmt.h"
@@ -397,11 +398,59 @@ static void check_stripped(const struct mod *m, int got)
     ml_note(1, line);
 }
 
+/* ---- files already read and found without an allocator to hook ---- */
+
+/* A program that dlopens and dlcloses a library in a loop has it scanned at every dlopen (a module
+ * dlclose'd is forgotten, and may come back at the same base): each scan maps the file and walks
+ * its symbol tables, for a stripped one its MiniDebugInfo, debug file and strings too. A file
+ * whose scan hooked nothing is remembered by what identifies its contents, so that a dlopen of it
+ * again costs one stat. Those with an allocator are read again (a module loaded anew has its own
+ * code to hook). Oldest forgotten first when full. */
+#define CLEAN_MAX 256
+struct file_id { dev_t dev; ino_t ino; off_t size; int64_t mtime_ns; };
+static struct file_id clean[CLEAN_MAX];
+static int nclean, clean_next;
+
+static int file_id(const char *path, struct file_id *id)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    memset(id, 0, sizeof *id);
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    id->size = st.st_size;
+    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return 0;
+}
+
+static int known_clean(const struct file_id *id)
+{
+    for (int i = 0; i < nclean; i++)
+        if (!memcmp(&clean[i], id, sizeof *id))
+            return 1;
+    return 0;
+}
+
+static void remember_clean(const struct file_id *id)
+{
+    clean[clean_next] = *id;
+    clean_next = (clean_next + 1) % CLEAN_MAX;
+    if (nclean < CLEAN_MAX)
+        nclean++;
+}
+
+/* ---- the allocators of one module ---- */
+
 static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode mode);
 
 /* The allocators of module m: planned into patches[], hooked now or left for memlens attach. */
 static void scan_module(const struct mod *m, enum ml_hook_mode mode)
 {
+    struct file_id id;
+    int have_id = !m->is_exe && file_id(m->path, &id) == 0;
+    if (have_id && known_clean(&id))
+        return;
     memset(hits, 0, sizeof hits);
     int got = ml_elf_symbols(m->path, on_symbol, (void *)m);
     static const char *const jlabel[] = {"malloc, free, mallocx, …", "je_*", "_rjem_*"};
@@ -442,6 +491,8 @@ static void scan_module(const struct mod *m, enum ml_hook_mode mode)
     }
     if (!found)
         check_stripped(m, got);
+    if (!found && have_id)
+        remember_clean(&id); /* what it had to say (a refusal, a stripped allocator) is said once */
 }
 
 static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode mode)
@@ -466,21 +517,23 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
         npatches = from; /* guards that went in stay: they forward what is not ours */
         return 0;
     }
-    if (mode == ML_HOOK_DEFER) {
-        for (int pass = 0; pass < 2; pass++) /* guards first, as write_all */
-            for (int i = from; i < npatches; i++) {
-                if (patches[i].counts != pass)
-                    continue;
-                struct ml_pending_patch *q = &memlens_pending.p[memlens_pending.count++];
-                q->site = patches[i].site;
-                q->len = patches[i].len;
-                memcpy(q->code, patches[i].code, sizeof q->code);
-                memcpy(q->old, patches[i].old, sizeof q->old);
-                q->pad[0] = patches[i].counts;
-                q->pad[1] = !patches[i].counts || patches[i].guard;
-            }
+    /* Written now too: under attach, a library the loader's notification hooked (loadwatch.c) is
+     * put back by memlens detach with the others. An entry is filled before it is counted. */
+    for (int pass = 0; pass < 2; pass++) /* guards first, as write_all */
+        for (int i = from; i < npatches; i++) {
+            if (patches[i].counts != pass)
+                continue;
+            struct ml_pending_patch *q = &memlens_pending.p[memlens_pending.count];
+            q->site = patches[i].site;
+            q->len = patches[i].len;
+            memcpy(q->code, patches[i].code, sizeof q->code);
+            memcpy(q->old, patches[i].old, sizeof q->old);
+            q->pad[0] = patches[i].counts;
+            q->pad[1] = !patches[i].counts || patches[i].guard;
+            __atomic_store_n(&memlens_pending.count, memlens_pending.count + 1, __ATOMIC_RELEASE);
+        }
+    if (mode == ML_HOOK_DEFER)
         atomic_store(&memlens_pending.state, 1);
-    }
     say_found(m, f, &o, mode == ML_HOOK_DEFER);
     return 1;
 }

@@ -34,6 +34,9 @@ int ml_hooks_count(void);
 /* The loader's notification of new modules (r_debug.r_brk, loadwatch.c): hooked under `memlens run`,
  * so that a library loaded later (dlopen) is scanned and hooked before its code runs. Once. */
 void ml_loader_watch(void);
+/* The same under `memlens attach`: the jump planned in the exported memlens_loadwatch, for memlens
+ * to write with every thread stopped (again after each plan of hooks: at attach and re-attach). */
+void ml_loader_watch_plan(void);
 /* 1 while a scan runs inside the loader (a dlopen of the program): no dlopen of ours then. */
 extern int ml_loader_context;
 

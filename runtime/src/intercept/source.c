@@ -141,6 +141,81 @@ void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int
     return sample(f->kind, size, size, room_of(f, size), align, zero, ra);
 }
 
+/* ---- placeholders: the real allocator sees the calls it would see without memlens ----
+ *
+ * A sampled block is served from the private range, so the allocator behind the interposed malloc
+ * never sees it: its heap takes another shape than without memlens (the free chunks beside where the
+ * block would be are merged or split otherwise), and a program's speed can hang on that shape.
+ * Measured: perl building three hashes then exiting spent 68-80 ms in one glibc malloc_consolidate
+ * at exit in 5 of 6 runs at 512K, 0 of 6 bare (docs/benchmarks.md). So each sampled block of the
+ * interposed family owns a placeholder: the same call (malloc, aligned, realloc) made of the real
+ * allocator when the block is allocated or reallocated, its free when the block is freed (block.c).
+ * Its bytes are never touched by us: pages the allocator has not written stay unbacked, so the cost
+ * is what the program would have cost the allocator anyway; and its usable size is the block's,
+ * without a probe (room_of). Not for the hooked families (their heaps and arenas have calls of their
+ * own that a placeholder cannot follow: mi_heap_destroy), not in exact mode (every block is in the
+ * range: a placeholder would double the heap), nor above glibc's largest mmap threshold (32 MiB),
+ * above which it maps every block apart from its heap. Between 128 KiB (its first threshold) and
+ * 32 MiB glibc maps a block or cuts it from its heap depending on the largest mapped block freed so
+ * far, so those placeholders count too: with them perl's exit consolidated in 0 of 12 runs, with
+ * placeholders up to 128 KiB only in 3 of 12. A mapped placeholder costs address space (and a
+ * page for glibc's header), so where that is scarce (ml_range_scarce: `ulimit -v`, or strict
+ * overcommit, which charges untouched mappings) only blocks up to 128 KiB have one, and the runtime
+ * keeps to its documented reserve (docs/survival.md). */
+#define PH_MAX ((size_t)32 << 20)
+#define PH_MAX_SCARCE ((size_t)128 << 10)
+
+static void ph_release(void *ph) { ml_next.free(ph); }
+
+static inline int placed(const struct ml_family *f, size_t size)
+{
+    return f == &ml_next && armed_R(&ml_tls) != 0 && size <= (ml_range_scarce() ? PH_MAX_SCARCE : PH_MAX);
+}
+
+/* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
+ * runtime (busy): a signal handler's free of a sampled block waits meanwhile (block.c). */
+static void ph_first(void)
+{
+    static int once;
+    if (!once) {
+        ml_block_placeholders(ph_release);
+        once = 1;
+    }
+}
+
+static void *ph_alloc(const struct ml_family *f, int how, size_t align, size_t size)
+{
+    ph_first();
+    int err = 0;
+    ml_busy_enter();
+    void *ph = how < 0 ? f->malloc(size) : ml_src_forward_aligned((struct ml_family *)f, how, align, size, &err);
+    ml_busy_leave();
+    return err ? NULL : ph;
+}
+
+/* The usable size a block of n bytes has in its placeholder ph (room_of's rule). */
+static size_t ph_room(const struct ml_family *f, void *ph, size_t n)
+{
+    size_t u = f->malloc_usable_size(ph);
+    return u > n && u - n < n ? u : n;
+}
+
+/* A sampled block of family f with its placeholder (if f has them): what ml_src_sample_of does. */
+static void *sample_placed(const struct ml_family *f, int how, size_t size, size_t align, int zero, uintptr_t ra)
+{
+    if (!placed(f, size))
+        return ml_src_sample_of(f, size, align, zero, ra);
+    void *ph = ph_alloc(f, how, align, size);
+    if (!ph) /* the allocator has no memory for it: nor would it have had for the program */
+        return NULL;
+    void *p = sample(f->kind, size, size, ph_room(f, ph, size), align, zero, ra);
+    if (p)
+        ml_block_set_placeholder(p, ph);
+    else
+        ph_release(ph);
+    return p;
+}
+
 void ml_src_exact(enum ml_src_kind kind, size_t size, uintptr_t ra)
 {
     struct ml_thread *t = &ml_tls;
@@ -164,7 +239,7 @@ ML_NOINLINE void *ml_src_malloc_slow(struct ml_family *f, size_t size, uintptr_t
         return ml_boot_alloc(size);
     case ML_SAMPLE:
     case ML_EXACT: {
-        void *p = ml_src_sample_of(f, size, 0, 0, ra);
+        void *p = sample_placed(f, -1, size, 0, 0, ra);
         if (p)
             return p;
         break;
@@ -180,7 +255,7 @@ ML_NOINLINE void *ml_src_calloc_slow(struct ml_family *f, size_t n, size_t s, si
         return ml_boot_alloc(total); /* boot memory is fresh, hence zero */
     case ML_SAMPLE:
     case ML_EXACT: {
-        void *p = ml_src_sample_of(f, total, 0, 1, ra);
+        void *p = sample_placed(f, -1, total, 0, 1, ra);
         if (p)
             return p;
         break;
@@ -200,6 +275,33 @@ static void usdt_realloc(void *p, void *q, size_t n)
         ml_usdt_alloc(q, n, n);
 }
 
+/* A placeholder reallocated (its contents are nobody's), inside the runtime like ph_alloc. */
+static void *ph_realloc(void *ph, size_t n)
+{
+    ml_busy_enter();
+    void *q = ml_next.realloc(ph, n);
+    ml_busy_leave();
+    return q;
+}
+
+/* A block of family f, p, sampled at its reallocation to n bytes: the allocator reallocates it as it
+ * would have, and that chunk becomes the placeholder of the sampled copy (or stays the program's
+ * block if the range is full). */
+static void *realloc_placed(struct ml_family *f, void *p, size_t n, uintptr_t ra)
+{
+    ph_first();
+    size_t old = f->malloc_usable_size(p);
+    void *ph = ph_realloc(p, n);
+    if (!ph)
+        return NULL; /* as without memlens: p stays */
+    void *q = sample(f->kind, n, n, ph_room(f, ph, n), 0, 0, ra);
+    if (!q)
+        return ph;
+    memcpy(q, ph, old < n ? old : n);
+    ml_block_set_placeholder(q, ph);
+    return q;
+}
+
 /* realloc of a block in our range: block.c resizes it in place or moves it within the range, and
  * counts the reallocation exactly (the countdown is for blocks outside the range: see block.c); a
  * block that cannot stay in a full range moves out to the family's malloc. */
@@ -217,10 +319,18 @@ static void *realloc_owned(struct ml_family *f, void *p, size_t n, uintptr_t ra)
         return q;
     }
     uint64_t c0 = ml_cost_begin(); /* the runtime's own account (cost.c) */
-    /* within its class still (and not shrunk below half of it: an allocator keeps the chunk), the
-     * room stays: a buffer grown in small steps asks the allocator once per class */
-    size_t have = ml_block_usable(b);
-    size_t room = n <= have && n > have / 2 ? have : room_of(f, n);
+    /* its placeholder follows (not from a signal handler that interrupted us: ph_alloc's note) */
+    void *ph = ml_block_placeholder(p), *nph = ph && !ml_tls.busy ? ph_realloc(ph, n) : NULL;
+    size_t room;
+    if (nph) {
+        ml_block_set_placeholder(p, nph);
+        room = ph_room(&ml_next, nph, n);
+    } else {
+        /* within its class still (and not shrunk below half of it: an allocator keeps the chunk),
+         * the room stays: a buffer grown in small steps asks the allocator once per class */
+        size_t have = ml_block_usable(b);
+        room = n <= have && n > have / 2 ? have : room_of(f, n);
+    }
     void *q = ml_block_realloc(p, n, room, ra, f->malloc);
     ml_cost_end(c0, 0, 1);
     if (q)
@@ -239,6 +349,8 @@ ML_NOINLINE void *ml_src_realloc_slow(struct ml_family *f, void *p, size_t n, ui
     int d = ml_src_decide(n);
     if (d == ML_BOOT)
         return NULL;
+    if ((d == ML_SAMPLE || d == ML_EXACT) && placed(f, n))
+        return realloc_placed(f, p, n, ra);
     if (d == ML_SAMPLE || d == ML_EXACT) {
         void *q = ml_src_sample_of(f, n, 0, 0, ra);
         if (q) {
@@ -264,7 +376,7 @@ ML_NOINLINE void *ml_src_aligned_slow(struct ml_family *f, int how, size_t align
         size_t a = align;
         if (a & (a - 1)) /* memalign rounds odd alignments up, like glibc */
             a = (size_t)1 << (64 - __builtin_clzll(a));
-        void *p = ml_src_sample_of(f, size, a, 0, ra);
+        void *p = sample_placed(f, how, size, a, 0, ra);
         if (p)
             return p;
     }

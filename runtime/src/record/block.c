@@ -55,6 +55,7 @@ static uint64_t nlive;
 static _Atomic uint64_t nheaped; /* of them, those in a mimalloc heap of their own (range lock) */
 static _Atomic uint32_t gen = 1; /* reallocations pending from an older generation (before a reset,
                                     or the parent's, in a fork child) are not counted */
+static void (*ph_release)(void *); /* ml_block_placeholders */
 static int64_t dump_heap;        /* dump lock: the heap's share of what blocks have not flushed */
 static uint32_t dump_gen;        /* dump lock: this dump's mark on the stack records it adds to */
 
@@ -323,8 +324,18 @@ static void release_locked(struct ml_block *b, uint64_t now)
     ml_range_free_locked(b);
 }
 
+/* A placeholder leaves with its block, once the block is gone from the range (outside our lock). */
+static void release_placeholder(void *ph)
+{
+    if (ph)
+        ph_release(ph);
+}
+
+void ml_block_placeholders(void (*release)(void *)) { ph_release = release; }
+
 static void free_now(struct ml_block *b)
 {
+    void *ph = b->placeholder;
     ml_usdt_free(b + 1); /* when it is freed: a deferred free (signal handler) fires it later */
     uint64_t c0 = ml_cost_begin();
     ml_busy_enter();
@@ -337,6 +348,7 @@ static void free_now(struct ml_block *b)
     ml_range_unlock();
     after(now, 0);
     ml_busy_leave();
+    release_placeholder(ph);
     ml_cost_end(c0, 0, 1);
 }
 
@@ -455,9 +467,11 @@ static ML_NOINLINE void *leave(struct ml_block *b, size_t n, void *(*out)(size_t
     atomic_fetch_add_explicit(&ml_st->dropped_bytes, b->w_bytes, memory_order_relaxed);
     add_u64(&nheaped, b->heap ? UINT64_MAX : 0); /* -1 */
     unlink_block(b);
+    void *ph = b->placeholder;
     ml_range_free_locked(b);
     ML_ASSERT(accounts_ok());
     ml_range_unlock();
+    release_placeholder(ph);
     return q;
 }
 
@@ -471,6 +485,7 @@ static void moved(struct ml_block *b, struct ml_block *nb)
 {
     nb->stack = b->stack;
     memcpy((char *)nb + ACCT_FROM, (char *)b + ACCT_FROM, ACCT_BYTES);
+    nb->placeholder = b->placeholder;
     nb->prev = b->prev;
     nb->next = b->next;
     if (b->prev)

@@ -24,6 +24,14 @@ static inline size_t ml_block_usable(const struct ml_block *b)
     return b->kind == ML_KIND_SAMPLED && b->usable > b->size ? b->usable : b->size;
 }
 void ml_sampled_free(void *p);
+/* Placeholders (source.c explains why): a sampled block of the range may own a chunk of the real
+ * allocator, asked for at its allocation, reallocated at its reallocations and given back at its
+ * free, so that the allocator sees the calls it would see without memlens. block.c gives one back
+ * through `release` (set once, before the first placeholder), only ever outside the runtime (never
+ * from a signal handler that interrupted it: that free waits with its block). */
+void ml_block_placeholders(void (*release)(void *));
+static inline void *ml_block_placeholder(void *p) { return ml_block_of(p)->placeholder; }
+static inline void ml_block_set_placeholder(void *p, void *ph) { ml_block_of(p)->placeholder = ph; }
 /* realloc of a sampled block to n > 0 bytes (room: its usable size then, >= n): in place, or moved (within the range when it can, else
  * out to `out`, the malloc of the family the realloc came through); NULL if no memory (p is left as
  * it was). */

@@ -37,6 +37,7 @@
 
 #include "../base/check.h"
 #include "../base/log.h"
+#include "../base/proc.h"
 #include "../base/views.h"
 #include "range.h"
 
@@ -293,10 +294,19 @@ static int bitmaps(void)
     return 0;
 }
 
+/* Address space or commit charge is scarce: an RLIMIT_AS (or a refused reservation: grow_mode), or
+ * the kernel's strict overcommit (vm.overcommit_memory 2: every private writable mapping is charged,
+ * touched or not). Read once at start-up. */
+static int scarce;
+
+int ml_range_scarce(void) { return scarce; }
+
 int ml_range_init(void)
 {
     struct rlimit rl;
     int r = reserve();
+    char oc[8];
+    scarce = grow_mode || (ml_proc_read("/proc/sys/vm/overcommit_memory", oc, sizeof oc) > 0 && oc[0] == '2');
     /* Under an address-space limit the range can never be larger than the limit. */
     if (r == 0 && grow_mode && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rl.rlim_cur < limit)

@@ -8,6 +8,9 @@
 extern uintptr_t ml_range_base, ml_range_span;
 static inline int ml_in_range(const void *p) { return (uintptr_t)p - ml_range_base < ml_range_span; }
 int ml_range_init(void);
+/* Is address space (RLIMIT_AS) or commit charge (strict overcommit) scarce? Then the runtime takes
+ * no more of it than it must (source.c: placeholders of small blocks only). */
+int ml_range_scarce(void);
 void *ml_boot_alloc(size_t size);
 /* Header right before every block in the range (144 bytes, keeps 16-byte alignment). The memory
  * fields belong to range.c; the accounting fields to block.c, which changes them with the range
@@ -37,7 +40,7 @@ struct ml_block {
                                   handler that interrupted the runtime) */
     uint64_t usable;           /* block.c: the usable size the program is told (the family's class
                                   for `size`; 0: `size`) */
-    uint64_t spare;            /* keeps the header 16-byte sized */
+    void *placeholder;         /* block.h: the real allocator's chunk that stands in its place, or NULL */
 };
 #define ML_KIND_BOOT 1u
 #define ML_KIND_SAMPLED 2u
