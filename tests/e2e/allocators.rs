@@ -607,6 +607,31 @@ fn ruff() -> PathBuf {
     bin
 }
 
+/// A program shipped stripped with its symbols in a separate debug file beside it, named by its
+/// `.gnu_debuglink` (`objcopy --only-keep-debug`, Debian's -dbg packages before build-ids): memlens
+/// finds the linked-in jemalloc through that file. The executable is read as /proc/self/exe, and
+/// the link was looked for beside that (`/proc/self/<name>`), so such a program went unhooked.
+#[test]
+fn c_with_jemalloc_and_its_symbols_in_a_debug_file_beside_it_run() {
+    let dir = test_dir();
+    let p = c_program(dir.path(), "jemalloc");
+    let dbg = dir.path().join("alloc_sites_jemalloc.debug");
+    Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&p)
+        .arg(&dbg)
+        .ok();
+    // no build-id either: the debug link is the only way to the symbols
+    Command::new("objcopy")
+        .args(["--strip-all", "--remove-section=.note.gnu.build-id"])
+        .arg(format!("--add-gnu-debuglink={}", dbg.display()))
+        .arg(&p)
+        .ok();
+    let syms = Command::new("nm").arg(&p).output().unwrap();
+    assert!(stdout(&syms).trim().is_empty(), "not stripped");
+    check_run(&p, "jemalloc", "malloc, free, mallocx, …", true);
+}
+
 /// A stripped binary with jemalloc inside cannot be hooked: memlens says so at start and in the
 /// profile, rather than show an empty profile as if it were the truth.
 #[test]

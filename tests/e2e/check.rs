@@ -37,7 +37,7 @@ fn json(f: &Path) -> Value {
 }
 
 /// A program's peak and leak at exit (bytes), as a check at `interval` measures them (its largest
-/// process's), each known within ±10 % at 95 %.
+/// process's), each known within ±10 % at 95 % (the peak's upper end within +30 %).
 #[derive(Debug, Clone, Copy)]
 struct Measured {
     peak: f64,
@@ -78,9 +78,13 @@ fn measure(dir: &Path, interval: &str, cmd: &[&str]) -> Measured {
             l["low"].as_f64().unwrap(),
             l["high"].as_f64().unwrap(),
         );
+        // a peak's upper end is also what the run's highest estimate allows, which leans above
+        // the split figure by up to a few of its standard errors (4 % each at 1K on git's 0.7 MB)
+        let up = if opt == "--max-peak" { 1.3 } else { 1.1 };
         assert!(
-            f > 0.0 && lo >= 0.9 * f && hi <= 1.1 * f,
-            "{opt} not measured within ±10%: {l:#}"
+            f > 0.0 && lo >= 0.9 * f && hi <= up * f,
+            "{opt} not measured within -10%/+{:.0}%: {l:#}",
+            (up - 1.0) * 100.0
         );
         f
     };

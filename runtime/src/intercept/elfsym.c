@@ -144,7 +144,7 @@ static char *join(char *buf, size_t cap, const char *a, const char *b, const cha
  * to the file, in its .debug/, or under /usr/lib/debug/<its directory>/ (gdb's order). */
 static int open_debug_file(const struct image *im, const char *path, struct image *out)
 {
-    char hex[130], p[4096], dir[4096];
+    char hex[130], p[4096], dir[4096], real[4096];
     if (build_id(im, hex, sizeof hex) == 0) {
         char two[3] = {hex[0], hex[1], 0};
         if (join(p, sizeof p, DEBUG_ROOT, "/.build-id/", two, "/") && join(dir, sizeof dir, p, hex + 2, ".debug", NULL) &&
@@ -155,6 +155,13 @@ static int open_debug_file(const struct image *im, const char *path, struct imag
     if (!s || !inside(im, s->sh_offset, s->sh_size) || !memchr(im->p + s->sh_offset, 0, s->sh_size))
         return -1;
     const char *name = (const char *)im->p + s->sh_offset;
+    /* The executable is opened as /proc/self/exe (it may be deleted or in another mount namespace);
+     * its debug link is looked for beside the file that link names. */
+    ssize_t n = strncmp(path, "/proc/", 6) == 0 ? readlink(path, real, sizeof real - 1) : -1;
+    if (n > 0) {
+        real[n] = 0;
+        path = real;
+    }
     const char *slash = strrchr(path, '/');
     if (!slash || (size_t)(slash - path) + 1 >= sizeof dir || strchr(name, '/'))
         return -1;
