@@ -22,11 +22,19 @@
  * FASTPATH_HOOKED=1 (one thread; built with an allocator linked in, libmemlens.so preloaded): both
  * blocks call malloc/free, which the runtime hooked at their entry points; "direct" runs with the
  * entry points' original bytes put back (memlens_hooks_write(0)), "interposed" with the hooks in,
- * so delta is what a hook costs over the bare allocator, paired in time. */
+ * so delta is what a hook costs over the bare allocator, paired in time.
+ *
+ * FASTPATH_INLINE=1 (with FASTPATH_HOOKED=1; built with -DFASTPATH_INLINE_LOOP, so that the other
+ * configurations time a program without this loop): the entry points' original bytes stay in both blocks;
+ * "interposed" runs the hook's two checks inline in this loop instead (the countdown `subq` on a
+ * thread-local before malloc, the range compare before free; neither branch is ever taken), with
+ * no jump and no code moved: the floor of any hook that counts bytes, paired in time. Hooked minus
+ * this floor is what the jumps and the relocated code cost. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +96,33 @@ struct cost {
 PAIRS_LOOP(run_direct, __libc_malloc, __libc_free)
 PAIRS_LOOP(run_interposed, malloc, free)
 
+#ifdef FASTPATH_INLINE_LOOP
+/* FASTPATH_INLINE: the checks of runtime/src/intercept/patch.c's emit_check, as the hook runs them
+ * (a thread-local countdown, a range that holds nothing), in front of the bare allocator. */
+static __thread int64_t inline_countdown = (int64_t)1 << 62;
+static uintptr_t inline_base, inline_span; /* the runtime's ml_range_base and ml_range_span */
+static inline void *counted_malloc(size_t n)
+{
+    __asm__ goto("subq %1, %0\n\tjle %l[out]" : : "m"(inline_countdown), "r"(n) : "cc", "memory" : out);
+    return malloc(n);
+out:
+    abort();
+}
+static inline void checked_free(void *p)
+{
+    if ((uintptr_t)p - *(volatile uintptr_t *)&inline_base < *(volatile uintptr_t *)&inline_span)
+        abort();
+    free(p);
+}
+PAIRS_LOOP(run_inline, counted_malloc, checked_free)
+#else
+static struct cost run_inline(int fd) { return run_interposed(fd); } /* never called: main refuses */
+#endif
+
 /* FASTPATH_VIEWS: the runtime's switch, else NULL. FASTPATH_HOOKED: the hooks' switch. */
 static void (*views_set)(int);
 static int (*hooks_set)(int);
+static int inline_checks; /* FASTPATH_INLINE */
 
 static struct cost run_a(int fd)
 {
@@ -106,6 +138,10 @@ static struct cost run_a(int fd)
 
 static struct cost run_b(int fd)
 {
+    if (hooks_set && inline_checks) {
+        hooks_set(0);
+        return run_inline(fd);
+    }
     if (hooks_set)
         hooks_set(1);
     if (views_set)
@@ -186,6 +222,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    const char *in = getenv("FASTPATH_INLINE");
+    inline_checks = in && in[0] == '1';
+#ifndef FASTPATH_INLINE_LOOP
+    if (inline_checks) {
+        fprintf(stderr, "fastpath: FASTPATH_INLINE=1 needs a build with -DFASTPATH_INLINE_LOOP\n");
+        return 2;
+    }
+#endif
     const char *h = getenv("FASTPATH_HOOKED");
     if (h && h[0] == '1') {
         hooks_set = (int (*)(int))dlsym(RTLD_DEFAULT, "memlens_hooks_write");

@@ -26,6 +26,14 @@ JE_A=/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a
 MI=${MIMALLOC_SRC:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/libmimalloc-sys-*/c_src/mimalloc/v2 2>/dev/null | tail -1)}
 [ -n "$MI" ] && [ -r "$MI/src/static.c" ] && gcc -O2 -DNDEBUG -DMI_MALLOC_OVERRIDE -pthread -fno-omit-frame-pointer \
     -I"$MI/include" "$HERE/fastpath.c" "$MI/src/static.c" -o "$DIR/fp_mi" -ldl
+# The same two programs with the inline checks' loop compiled in (fp_*_in): hk-A-inline, and hk-A-off-b, the
+# hook timed again in this second build. Bare mimalloc's pair here runs in one of two steady states ~3 ticks
+# apart, chosen by details of the program's build (docs/allocators.md): when -off and -off-b disagree,
+# the bare reference moved, not the hook.
+[ -x "$DIR/fp_je" ] && gcc -O2 -DFASTPATH_INLINE_LOOP -pthread -fno-omit-frame-pointer "$HERE/fastpath.c" \
+    -o "$DIR/fp_je_in" "$JE_A" -ldl -lm -lstdc++
+[ -x "$DIR/fp_mi" ] && gcc -O2 -DNDEBUG -DMI_MALLOC_OVERRIDE -DFASTPATH_INLINE_LOOP -pthread -fno-omit-frame-pointer \
+    -I"$MI/include" "$HERE/fastpath.c" "$MI/src/static.c" -o "$DIR/fp_mi_in" -ldl
 # FASTPATH_CONFIGS picks configurations. Sizes can be overridden (FASTPATH_BLOCKS, FASTPATH_PAIRS, FASTPATH_XBLOCKS, FASTPATH_XPAIRS): the
 # test suite runs this script on tiny ones.
 BLOCKS=${FASTPATH_BLOCKS:-60}; PAIRS=${FASTPATH_PAIRS:-20000}      # 1.2 M pairs each way
@@ -34,11 +42,12 @@ XBLOCKS=${FASTPATH_XBLOCKS:-3}; XPAIRS=${FASTPATH_XPAIRS:-100000}  # exact mode 
 configs="none forward off 2M/dwarf 2M/fp 2M/libgcc 2M/libunwind 512K/dwarf 512K/fp 512K/libgcc 512K/libunwind 64K/dwarf 64K/fp 64K/libgcc 64K/libunwind exact exact/libunwind heaptrack je je-prof512K je-prof64K memlens512K+je"
 configs="$configs views512K views64K" # viewsR: the peak/lifetime/timeline views on vs off at interval R (dwarf), paired
 configs="$configs hk-je-off hk-je-512K hk-je-64K hk-mi-off hk-mi-512K hk-mi-64K" # hooked allocators, paired with their bare selves
+configs="$configs hk-je-inline hk-je-off-b hk-mi-inline hk-mi-off-b" # the hook's checks inline, no jump: the floor of -off
 configs=${FASTPATH_CONFIGS:-$configs} # a subset, e.g. FASTPATH_CONFIGS="none off 64K/dwarf"
 [ -r "$JE" ] || configs=$(echo "$configs" | sed 's/ je[^ ]*//g; s/ memlens512K+je//')
 command -v heaptrack >/dev/null || configs=$(echo "$configs" | sed 's/ heaptrack//')
-[ -x "$DIR/fp_je" ] || configs=$(echo "$configs" | sed 's/ hk-je-[^ ]*//g')
-[ -x "$DIR/fp_mi" ] || configs=$(echo "$configs" | sed 's/ hk-mi-[^ ]*//g')
+[ -x "$DIR/fp_je" ] && [ -x "$DIR/fp_je_in" ] || configs=$(echo "$configs" | sed 's/ hk-je-[^ ]*//g')
+[ -x "$DIR/fp_mi" ] && [ -x "$DIR/fp_mi_in" ] || configs=$(echo "$configs" | sed 's/ hk-mi-[^ ]*//g')
 run() {
     fp="$DIR/fp $THREADS $BLOCKS $PAIRS"
     case $1 in
@@ -54,6 +63,8 @@ run() {
     memlens512K+je) LD_PRELOAD="$LIB $JE" $fp ;;
     views*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1#views} FASTPATH_VIEWS=1 $fp ;;
     hk-*-off) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 FASTPATH_HOOKED=1 "$DIR/fp_${a%-off}" 1 $BLOCKS $PAIRS ;;
+    hk-*-inline) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 FASTPATH_HOOKED=1 FASTPATH_INLINE=1 "$DIR/fp_${a%-inline}_in" 1 $BLOCKS $PAIRS ;;
+    hk-*-off-b) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_ACTIVE=0 FASTPATH_HOOKED=1 "$DIR/fp_${a%-off-b}_in" 1 $BLOCKS $PAIRS ;;
     hk-*) a=${1#hk-}; LD_PRELOAD=$LIB MEMLENS_INTERVAL=${a#*-} FASTPATH_HOOKED=1 "$DIR/fp_${a%%-*}" 1 $BLOCKS $PAIRS ;;
     */*) LD_PRELOAD=$LIB MEMLENS_INTERVAL=${1%/*} MEMLENS_UNWINDER=${1#*/} $fp ;;
     esac
@@ -89,6 +100,8 @@ echo "delta = interposed - glibc called directly, paired in time; wall = the sam
 echo "quiet = median delta over the runs whose glibc pair cost <= 1.25 x the lowest ($floor)"
 case " $configs " in *" views"*) echo "viewsR rows: delta = the runtime with its views on - off (both interposed), paired in time" ;; esac
 case " $configs " in *" hk-"*) echo "hk-A-R rows: delta = allocator A linked in and hooked - its entry bytes put back, one thread, paired in time" ;; esac
+case " $configs " in *"-inline "*) echo "hk-A-inline rows: delta = the hook's checks inline in the loop in front of bare A - bare A (no jump, no code moved);"
+    echo "  hk-A-off-b: hk-A-off in that second build (the program with the inline loop compiled in)" ;; esac
 printf '%-16s %9s %26s %12s %12s %9s\n' config "$unit" "delta (min..max)" "wall delta" "quiet (n)" "over je"
 for c in $configs; do
     set -- $(med "$c" interposed) $(med "$c" delta) $(med "$c" wall_delta) $(quiet "$c")

@@ -379,6 +379,71 @@ fn c_with_mimalloc_linked_in_attach() {
     check_attach(&p, "mimalloc", "mi_*");
 }
 
+/// `memlens run --inactive`: prog runs its sites once unsampled and waits; `memlens ctl PID start`,
+/// then it runs them again: the bytes at `hold` are seen. While sampling is off the hooks jump over
+/// their countdown (runtime/src/intercept/patch.h, ml_patch_sampling); a start must put it back.
+fn check_started_after_inactive(prog: &Path) {
+    let dir = test_dir();
+    let d = dir.path();
+    let (go, end, ctl) = (d.join("go"), d.join("end"), ctl_dir(d));
+    let mut child = memlens()
+        .args(["run", "--inactive", "--interval", INTERVAL, "-o"])
+        .arg(d.join("run.pb.gz"))
+        .arg("--")
+        .arg(prog)
+        .arg(&go)
+        .arg(&end)
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap(); // the first round is done, unsampled: it waits for `go`
+    let mut pid = String::new();
+    wait_for("the program's control socket", 20, || {
+        let sock = std::fs::read_dir(&ctl).unwrap().flatten().find_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.ends_with(".sock")
+                .then(|| n.split('.').next().unwrap().to_string())
+        });
+        pid = sock.unwrap_or_default();
+        !pid.is_empty()
+    });
+    memlens()
+        .args(["ctl", &pid, "start"])
+        .env("MEMLENS_CTL_DIR", &ctl)
+        .ok();
+    std::fs::write(&go, "").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap(); // "again …": the sites ran with sampling on
+    assert!(line.starts_with("again"), "{line}");
+    let file = d.join("started.pb.gz");
+    ctl_dump(&pid, &file, d);
+    std::fs::write(&end, "").unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{prog:?} under memlens run --inactive: {st}");
+    within(
+        "started after --inactive, vs the program's own count",
+        inuse_at_hold(&file),
+        HELD,
+    );
+}
+
+#[test]
+fn c_with_mimalloc_linked_in_started_after_inactive() {
+    let dir = test_dir();
+    check_started_after_inactive(&c_program(dir.path(), "mimalloc"));
+}
+
+#[test]
+fn c_with_jemalloc_linked_in_started_after_inactive() {
+    let dir = test_dir();
+    check_started_after_inactive(&c_program(dir.path(), "jemalloc"));
+}
+
 #[test]
 fn rust_with_tikv_jemallocator_run() {
     check_run(

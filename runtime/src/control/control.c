@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 
 #include "../intercept/boot.h"
+#include "../intercept/finder.h"
 #include "../record/block.h"
 #include "../sample/cost.h"
 #include "../sample/switch.h"
@@ -18,6 +19,7 @@ int ml_set_active(int on)
     if (on && atomic_load(&ml_cfg.failed))
         return 0; /* after an internal failure profiling stays off */
     int was = atomic_exchange(&ml_cfg.active, on ? 1 : 0);
+    ml_hooks_sampling(on); /* entry hooks: the countdown runs only while sampling */
     atomic_store(&ml_st->active, on ? 1u : 0u); /* for a reader of the state file */
     ml_switch_kick();
     return was;

@@ -231,6 +231,18 @@ static struct ml_patch_fast fast_path(const struct hk_row *r)
     return f;
 }
 
+/* New patches' countdowns on or off as sampling is (before any jump leads there), again if a switch
+ * (ml_hooks_sampling, which sees these patches already) came in between and was overwritten. */
+static void sampling_as_now(int from, int to)
+{
+    int on;
+    do {
+        on = atomic_load(&ml_cfg.active);
+        for (int i = from; i < to; i++)
+            ml_patch_sampling(&patches[i], on);
+    } while (on != atomic_load(&ml_cfg.active));
+}
+
 /* Plan every entry point of f into slot s; NULL, or why the allocator cannot be hooked. */
 static const char *plan_family(struct family *f, int s, struct ml_patch *out, int *nout, struct outcome *o)
 {
@@ -499,6 +511,7 @@ static int hooks_family(const struct mod *m, struct family *f, enum ml_hook_mode
     }
     family_table(s, f->pf);
     nslots++;
+    sampling_as_now(from, npatches);
     if (mode == ML_HOOK_NOW && write_all(from, npatches) != 0) {
         say_refused(m, f, "code", "its pages cannot be written (/proc/self/mem and mprotect both refused)");
         npatches = from; /* guards that went in stay: they forward what is not ours */
@@ -629,6 +642,12 @@ void ml_hooks_counting(int on)
     for (int i = 0; i < npatches; i++)
         if (patches[i].counts)
             ml_patch_retarget(&patches[i], on ? patches[i].hook : patches[i].guard ? patches[i].guard : patches[i].tramp);
+}
+
+void ml_hooks_sampling(int on)
+{
+    for (int i = 0; i < npatches; i++)
+        ml_patch_sampling(&patches[i], on);
 }
 
 /* For the fast-path benchmark (runtime/bench/fastpath.c, FASTPATH_HOOKED): put the entry points'

@@ -22,6 +22,9 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap);
  * again; frees keep recognising sampled blocks. Detach, and a program that reports its allocations
  * itself (memlens_report_alloc), switch them off. */
 void ml_hooks_counting(int on);
+/* Sampling switched on or off (control.c): the allocating entry points' checks run or are jumped
+ * over (patch.h, ml_patch_sampling). */
+void ml_hooks_sampling(int on);
 /* 1 if the runtime was preloaded (memlens run: the constructor hooks now, before main); 0 if it was
  * loaded into a running process (memlens attach: hooks wait for every thread to be stopped). */
 int ml_hooks_at_start(void);

@@ -419,13 +419,16 @@ static void emit_u32(uint8_t *w, size_t *o, uint32_t v) { emit(w, o, &v, 4); }
 static void emit_u64(uint8_t *w, size_t *o, uint64_t v) { emit(w, o, &v, 8); }
 
 /* The check at FAST; returns where its branch to the slow exit must be filled in (the rel32), and
- * sets *end to where the trampoline starts. */
+ * sets *end to where the trampoline starts. A countdown begins with its on/off switch (patch.h,
+ * ml_patch_sampling: `test $rel8, %al` while sampling, `jmp rel8` to the trampoline while not),
+ * whose rel8 is filled in by the caller. */
 static size_t emit_check(const struct ml_patch_fast *f, uint8_t *w, size_t *end)
 {
     size_t o = FAST, rel;
     if (f->kind == ML_FAST_COUNT) {
-        static const uint8_t subq[5] = {0x64, 0x48, 0x29, 0x3c, 0x25}; /* subq %rdi, %fs:off */
-        emit(w, &o, subq, 5);
+        static const uint8_t test_al[2] = {0xa8, 0x00}, subq[5] = {0x64, 0x48, 0x29, 0x3c, 0x25};
+        emit(w, &o, test_al, 2); /* the switch */
+        emit(w, &o, subq, 5);    /* subq %rdi, %fs:off */
         emit_u32(w, &o, (uint32_t)f->tls_off);
         static const uint8_t jle[2] = {0x0f, 0x8e};
         emit(w, &o, jle, 2);
@@ -485,6 +488,10 @@ const char *ml_patch_plan(struct ml_patch *p, uintptr_t entry, size_t size, void
         size_t exit_at = tramp + 4 + used;
         emit_exit(fast, rw, x, exit_at);
         put_rel32(rw + rel, x + rel + 4, x + exit_at);
+    }
+    if (fused && fast->kind == ML_FAST_COUNT) { /* the switch's jump lands on the trampoline */
+        rw[FAST + 1] = (uint8_t)(tramp - (FAST + 2));
+        p->skip = rw + FAST;
     }
     struct range r = {p->site, p->site + p->len};
     if (each_branch(entry, size, into, &r))

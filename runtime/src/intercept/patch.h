@@ -25,6 +25,7 @@ struct ml_patch {
     void *hook;
     void *guard;              /* instead of the hook while hooks do not count; NULL: the trampoline */
     uint8_t counts;           /* an allocating entry point (its hook counts); else a guard (free) */
+    uint8_t *skip;            /* the countdown's on/off byte (writable alias), or NULL: ml_patch_sampling */
 };
 
 /* The hook's fast path, emitted in front of the trampoline for the shapes whose deciding argument
@@ -54,6 +55,18 @@ int ml_patch_inert(uintptr_t entry, size_t size);
 /* Write p->code at p->site in this process (every other thread must be out of the way: before
  * main, or stopped). 0, or -1 with errno. */
 int ml_patch_write(const struct ml_patch *p);
+/* While sampling is off, an allocating entry point's fast path skips the countdown: the first
+ * instruction of its check is `jmp` over it to the trampoline (0xeb), else `test $rel8, %al` (0xa8,
+ * 2 bytes too, its only effect on flags the check sets again anyway). One byte, the opcode of a
+ * 2-byte instruction whose operand stays, written through the writable alias: another thread running
+ * that code meanwhile executes the one or the other, both of the same length, and either is right.
+ * Why not a flag read by the check: any memory access in front of mimalloc's fast path costs its
+ * pair ~3 ticks in the fast-path benchmark (docs/allocators.md), a jump costs nothing. */
+static inline void ml_patch_sampling(const struct ml_patch *p, int on)
+{
+    if (p->skip)
+        __atomic_store_n(p->skip, (uint8_t)(on ? 0xa8 : 0xeb), __ATOMIC_RELEASE);
+}
 /* Point the stub at `to` (the hook, or the trampoline). */
 static inline void ml_patch_retarget(struct ml_patch *p, void *to)
 {
