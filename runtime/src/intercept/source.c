@@ -5,6 +5,7 @@
  * forward goes to their family `f`, and what they sample comes from the private range, whichever
  * family it was asked of. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -143,17 +144,19 @@ void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int
 
 /* ---- placeholders: the real allocator sees the calls it would see without memlens ----
  *
- * A sampled block is served from the private range, so the allocator behind the interposed malloc
- * never sees it: its heap takes another shape than without memlens (the free chunks beside where the
- * block would be are merged or split otherwise), and a program's speed can hang on that shape.
- * Measured: perl building three hashes then exiting spent 68-80 ms in one glibc malloc_consolidate
- * at exit in 5 of 6 runs at 512K, 0 of 6 bare (docs/benchmarks.md). So each sampled block of the
- * interposed family owns a placeholder: the same call (malloc, aligned, realloc) made of the real
- * allocator when the block is allocated or reallocated, its free when the block is freed (block.c).
- * Its bytes are never touched by us: pages the allocator has not written stay unbacked, so the cost
- * is what the program would have cost the allocator anyway; and its usable size is the block's,
- * without a probe (room_of). Not for the hooked families (their heaps and arenas have calls of their
- * own that a placeholder cannot follow: mi_heap_destroy), not in exact mode (every block is in the
+ * A sampled block is served from the private range, so glibc's allocator behind the interposed
+ * malloc never sees it: its heap takes another shape than without memlens (the free chunks beside
+ * where the block would be are merged or split otherwise), and a program's speed can hang on that
+ * shape. Measured: perl building three hashes then exiting spent 68-80 ms in one glibc
+ * malloc_consolidate at exit in 7 of 10 runs at 512K, 0 of 6 bare (docs/benchmarks.md). So each
+ * sampled block of the interposed family owns a placeholder: the same call (malloc, aligned,
+ * realloc) made of glibc when the block is allocated or reallocated, its free when the block is
+ * freed (block.c); its usable size is the block's, without a probe (room_of). We never touch its
+ * bytes, but glibc may hand out memory that held data, and a reallocation copies into it: those
+ * pages are the sampled block's a second time (python3 at 512K: +1 MiB of RSS; docs/benchmarks.md).
+ * Giving them back (madvise) cost perl more CPU than the layout saved, refaulted at reuse.
+ * Only for glibc (next_is_glibc), not for the hooked families (their heaps have calls of their own
+ * that a placeholder cannot follow: mi_heap_destroy), not in exact mode (every block is in the
  * range: a placeholder would double the heap), nor above glibc's largest mmap threshold (32 MiB),
  * above which it maps every block apart from its heap. Between 128 KiB (its first threshold) and
  * 32 MiB glibc maps a block or cuts it from its heap depending on the largest mapped block freed so
@@ -167,9 +170,26 @@ void *ml_src_sample_of(const struct ml_family *f, size_t size, size_t align, int
 
 static void ph_release(void *ph) { ml_next.free(ph); }
 
+/* Is the interposed malloc's next glibc's own? Only its heap merges and splits free chunks by their
+ * neighbours, which a missing block changes. Allocators of size classes (jemalloc, tcmalloc,
+ * mimalloc, preloaded after us) keep no such shape, and a placeholder there only doubled the pages
+ * of a sampled block (redis with Debian's jemalloc: +2.2 MiB of RSS at 512K). Asked once, at the
+ * first sample (dladdr: never inside ml_init). */
+static int next_is_glibc(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        Dl_info di;
+        const char *b = dladdr((void *)ml_next.malloc, &di) && di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
+        known = b && strncmp(b + 1, "libc.so", 7) == 0;
+    }
+    return known;
+}
+
 static inline int placed(const struct ml_family *f, size_t size)
 {
-    return f == &ml_next && armed_R(&ml_tls) != 0 && size <= (ml_range_scarce() ? PH_MAX_SCARCE : PH_MAX);
+    return f == &ml_next && armed_R(&ml_tls) != 0 && size <= (ml_range_scarce() ? PH_MAX_SCARCE : PH_MAX) &&
+           next_is_glibc();
 }
 
 /* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
