@@ -301,22 +301,27 @@ fn redis_page_names_the_server_and_stacks_its_sites_over_time() {
         ])
         .output()
         .unwrap();
+    let dumps = || {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name().into_string().unwrap();
+                n.starts_with("redis.")
+                    && n.ends_with(".pb.gz")
+                    && !n.contains("peak")
+                    && n != "redis.pb.gz"
+            })
+            .count()
+    };
+    // a dump a second while it serves: the benchmark may end within the first second
+    wait_for("two periodic dumps", 60, || dumps() >= 2);
     Command::new("redis-cli")
         .args(["-p", &port, "shutdown", "nosave"])
         .output()
         .unwrap();
     let o = wait_deadline(server, 60, "memlens run redis-server");
     assert_ok(&"memlens run redis-server", &o);
-    let dumps = std::fs::read_dir(d)
-        .unwrap()
-        .filter(|e| {
-            let n = e.as_ref().unwrap().file_name().into_string().unwrap();
-            n.starts_with("redis.")
-                && n.ends_with(".pb.gz")
-                && !n.contains("peak")
-                && n != "redis.pb.gz"
-        })
-        .count();
+    let dumps = dumps();
     assert!(dumps >= 2, "periodic dumps: {dumps}");
     // named as started, not after the file its symlink points to (redis-check-rdb on Debian)
     let text = memlens().arg("report").arg(&prof).ok_stdout();
