@@ -544,16 +544,22 @@ static struct mod mods[MAX_SCANNED];
 static int nmods;
 static char exe_path[4096], exe_name[256];
 
+static uintptr_t self; /* the runtime's own load address (own_base) */
+
+/* Found before dl_iterate_phdr, never in its callback: dladdr takes the loader's lock, and the
+ * callback runs under its write lock, which a dlopen holding the loader's lock waits for (an attach
+ * to a program dlopening in a loop deadlocked both threads there). */
+static void own_base(void)
+{
+    Dl_info di;
+    struct link_map *lm = NULL;
+    if (!self && dladdr1((void *)&own_base, &di, (void **)&lm, RTLD_DL_LINKMAP) && lm)
+        self = lm->l_addr;
+}
+
 static int list_module(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size, (void)arg;
-    static uintptr_t self;
-    if (!self) {
-        Dl_info di;
-        struct link_map *lm = NULL;
-        if (dladdr1((void *)&list_module, &di, (void **)&lm, RTLD_DL_LINKMAP) && lm)
-            self = lm->l_addr;
-    }
     int first = nmods == 0 && nscanned == 0 && (!info->dlpi_name || !info->dlpi_name[0]);
     uintptr_t vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
     if (info->dlpi_addr == self || info->dlpi_addr == (uintptr_t)getauxval(AT_BASE) ||
@@ -607,6 +613,7 @@ int ml_hooks_scan(enum ml_hook_mode mode, char *summary, size_t cap)
     ml_spin_lock(&scan_lock);
     rows_index();
     exe_names();
+    own_base();
     int before = npatches, mark = ml_notes_count();
     nmods = 0;
     memset(alive, 0, sizeof alive);

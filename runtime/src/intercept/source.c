@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -174,13 +175,16 @@ static void ph_release(void *ph) { ml_next.free(ph); }
  * neighbours, which a missing block changes. Allocators of size classes (jemalloc, tcmalloc,
  * mimalloc, preloaded after us) keep no such shape, and a placeholder there only doubled the pages
  * of a sampled block (redis with Debian's jemalloc: +2.2 MiB of RSS at 512K). Asked once, at the
- * first sample (dladdr: never inside ml_init). */
+ * first sample, of _dl_find_object, which takes no lock: a malloc may come from inside a
+ * dl_iterate_phdr callback (under the loader's write lock), where dladdr would wait for the
+ * loader's lock that a concurrent dlopen holds while it waits for the write lock. */
 static int next_is_glibc(void)
 {
     static int known = -1;
     if (known < 0) {
-        Dl_info di;
-        const char *b = dladdr((void *)ml_next.malloc, &di) && di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
+        struct dl_find_object fo;
+        const struct link_map *lm = _dl_find_object((void *)ml_next.malloc, &fo) == 0 ? fo.dlfo_link_map : NULL;
+        const char *b = lm && lm->l_name ? strrchr(lm->l_name, '/') : NULL;
         known = b && strncmp(b + 1, "libc.so", 7) == 0;
     }
     return known;
