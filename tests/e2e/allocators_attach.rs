@@ -36,14 +36,7 @@ impl Prog {
             .arg(root().join("tests/e2e/progs/hook_restore.c"))
             .args([JEMALLOC_A, "-lpthread", "-ldl", "-lm", "-lstdc++"]) // after the source
             .ok();
-        let mut child = Command::new(&exe)
-            .arg(d)
-            .env("MEMLENS_CTL_DIR", ctl_dir(d))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let first = line(&mut out);
+        let (child, mut out, first) = spawn_talking(Command::new(&exe).arg(d), d);
         let a: Vec<u64> = first
             .split_whitespace()
             .skip(1)
@@ -93,6 +86,19 @@ impl Drop for Prog {
         let _ = self.child.kill(); // a failed test leaves no program running
         let _ = self.child.wait();
     }
+}
+
+/// `cmd` started with the control directory of `d` and its stdout piped: the child, its stdout,
+/// and the first line it printed.
+fn spawn_talking(cmd: &mut Command, d: &Path) -> (Child, BufReader<ChildStdout>, String) {
+    let mut child = cmd
+        .env("MEMLENS_CTL_DIR", ctl_dir(d))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let first = line(&mut out);
+    (child, out, first)
 }
 
 fn line(out: &mut BufReader<ChildStdout>) -> String {
@@ -236,17 +242,12 @@ struct Loading {
 
 impl Loading {
     fn start(prog: &Path, lib: &Path, d: &Path) -> Loading {
-        let mut child = Command::new(prog)
-            .arg(lib)
+        let mut cmd = Command::new(prog);
+        cmd.arg(lib)
             .arg(d.join("end"))
             .arg(d.join("go"))
-            .env(STATIC_TLS.0, STATIC_TLS.1)
-            .env("MEMLENS_CTL_DIR", ctl_dir(d))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let first = line(&mut out);
+            .env(STATIC_TLS.0, STATIC_TLS.1);
+        let (child, out, first) = spawn_talking(&mut cmd, d);
         let hex = first.strip_prefix("waiting brk=0x").expect(&first);
         let pid = child.id().to_string();
         Loading {
