@@ -196,8 +196,7 @@ static inline int placed(const struct ml_family *f, size_t size)
            next_is_glibc();
 }
 
-/* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
- * runtime (busy): a signal handler's free of a sampled block waits meanwhile (block.c). */
+/* block.c gives placeholders back through ph_release (a race of two first samples stores it twice). */
 static void ph_first(void)
 {
     static int once;
@@ -207,6 +206,8 @@ static void ph_first(void)
     }
 }
 
+/* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
+ * runtime (busy): a signal handler's free of a sampled block waits meanwhile (block.c). */
 static void *ph_alloc(const struct ml_family *f, int how, size_t align, size_t size)
 {
     ph_first();
