@@ -357,7 +357,9 @@ fn redis_under_benchmark_against_limits_above_and_below() {
             .find(|l| l["option"] == opt)
             .unwrap();
         let f = l["figure"].as_f64().unwrap();
-        assert!(l["low"].as_f64().unwrap() >= 0.9 * f && l["high"].as_f64().unwrap() <= 1.1 * f);
+        // a peak's upper end is also what the highest estimate allows (measure's note)
+        let up = if opt == "--max-peak" { 1.3 } else { 1.1 };
+        assert!(l["low"].as_f64().unwrap() >= 0.9 * f && l["high"].as_f64().unwrap() <= up * f);
         f
     };
     let m = Measured {

@@ -341,8 +341,9 @@ fn the_timeline_shows_a_kept_mapping_apart_from_the_heap() {
         .filter(|p| p["allocator_in_use"].as_f64().is_some())
         .collect();
     assert!(periodic.len() >= 2, "periodic points: {pts:#?}");
-    // glibc's figures are the latest the runtime's thread read: those of the churn (read after
-    // the 32 MiB were held) are compared.
+    // glibc's figures are the latest the runtime's thread read (in the program's pause after the
+    // 32 MiB were held; it skips reads during the churn): the points that carry them are compared.
+    // The sampled blocks are in glibc's own figure, as without memlens (their placeholders).
     let churn: Vec<_> = periodic
         .iter()
         .filter(|p| p["allocator_in_use"].as_f64().unwrap() >= 0.9 * heap_want)

@@ -333,6 +333,8 @@ static void release_placeholder(void *ph)
 
 void ml_block_placeholders(void (*release)(void *)) { ph_release = release; }
 
+int ml_blocks_placed(void) { return ph_release != NULL; }
+
 static void free_now(struct ml_block *b)
 {
     void *ph = b->placeholder;

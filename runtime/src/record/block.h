@@ -30,6 +30,9 @@ void ml_sampled_free(void *p);
  * through `release` (set once, before the first placeholder), only ever outside the runtime (never
  * from a signal handler that interrupted it: that free waits with its block). */
 void ml_block_placeholders(void (*release)(void *));
+/* Have sampled blocks placeholders (set by the first)? Then the allocator's own figures count them
+ * already, as without memlens, and the timeline adds none of the range's bytes to them. */
+int ml_blocks_placed(void);
 static inline void *ml_block_placeholder(void *p) { return ml_block_of(p)->placeholder; }
 static inline void ml_block_set_placeholder(void *p, void *ph) { ml_block_of(p)->placeholder = ph; }
 /* realloc of a sampled block to n > 0 bytes (room: its usable size then, >= n): in place, or moved (within the range when it can, else

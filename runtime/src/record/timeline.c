@@ -22,6 +22,7 @@
 #include "allocstats.h"
 #include "peak.h"
 #include "range.h"
+#include "block.h"
 #include "timeline.h"
 
 #define NPOINTS ML_STATE_POINTS
@@ -74,7 +75,9 @@ static void take_point(uint64_t now, int why, int64_t unflushed)
     pt.heap += unflushed; /* reallocations in place: malloc's blocks only */
     if (why != ML_TL_DUMP)
         ml_allocstats_latest(&pt.in_use, &pt.footprint);
-    int64_t sampled = ml_range_live_bytes();
+    /* the sampled blocks are in the allocator's figures already when they have placeholders (those
+     * over 32 MiB, or 128 KiB where address space is scarce, have none: left out then) */
+    int64_t sampled = ml_blocks_placed() ? 0 : ml_range_live_bytes();
     if (pt.in_use >= 0)
         pt.in_use += sampled;
     if (pt.footprint >= 0)

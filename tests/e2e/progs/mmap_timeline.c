@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include "hold.h"
 __attribute__((noinline)) void *keep_mapping(size_t n)
 {
@@ -23,6 +24,9 @@ int main(void)
 {
     void *m = keep_mapping(64u << 20);
     void **v = hold(512, 64 << 10);
+    /* a pause without frees, in which the runtime's thread reads malloc's figures (during the churn
+     * below it skips them: a heap freeing that much may be slow to walk) */
+    usleep(300000);
     /* churn (freed at once: the live heap stays the 32 MiB) for ~400 ms: periodic points */
     char *volatile sink;
     for (double t0 = now(); now() - t0 < 0.4;)
