@@ -199,11 +199,8 @@ static inline int placed(const struct ml_family *f, size_t size)
 /* block.c gives placeholders back through ph_release (a race of two first samples stores it twice). */
 static void ph_first(void)
 {
-    static int once;
-    if (!once) {
+    if (!ml_blocks_placed())
         ml_block_placeholders(ph_release);
-        once = 1;
-    }
 }
 
 /* The placeholder of a block of `size` bytes asked for by `how` (AL_* or -1: malloc). Inside the
