@@ -325,15 +325,35 @@ fn attach_and_dump(prog: &Path, alloc: &str, label: &str, d: &Path) -> PathBuf {
         a.contains(&found) && a.contains("entry points hooked: every thread stopped"),
         "{a}"
     );
-    std::fs::write(&go, "").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap(); // "again …": the sites ran under memlens
+    second_round(
+        &mut child,
+        &mut out,
+        &pid,
+        d,
+        "a.pb.gz",
+        &format!("{prog:?} under attach"),
+    )
+}
+
+/// A program of alloc_sites' protocol (tests/programs: its first round done, it waits for d/go)
+/// runs its sites again; then its dump (d/`name`) is taken and it is let end (d/end), successfully.
+fn second_round(
+    child: &mut std::process::Child,
+    out: &mut impl std::io::BufRead,
+    pid: &str,
+    d: &Path,
+    name: &str,
+    what: &str,
+) -> PathBuf {
+    std::fs::write(d.join("go"), "").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap(); // "again …": the sites ran again
     assert!(line.starts_with("again"), "{line}");
-    let file = d.join("a.pb.gz");
-    ctl_dump(&pid, &file, d);
-    std::fs::write(&end, "").unwrap();
+    let file = d.join(name);
+    ctl_dump(pid, &file, d);
+    std::fs::write(d.join("end"), "").unwrap();
     let st = child.wait().unwrap();
-    assert!(st.success(), "{prog:?} under attach: {st}");
+    assert!(st.success(), "{what}: {st}");
     file
 }
 
@@ -416,15 +436,8 @@ fn check_started_after_inactive(prog: &Path) {
         .args(["ctl", &pid, "start"])
         .env("MEMLENS_CTL_DIR", &ctl)
         .ok();
-    std::fs::write(&go, "").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap(); // "again …": the sites ran with sampling on
-    assert!(line.starts_with("again"), "{line}");
-    let file = d.join("started.pb.gz");
-    ctl_dump(&pid, &file, d);
-    std::fs::write(&end, "").unwrap();
-    let st = child.wait().unwrap();
-    assert!(st.success(), "{prog:?} under memlens run --inactive: {st}");
+    let what = format!("{prog:?} under memlens run --inactive");
+    let file = second_round(&mut child, &mut out, &pid, d, "started.pb.gz", &what);
     within(
         "started after --inactive, vs the program's own count",
         inuse_at_hold(&file),
