@@ -219,6 +219,9 @@ extern const struct hk_row hk_rows[HK_NROWS];
 /* Does a row's hook count allocations (the countdown), or only guard pointers (free, usable size,
  * resize in place: a block of ours must never reach the allocator)? */
 static inline int hk_counts(const struct hk_row *r) { return r->shape <= SH_HREALLOC_AL; }
+/* Does a row's hook only remember what the original made (mimalloc's heap makers), no pointer of
+ * ours reaching it? One that cannot be hooked is left alone, the allocator still hooked. */
+static inline int hk_remembers(const struct hk_row *r) { return r->shape == SH_HNEW || r->shape == SH_HNEW_ARENA; }
 /* Does a row's shape take mimalloc's heap first? */
 static inline int hk_heap_first(int shape) { return shape >= SH_HMALLOC && shape <= SH_HREALLOC_AL; }
 
