@@ -37,6 +37,10 @@ struct ml_thread {
     /* The last sample's weights, for (w_size, w_R): programs allocate few distinct sizes, and this
      * saves an expm1 on most samples. */
     uint64_t w_size, w_R, w_fx, w_bytes;
+    /* The same for the half-samples' weight and the chance a block is in both (block.c,
+     * choose_halves), for (h_size, h_R): another expm1 and a division saved. */
+    uint64_t h_size, h_R, h_w;
+    double h_both;
     /* The last usable size asked of an allocator (source.c, room_of), for (room_fam, room_size): a
      * probe of the allocator saved on most samples, as the weights above save an expm1. */
     const void *room_fam;

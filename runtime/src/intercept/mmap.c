@@ -127,7 +127,7 @@ static void *piece_shadow(void *old, uintptr_t len, uintptr_t whole)
         return NULL;
     ml_tls.busy++; /* what the range maps for it is the runtime's own */
     ml_tls.mmap_acct = 1;
-    void *s = ml_block_new(1, 1, len, 0, 0, b->stack, fx ? fx : 1, by, b->ra);
+    void *s = ml_block_new(1, 1, len, 0, 0, b->stack, fx ? fx : 1, by, b->ra, 0);
     ml_tls.mmap_acct = 0;
     ml_tls.busy--;
     return s;

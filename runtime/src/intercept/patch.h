@@ -60,6 +60,10 @@ int ml_patch_write(const struct ml_patch *p);
  * 2 bytes too, its only effect on flags the check sets again anyway). One byte, the opcode of a
  * 2-byte instruction whose operand stays, written through the writable alias: another thread running
  * that code meanwhile executes the one or the other, both of the same length, and either is right.
+ * Nor is a serialization of the other cores needed (no membarrier SYNC_CORE, which Linux's own
+ * multi-byte patching uses): a core that still runs the old byte for a moment is right as well —
+ * switched off, its countdown leads to the slow path, which reads `active` and forwards; switched
+ * on, it samples from its next pass, as a thread whose countdown was drawn before the switch does.
  * Why not a flag read by the check: any memory access in front of mimalloc's fast path costs its
  * pair ~3 ticks in the fast-path benchmark (docs/allocators.md), a jump costs nothing. */
 static inline void ml_patch_sampling(const struct ml_patch *p, int on)

@@ -84,13 +84,13 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t room
     /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
     uint64_t R = armed_R(t), times = R ? 1 : ML_COST_EXACT_EVERY;
     int timed = R || t->samples % ML_COST_EXACT_EVERY == 0;
-    uint64_t c0 = timed ? ml_cost_begin() : 0;
+    uint64_t tsc = timed ? __rdtsc() : 0, c0 = tsc - t->cost_wait; /* also the block's birth */
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
     weights(t, size, R);
     uint64_t w_fx = t->w_fx, w_bytes = t->w_bytes;
     uint32_t id = intern(kind, ra);
-    void *p = ml_block_new(real, room, size, align, zero, id, w_fx, w_bytes, ra);
+    void *p = ml_block_new(real, room, size, align, zero, id, w_fx, w_bytes, ra, tsc);
     /* The range is full, or cannot grow (an address-space limit): the caller serves the block from
      * the real allocator, and the sample still counts as allocated (as in exact mode), without
      * live tracking. */

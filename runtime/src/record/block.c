@@ -213,9 +213,16 @@ static void choose_halves(struct ml_block *b, uint64_t size, uint64_t R)
         b->w_half[0] = b->w_half[1] = size;
         return;
     }
-    double q = -expm1(-(double)size / (double)(2 * R)), both = q / (2.0 - q), u = ml_uniform();
-    uint64_t w = (uint64_t)((double)size / q + 0.5);
-    b->w_half[0] = b->w_half[1] = w;
+    struct ml_thread *t = &ml_tls;
+    if (t->h_size != size || t->h_R != R) {
+        double q = -expm1(-(double)size / (double)(2 * R));
+        t->h_both = q / (2.0 - q);
+        t->h_w = (uint64_t)((double)size / q + 0.5);
+        t->h_size = size;
+        t->h_R = R;
+    }
+    double both = t->h_both, u = ml_uniform();
+    b->w_half[0] = b->w_half[1] = t->h_w;
     if (u >= both) {
         int out = (u - both) < 0.5 * (1.0 - both) ? 0 : 1;
         b->point_h[out] = UINT64_MAX;
@@ -259,12 +266,13 @@ static int reweigh(struct ml_block *b, uint64_t now)
 }
 
 void *ml_block_new(size_t size, size_t room, size_t weigh, size_t align, int zero, uint32_t id,
-                   uint64_t w_fx, uint64_t w_bytes, uintptr_t ra)
+                   uint64_t w_fx, uint64_t w_bytes, uintptr_t ra, uint64_t tsc)
 {
     uint64_t now = 0;
     if (atomic_load_explicit(&ml_views_on, memory_order_relaxed)) {
-        ml_views_anchor(); /* the first timed block sets the clock's origin, before its birth */
-        now = __rdtsc() | 1;
+        /* the first timed block sets the clock's origin, before its birth */
+        uint64_t anchor = ml_views_anchor();
+        now = (tsc >= anchor ? tsc : __rdtsc()) | 1;
     }
     int dirty;
     ml_range_lock();
@@ -339,10 +347,10 @@ static void free_now(struct ml_block *b)
 {
     void *ph = b->placeholder;
     ml_usdt_free(b + 1); /* when it is freed: a deferred free (signal handler) fires it later */
-    uint64_t c0 = ml_cost_begin();
+    /* one TSC read for the runtime's account and the block's death (~25 cycles each here) */
+    uint64_t tsc = __rdtsc(), c0 = tsc - ml_tls.cost_wait, now = b->born ? tsc | 1 : 0;
     ml_busy_enter();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
-    uint64_t now = tick(b);
     flush_alloc(b);
     ml_range_lock();
     release_locked(b, now);

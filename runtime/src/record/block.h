@@ -9,9 +9,10 @@
 /* A sampled block of `size` bytes on stack `id` with weights (w_fx, w_bytes), from call site ra, with
  * room for `room` >= size bytes (its usable size: ml_block_usable). `weigh`: the bytes it stands for
  * in the peak's half-samples — its size, except for a shadow (one byte standing for an mmap'd or
- * reported block of `weigh` bytes, whose weights were drawn at that size). */
+ * reported block of `weigh` bytes, whose weights were drawn at that size). `tsc`: a TSC stamp the
+ * caller just took (its own account's), the block's birth; 0 to take one here. */
 void *ml_block_new(size_t size, size_t room, size_t weigh, size_t align, int zero, uint32_t id,
-                   uint64_t w_fx, uint64_t w_bytes, uintptr_t ra);
+                   uint64_t w_fx, uint64_t w_bytes, uintptr_t ra, uint64_t tsc);
 /* What malloc_usable_size says of a block of the range: the usable size the block's allocator would
  * give for its size (its size class), not the size asked. A program that grows a block into the
  * slack malloc_usable_size reports (redis's listpacks and strings) must see the same slack in a

@@ -544,6 +544,20 @@ static uintptr_t small_get(unsigned c, size_t size, int *dirty)
     return chunk;
 }
 
+/* The header zeroed by eleven 16-byte stores: memset of its 176 bytes compiled to `rep stos`, whose
+ * start-up cost a tenth of a sample (~38 of ~360 TSC ticks for a sampled malloc and free, measured
+ * at MEMLENS_INTERVAL=1 in runtime/bench/fastpath.c). */
+typedef uint64_t ml_zero16 __attribute__((vector_size(16), aligned(8), may_alias));
+_Static_assert(sizeof(struct ml_block) % sizeof(ml_zero16) == 0, "the header is whole 16-byte words");
+
+static inline void clear_header(struct ml_block *b)
+{
+    ml_zero16 *w = (ml_zero16 *)b;
+#pragma GCC unroll 16
+    for (size_t i = 0; i < sizeof *b / sizeof *w; i++)
+        w[i] = (ml_zero16){0, 0};
+}
+
 struct ml_block *ml_range_alloc_locked(size_t size, size_t align, int zero, int *dirty)
 {
     if (align < 16)
@@ -569,7 +583,7 @@ struct ml_block *ml_range_alloc_locked(size_t size, size_t align, int zero, int 
         return NULL;
     uintptr_t user = (chunk + HDR + align - 1) & ~(uintptr_t)(align - 1);
     struct ml_block *b = (struct ml_block *)user - 1;
-    memset(b, 0, sizeof *b);
+    clear_header(b);
     b->kind = ML_KIND_SAMPLED;
     b->cls = (uint16_t)c;
     b->size = size;
