@@ -655,11 +655,13 @@ slow:                                                                           
         heap_made(h, !allow_destroy);                                                                  \
         return h;                                                                                      \
     }
+/* mi_heap_new_in_arena's heaps are only deleted in the mimalloc that has mi_heap_new_ex (2.1 to 2.x;
+ * 2.0.9's, Debian's, and 3.3's are destroyable and it has none): its address tells. */
 #define FN_SH_HNEW_ARENA(S, id, p1)                                                                    \
     static void *hk_##S##_##id(uintptr_t arena)                                                        \
     {                                                                                                  \
         void *h = ORIG(S, id, void *(*)(uintptr_t))(arena);                                            \
-        heap_made(h, 1);                                                                               \
+        heap_made(h, hk_slots[S].orig[HK_MI_heap_new_ex] != NULL);                                     \
         return h;                                                                                      \
     }
 /* The reallocating entry points only guarded: a block of ours that reaches one is moved by
