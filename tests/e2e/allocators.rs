@@ -165,21 +165,24 @@ pub(crate) struct Said {
 }
 
 pub(crate) fn said(out: &str) -> Said {
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("held_bytes="))
-        .unwrap_or_else(|| panic!("no held_bytes line in:\n{out}"));
-    let kv = |k: &str| -> f64 {
-        line.split(' ')
-            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
-            .unwrap_or("0")
-            .parse()
-            .unwrap()
-    };
+    let kv = |k: &str| figure(out, k);
     Said {
         held: kv("held_bytes"),
         allocator: kv("allocator_after") - kv("allocator_before"),
     }
+}
+
+/// The figure `key=…` of the line a program printed first (`held_bytes=… key=…`); 0 if absent.
+fn figure(out: &str, key: &str) -> f64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("held_bytes="))
+        .unwrap_or_else(|| panic!("no held_bytes line in:\n{out}"));
+    line.split(' ')
+        .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or("0")
+        .parse()
+        .unwrap()
 }
 
 /// Bytes in use at the `hold` site of a profile: stacks with a frame named `hold`, or, in Rust,
@@ -495,25 +498,54 @@ fn rust_with_mimalloc_attach() {
 /// mi_heap_malloc and its kin into a heap that stays is in use within ±10 % of the program's own
 /// count and of mimalloc's (mi_heap_visit_blocks over that heap, from the run without memlens);
 /// what `doomed` put in a heap that mi_heap_destroy freed whole is allocated but no longer in use;
-/// what `moved` put in a heap that mi_heap_delete gave to the backing heap is still in use.
+/// what `moved` put in a heap that mi_heap_delete gave to the backing heap is still in use, and so
+/// is what `spared` put in a heap made without allow_destroy, which mi_heap_destroy only deletes;
+/// the strings of mi_heap_strdup & co. (`dups`) and mi_heap_realpath & co. (`paths`) are counted.
 #[test]
 fn c_with_mimalloc_heaps_run() {
     let dir = test_dir();
     let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
-    let reference = bare(&prog);
+    let reference = Command::new(&prog).ok_stdout();
     let file = dir.path().join("p.pb.gz");
     let o = memlens_run(&file, &prog).output().unwrap();
     assert_ok(&prog, &o);
     let out = stdout(&o);
-    let keep = heap_sites(&file, "");
+    let keep = heap_sites(&file, "", &reference);
     within("keep, vs the program's own count", keep, said(&out).held);
-    within("keep, vs mimalloc's own count", keep, reference.allocator);
+    within(
+        "keep, vs mimalloc's own count",
+        keep,
+        said(&reference).allocator,
+    );
 }
 
-/// mi_heaps.c's profile: `doomed` allocated HELD and holds nothing, `moved` holds HELD; returns
-/// what `keep` holds. `how` prefixes the messages.
-fn heap_sites(file: &Path, how: &str) -> f64 {
+/// mi_heaps.c's profile: `doomed` allocated HELD and holds nothing, `moved` and `spared` hold
+/// HELD (`spared` also within ±10 % of what mimalloc's backing heap gained when its heap was
+/// destroyed), `dups` and `paths` what the program counted; returns what `keep` holds. `how`
+/// prefixes the messages; `bare`: what the program printed in a run without memlens.
+fn heap_sites(file: &Path, how: &str, bare: &str) -> f64 {
     let at = |index: &str, site: &str| at_site(file, index, site);
+    let spared = at("inuse_space", "spared");
+    within(
+        &format!("{how}spared, in use after mi_heap_destroy of a heap it only deletes"),
+        spared,
+        figure(bare, "spared_bytes"),
+    );
+    within(
+        &format!("{how}spared, vs what mimalloc's backing heap gained"),
+        spared,
+        figure(bare, "spared_allocator"),
+    );
+    within(
+        &format!("{how}dups, mi_heap_strdup & co."),
+        at("inuse_space", "dups"),
+        figure(bare, "dups_bytes"),
+    );
+    within(
+        &format!("{how}paths, mi_heap_realpath & co."),
+        at("inuse_space", "paths"),
+        figure(bare, "paths_bytes"),
+    );
     within(
         &format!("{how}doomed, allocated"),
         at("alloc_space", "doomed"),
@@ -533,14 +565,41 @@ fn heap_sites(file: &Path, how: &str) -> f64 {
 }
 
 /// mimalloc's heaps under `memlens attach` (the program runs its sites again after it): the kept
-/// heap in use within ±10 %, the destroyed one at ≤ 1 % in use, the deleted one's blocks in use.
+/// heap in use within ±10 %, the destroyed one at ≤ 1 % in use, the deleted one's blocks in use,
+/// and the other sites as under `run`.
 #[test]
 fn c_with_mimalloc_heaps_attach() {
     let dir = test_dir();
     let prog = c_program_of(dir.path(), "mi_heaps.c", "mimalloc");
+    let reference = Command::new(&prog).ok_stdout();
     let file = attach_and_dump(&prog, "mimalloc", "mi_*", dir.path());
-    let keep = heap_sites(&file, "under attach, ");
+    let keep = heap_sites(&file, "under attach, ", &reference);
     within("under attach, keep", keep, HELD);
+}
+
+/// Blocks memlens sampled (every one, at a 64-byte interval) handed to mimalloc's reallocating
+/// entry points that ask for an offset alignment (`mi_realloc_aligned_at` & co.) or an aligned
+/// array (`mi_recalloc_aligned`), mimalloc linked statically (tests/programs/mi_aligned_at.c):
+/// each keeps its bytes, is aligned as asked and zeroed where it should be, and none stays in use
+/// once the program freed them all (mimalloc, handed blocks of memlens's range, freed them into its
+/// own lists: they stayed in use in the profile, and some runs crashed).
+#[test]
+fn c_with_mimalloc_reallocating_sampled_blocks_aligned_at() {
+    let dir = test_dir();
+    let prog = c_program_of(dir.path(), "mi_aligned_at.c", "mimalloc");
+    let file = dir.path().join("p.pb.gz");
+    let o = run_ok(&["--interval", "64"], &file, &prog);
+    assert!(stdout(&o).contains("kept=4000 of 4000"), "{}", printed(&o));
+    let allocated = at_site(&file, "alloc_space", "main");
+    assert!(
+        allocated >= 4000.0 * 1000.0,
+        "{allocated} bytes allocated at `main`, at least 4000 blocks of 1000 expected"
+    );
+    let inuse = at_site(&file, "inuse_space", "main");
+    assert!(
+        inuse <= 0.01 * allocated,
+        "{inuse} bytes still in use at `main` of {allocated} allocated: every block was freed"
+    );
 }
 
 /// The shared libmimalloc (its malloc is the interposed malloc's next, so memlens counts there and

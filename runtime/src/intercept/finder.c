@@ -273,6 +273,8 @@ static const char *plan_family(struct family *f, int s, struct ml_patch *out, in
             why = ml_patch_plan(&out[*nout], e->addr, e->size, hook, guard_only ? NULL : &fast);
         if (why && !hk_counts(&hk_rows[e->row]) && e->size < 5 && ml_patch_inert(e->addr, e->size))
             continue; /* a stub that returns a constant: nothing to guard */
+        if (why && hk_remembers(&hk_rows[e->row]))
+            continue; /* no block reaches it: unhooked, its heaps are not remembered (hooks.c) */
         if (why && !hk_counts(&hk_rows[e->row])) {
             *nout = first;
             o->what = hk_rows[e->row].name;

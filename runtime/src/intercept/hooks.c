@@ -73,7 +73,7 @@ static inline size_t mallocx_align(int flags) { return flags & 0x3f ? (size_t)1 
 /* What an allocating entry point asks for, from its shape and arguments (the hook has checked
  * calloc's product for overflow and the alignment for a power of two). */
 struct hk_ask { size_t size, align; int zero; };
-static struct hk_ask ask_of(int id, uintptr_t a0, uintptr_t a1, uintptr_t a2)
+static struct hk_ask ask_of(int id, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3)
 {
     const struct hk_row *r = &hk_rows[id];
     switch (r->shape) {
@@ -87,17 +87,20 @@ static struct hk_ask ask_of(int id, uintptr_t a0, uintptr_t a1, uintptr_t a2)
     case SH_HMALLOC: return (struct hk_ask){a1, 0, r->p1 & 1};
     case SH_HCALLOC: return (struct hk_ask){a1 * a2, 0, r->p1 & 1};
     case SH_HALIGNED: return (struct hk_ask){a1, a2, r->p1 & 1};
+    case SH_HCALLOC_AL: return (struct hk_ask){a1 * a2, a3, 1};
     }
     return (struct hk_ask){a0, 0, 0};
 }
 
-static void *call_alloc(void *f, int shape, uintptr_t a0, uintptr_t a1, uintptr_t a2)
+static void *call_alloc(void *f, int shape, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3)
 {
     switch (shape) {
     case SH_MALLOC: return ((void *(*)(size_t, uintptr_t))f)(a0, a1);
     case SH_MEMALIGN: return ((void *(*)(size_t, size_t))f)(a0, a1);
     case SH_MALLOCX: return ((void *(*)(size_t, int))f)(a0, (int)a1);
     }
+    if (shape == SH_HCALLOC_AL)
+        return ((void *(*)(uintptr_t, uintptr_t, uintptr_t, uintptr_t))f)(a0, a1, a2, a3);
     return ((void *(*)(uintptr_t, uintptr_t, uintptr_t))f)(a0, a1, a2);
 }
 
@@ -132,13 +135,71 @@ static void heap_gone(const struct hk_slot *s, void *h, int destroyed)
         ml_blocks_heap_gone(h, destroyed);
 }
 
+/* The heaps made without allow_destroy (mi_heap_new_ex(…, false, …), mi_heap_new_in_arena), which
+ * mi_heap_destroy only deletes: their blocks stay live in the backing heap. mi_heap_destroy cannot
+ * be seen to delete (it jumps into a part of mi_heap_delete that GCC split off, past the hooked
+ * entry: mi_heap_delete.part.0), so the heaps are remembered when they are made. A fixed table in
+ * static memory (the runtime allocates through nothing it hooks), lock-free: a heap is made,
+ * destroyed and deleted by its own thread. Full, a heap is not remembered and its destroy frees
+ * its sampled blocks, as for any heap (docs/allocators.md). Only heap creation and destruction
+ * touch it. */
+#define KEPT_HEAPS 64
+static void *_Atomic kept_heaps[KEPT_HEAPS];
+static _Atomic int kept_n; /* entries in use: none, and a destroy or delete looks no further */
+
+/* Forget h if it is remembered: 1 if it was. */
+static int kept_forget(void *h)
+{
+    if (!h || !atomic_load_explicit(&kept_n, memory_order_relaxed))
+        return 0;
+    for (int i = 0; i < KEPT_HEAPS; i++) {
+        void *want = h;
+        if (atomic_load_explicit(&kept_heaps[i], memory_order_relaxed) == h &&
+            atomic_compare_exchange_strong(&kept_heaps[i], &want, NULL)) {
+            atomic_fetch_sub(&kept_n, 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A heap h was made (NULL: it was not): remembered if mi_heap_destroy will only delete it, else
+ * forgotten (a heap that was remembered at that address and freed unseen, at a thread's end). */
+static void heap_made(void *h, int only_deleted)
+{
+    kept_forget(h);
+    if (!h || !only_deleted)
+        return;
+    for (int i = 0; i < KEPT_HEAPS; i++) {
+        void *none = NULL;
+        if (atomic_compare_exchange_strong(&kept_heaps[i], &none, h)) {
+            atomic_fetch_add(&kept_n, 1);
+            return;
+        }
+    }
+}
+
+/* mi_heap_destroy of h through `orig`: a heap mimalloc only deletes is deleted (its sampled blocks
+ * go to the backing heap first), another one destroyed (they are freed after the original ran). */
+static void heap_destroy(const struct hk_slot *s, void *h, void (*orig)(void *))
+{
+    if (kept_forget(h)) {
+        heap_gone(s, h, 0);
+        orig(h);
+        return;
+    }
+    orig(h);
+    heap_gone(s, h, 1);
+}
+
 /* The countdown ran out: the allocation asked for is sampled from the range, or forwarded to the
  * original. Returns the block; for posix_memalign (`err`), *err is its result and the block is
  * stored through a0. */
-static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t ra, int *err)
+static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t ra,
+                          int *err)
 {
     int id = SID_ROW(sid);
-    struct hk_ask k = ask_of(id, a0, a1, a2);
+    struct hk_ask k = ask_of(id, a0, a1, a2, a3);
     size_t sz = k.size ? k.size : 1;
     int d = ml_src_decide(sz);
     if (d == ML_SAMPLE && sample_begin()) {
@@ -153,7 +214,7 @@ static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uin
         *err = ((int (*)(void **, size_t, size_t))f)((void **)a0, a1, a2);
         p = *err ? NULL : *(void **)a0;
     } else {
-        p = call_alloc(f, hk_rows[id].shape, a0, a1, a2);
+        p = call_alloc(f, hk_rows[id].shape, a0, a1, a2, a3);
     }
     if (p && d == ML_EXACT)
         ml_src_exact(ML_SRC_HOOKED, sz, ra);
@@ -162,7 +223,35 @@ static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uin
 
 static ML_NOINLINE void *alloc_slow(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t ra)
 {
-    return alloc_decide(sid, a0, a1, a2, ra, NULL);
+    return alloc_decide(sid, a0, a1, a2, 0, ra, NULL);
+}
+
+/* The same for the shape of four arguments (mi_heap_calloc_aligned). */
+static ML_NOINLINE void *alloc4_slow(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t ra)
+{
+    return alloc_decide(sid, a0, a1, a2, a3, ra, NULL);
+}
+
+/* A string of n bytes (strlen + 1) at q, which the original (strdup, strndup, realpath) just made
+ * in heap h (0: the default heap), whose countdown ran out: sampled, it is copied into the range
+ * and the allocator's copy freed (one copy more, on sampled calls only); else q. */
+static ML_NOINLINE char *str_slow(int sid, uintptr_t h, char *q, size_t n, uintptr_t ra)
+{
+    struct hk_slot *s = SID_SLOT(sid);
+    int d = ml_src_decide(n);
+    if (d == ML_SAMPLE && sample_begin()) {
+        char *r = ml_src_sample_of(&s->fam, n, 0, 0, ra);
+        sample_end();
+        if (r) {
+            memcpy(r, q, n);
+            s->fam.free(q);
+            heap_mark(s, r, hk_rows[SID_ROW(sid)].shape, h);
+            return r;
+        }
+    }
+    if (d == ML_EXACT)
+        ml_src_exact(ML_SRC_HOOKED, n, ra);
+    return q;
 }
 
 static ML_NOINLINE int posix_slow(int sid, void **out, size_t al, size_t n, uintptr_t ra)
@@ -172,7 +261,7 @@ static ML_NOINLINE int posix_slow(int sid, void **out, size_t al, size_t n, uint
         return ((int (*)(void **, size_t, size_t))f)(out, al, n);
     void *q = NULL;
     int err = 0;
-    void *p = alloc_decide(sid, (uintptr_t)&q, al, n, ra, &err);
+    void *p = alloc_decide(sid, (uintptr_t)&q, al, n, 0, ra, &err);
     if (!p)
         return err ? err : ENOMEM;
     *out = p;
@@ -211,6 +300,18 @@ static void *realloc_owned(struct hk_slot *s, void *p, size_t n, size_t align, i
     }
     if (q && zero && n > old)
         memset((char *)q + old, 0, n - old);
+    return q;
+}
+
+/* A block of ours that must become the allocator's (an offset alignment the range cannot serve): q,
+ * what the allocator made for it (NULL: p stays, as a failed realloc leaves it), gets p's bytes. */
+static void *moved_out(void *p, void *q, size_t n)
+{
+    if (q) {
+        size_t old = ml_src_usable(p);
+        memcpy(q, p, old < n ? old : n);
+        ml_src_free(p);
+    }
     return q;
 }
 
@@ -388,6 +489,25 @@ void hk_slot_basics(int s)
     slow:                                                                                              \
         SLOW_ALLOC(S, id, n, (uintptr_t)fl, 0);                                 \
     }
+/* strdup, strndup and realpath (mimalloc's): the original makes the string, its size is read from
+ * it (strlen + 1) and counted; a sampled one is moved into the range (str_slow). realpath into the
+ * caller's buffer (p1 = 1, x given) allocates nothing. */
+#define STR_BODY(S, id, p1, call, h)                                                                   \
+    if (p1 && x)                                                                                       \
+        return call;                                                                                   \
+    char *q = call;                                                                                    \
+    if (unlikely(!q))                                                                                  \
+        return q;                                                                                      \
+    size_t n = strlen(q) + 1;                                                                          \
+    ML_COUNTDOWN_OR(n, slow);                                                                          \
+    return q;                                                                                          \
+slow:                                                                                                  \
+    return str_slow(SID(S, id), h, q, n, RA());
+#define FN_SH_STRDUP(S, id, p1)                                                                        \
+    static FAST char *hk_##S##_##id(const char *a, uintptr_t x)                                        \
+    {                                                                                                  \
+        STR_BODY(S, id, p1, ORIG(S, id, char *(*)(const char *, uintptr_t))(a, x), 0)                  \
+    }
 #define REALLOC_BODY(S, id, n, a1, a2, call)                                                            \
     if (likely(!ml_src_owns(p)) && likely((ml_tls.countdown -= (int64_t)(n)) > 0))                     \
         return call;                                                                                   \
@@ -478,6 +598,22 @@ void hk_slot_basics(int s)
             return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t))(h, n, al);                        \
         SLOW_ALLOC(S, id, h, n, al);                                                                   \
     }
+#define FN_SH_HCALLOC_AL(S, id, p1)                                                                    \
+    static FAST void *hk_##S##_##id(uintptr_t h, size_t n, size_t sz, size_t al)                       \
+    {                                                                                                  \
+        size_t t;                                                                                      \
+        if (unlikely(__builtin_mul_overflow(n, sz, &t)) || (al & (al - 1)))                            \
+            return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t, size_t))(h, n, sz, al);            \
+        ML_COUNTDOWN_OR(t, slow);                                                                      \
+        return ORIG(S, id, void *(*)(uintptr_t, size_t, size_t, size_t))(h, n, sz, al);                \
+    slow:                                                                                              \
+        return alloc4_slow(SID(S, id), h, n, sz, al, RA());                                            \
+    }
+#define FN_SH_HSTRDUP(S, id, p1)                                                                       \
+    static FAST char *hk_##S##_##id(uintptr_t h, const char *a, uintptr_t x)                           \
+    {                                                                                                  \
+        STR_BODY(S, id, p1, ORIG(S, id, char *(*)(uintptr_t, const char *, uintptr_t))(h, a, x), h)    \
+    }
 #define H_REALLOC_BODY(S, id, n, a1, a2, call)                                                         \
     if (likely(!ml_src_owns(p)) && likely((ml_tls.countdown -= (int64_t)(n)) > 0))                     \
         return call;                                                                                   \
@@ -501,20 +637,109 @@ void hk_slot_basics(int s)
         H_REALLOC_BODY(S, id, n, n, al, ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t))(h, p, n, al)) \
     }
 /* mi_heap_delete: the heap's sampled blocks go to the backing heap first. mi_heap_destroy: they
- * are freed after the original ran, which jumps to mi_heap_delete when it only deletes (a heap
- * made without allow_destroy, a guarded build), meant to have moved them by then. Found not to hold
- * for a heap of mi_heap_new_ex(0, false, 0): its blocks were dropped anyway (docs/allocators.md). */
+ * are freed after the original ran, unless the heap is one mimalloc only deletes (heap_destroy). */
 #define FN_SH_HDESTROY(S, id, p1)                                                                      \
-    static void hk_##S##_##id(void *h)                                                                 \
-    {                                                                                                  \
-        ORIG(S, id, void (*)(void *))(h);                                                              \
-        heap_gone(&hk_slots[S], h, 1);                                                                 \
-    }
+    static void hk_##S##_##id(void *h) { heap_destroy(&hk_slots[S], h, ORIG(S, id, void (*)(void *))); }
 #define FN_SH_HDELETE(S, id, p1)                                                                       \
     static void hk_##S##_##id(void *h)                                                                 \
     {                                                                                                  \
+        kept_forget(h);                                                                                \
         heap_gone(&hk_slots[S], h, 0);                                                                 \
         ORIG(S, id, void (*)(void *))(h);                                                              \
+    }
+/* The heaps' makers: which heaps mi_heap_destroy will only delete (heap_made). */
+#define FN_SH_HNEW(S, id, p1)                                                                          \
+    static void *hk_##S##_##id(int tag, _Bool allow_destroy, uintptr_t arena)                          \
+    {                                                                                                  \
+        void *h = ORIG(S, id, void *(*)(int, _Bool, uintptr_t))(tag, allow_destroy, arena);            \
+        heap_made(h, !allow_destroy);                                                                  \
+        return h;                                                                                      \
+    }
+/* mi_heap_new_in_arena's heaps are only deleted in the mimalloc that has mi_heap_new_ex (2.1 to 2.x;
+ * 2.0.9's, Debian's, and 3.3's are destroyable and it has none): its address tells. */
+#define FN_SH_HNEW_ARENA(S, id, p1)                                                                    \
+    static void *hk_##S##_##id(uintptr_t arena)                                                        \
+    {                                                                                                  \
+        void *h = ORIG(S, id, void *(*)(uintptr_t))(arena);                                            \
+        heap_made(h, hk_slots[S].orig[HK_MI_heap_new_ex] != NULL);                                     \
+        return h;                                                                                      \
+    }
+/* The reallocating entry points only guarded: a block of ours that reaches one is moved by
+ * realloc_owned (heap h: 0, or the one passed), or, for an offset alignment the range cannot serve,
+ * into a block the original allocates (`fresh`: the call with p = NULL; NULL leaves p as it is). */
+#define OWNED_AT(S, h, n, al, off, zero, fresh)                                                        \
+    do {                                                                                               \
+        if (!(off) && !((al) & ((al) - 1))) {                                                          \
+            void *q_ = realloc_owned(&hk_slots[S], p, n, al, zero, RA());                              \
+            if (h)                                                                                     \
+                heap_mark(&hk_slots[S], q_, SH_HREALLOC, h);                                           \
+            return q_;                                                                                 \
+        }                                                                                              \
+        return moved_out(p, fresh, n);                                                                 \
+    } while (0)
+#define FN_SH_GREALLOC_AT(S, id, p1)                                                                   \
+    static void *hk_##S##_##id(void *p, size_t n, size_t al, size_t off)                               \
+    {                                                                                                  \
+        void *(*o)(void *, size_t, size_t, size_t) = ORIG(S, id, void *(*)(void *, size_t, size_t, size_t)); \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(p, n, al, off);                                                                   \
+        OWNED_AT(S, 0, n, al, off, p1, o(NULL, n, al, off));                                          \
+    }
+#define FN_SH_GRECALLOC_AL(S, id, p1)                                                                  \
+    static void *hk_##S##_##id(void *p, size_t n, size_t sz, size_t al)                                \
+    {                                                                                                  \
+        void *(*o)(void *, size_t, size_t, size_t) = ORIG(S, id, void *(*)(void *, size_t, size_t, size_t)); \
+        size_t t;                                                                                      \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(p, n, sz, al);                                                                    \
+        if (__builtin_mul_overflow(n, sz, &t))                                                         \
+            return errno = ENOMEM, NULL;                                                               \
+        OWNED_AT(S, 0, t, al, 0, 1, NULL);                                                             \
+    }
+#define FN_SH_GRECALLOC_AT(S, id, p1)                                                                  \
+    static void *hk_##S##_##id(void *p, size_t n, size_t sz, size_t al, size_t off)                    \
+    {                                                                                                  \
+        void *(*o)(void *, size_t, size_t, size_t, size_t) =                                           \
+            ORIG(S, id, void *(*)(void *, size_t, size_t, size_t, size_t));                            \
+        size_t t;                                                                                      \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(p, n, sz, al, off);                                                               \
+        if (__builtin_mul_overflow(n, sz, &t))                                                         \
+            return errno = ENOMEM, NULL;                                                               \
+        OWNED_AT(S, 0, t, al, off, 1, o(NULL, n, sz, al, off));                                        \
+    }
+#define FN_SH_GHREALLOC_AT(S, id, p1)                                                                  \
+    static void *hk_##S##_##id(uintptr_t h, void *p, size_t n, size_t al, size_t off)                  \
+    {                                                                                                  \
+        void *(*o)(uintptr_t, void *, size_t, size_t, size_t) =                                        \
+            ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t, size_t));                         \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(h, p, n, al, off);                                                                \
+        OWNED_AT(S, h, n, al, off, p1, o(h, NULL, n, al, off));                                        \
+    }
+#define FN_SH_GHRECALLOC_AL(S, id, p1)                                                                 \
+    static void *hk_##S##_##id(uintptr_t h, void *p, size_t n, size_t sz, size_t al)                   \
+    {                                                                                                  \
+        void *(*o)(uintptr_t, void *, size_t, size_t, size_t) =                                        \
+            ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t, size_t));                         \
+        size_t t;                                                                                      \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(h, p, n, sz, al);                                                                 \
+        if (__builtin_mul_overflow(n, sz, &t))                                                         \
+            return errno = ENOMEM, NULL;                                                               \
+        OWNED_AT(S, h, t, al, 0, 1, NULL);                                                             \
+    }
+#define FN_SH_GHRECALLOC_AT(S, id, p1)                                                                 \
+    static void *hk_##S##_##id(uintptr_t h, void *p, size_t n, size_t sz, size_t al, size_t off)       \
+    {                                                                                                  \
+        void *(*o)(uintptr_t, void *, size_t, size_t, size_t, size_t) =                                \
+            ORIG(S, id, void *(*)(uintptr_t, void *, size_t, size_t, size_t, size_t));                 \
+        size_t t;                                                                                      \
+        if (likely(!ml_src_owns(p)))                                                                   \
+            return o(h, p, n, sz, al, off);                                                            \
+        if (__builtin_mul_overflow(n, sz, &t))                                                         \
+            return errno = ENOMEM, NULL;                                                               \
+        OWNED_AT(S, h, t, al, off, 1, o(h, NULL, n, sz, al, off));                                     \
     }
 #define FN_SH_LOOKUP(S, id, p1)                                                                        \
     static void hk_##S##_##id(void) {}
@@ -564,6 +789,17 @@ void hk_slot_basics(int s)
 #define G_SH_HDESTROY G_NONE
 #define G_SH_HDELETE G_NONE
 #define G_SH_LOOKUP G_NONE
+#define G_SH_HNEW_ARENA G_NONE
+#define G_SH_HNEW G_NONE
+#define G_SH_GHRECALLOC_AT G_NONE
+#define G_SH_GHRECALLOC_AL G_NONE
+#define G_SH_GHREALLOC_AT G_NONE
+#define G_SH_GRECALLOC_AT G_NONE
+#define G_SH_GRECALLOC_AL G_NONE
+#define G_SH_GREALLOC_AT G_NONE
+#define G_SH_HSTRDUP G_NONE
+#define G_SH_HCALLOC_AL G_NONE
+#define G_SH_STRDUP G_NONE
 
 #define HK_FN(S, id, tab, name, shape, p1) FN_##shape(S, id, p1) G_##shape(S, id, p1)
 HK_ROWS(HK_FN, 0)
@@ -600,6 +836,17 @@ static void *const hooks[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_PTR, 0)}, {HK_ROWS(H
 #define P_SH_HDESTROY P_NONE
 #define P_SH_HDELETE P_NONE
 #define P_SH_LOOKUP P_NONE
+#define P_SH_HNEW_ARENA P_NONE
+#define P_SH_HNEW P_NONE
+#define P_SH_GHRECALLOC_AT P_NONE
+#define P_SH_GHRECALLOC_AL P_NONE
+#define P_SH_GHREALLOC_AT P_NONE
+#define P_SH_GRECALLOC_AT P_NONE
+#define P_SH_GRECALLOC_AL P_NONE
+#define P_SH_GREALLOC_AT P_NONE
+#define P_SH_HSTRDUP P_NONE
+#define P_SH_HCALLOC_AL P_NONE
+#define P_SH_STRDUP P_NONE
 #define HK_GPTR(S, id, tab, name, shape, p1) P_##shape(S, id),
 static void *const guards[HK_SLOTS][HK_NROWS] = {{HK_ROWS(HK_GPTR, 0)}, {HK_ROWS(HK_GPTR, 1)}, {HK_ROWS(HK_GPTR, 2)}};
 #undef HK_GPTR

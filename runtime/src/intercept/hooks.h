@@ -19,10 +19,14 @@ enum hk_shape {
     SH_REALLOCN,   /* void *(void *p, size_t n, size_t s) p1: 1 zeroes what grows */
     SH_REALLOC_AL, /* void *(void *p, size_t n, size_t align) p1: 1 zeroes what grows */
     SH_RALLOCX,    /* void *(void *p, size_t n, int flags) */
+    SH_STRDUP,     /* char *(const char *s [, size_t n]): a copy of a string, strlen + 1 bytes
+                    * p1: 1 realpath(name, resolved): no allocation when resolved is given */
     /* mimalloc's first-class heaps: the heap first (a sampled block remembers it, block.c) */
     SH_HMALLOC,    /* void *(mi_heap_t *h, size_t n)      p1: 1 zeroed */
     SH_HCALLOC,    /* void *(h, size_t n, size_t s)        p1: 1 zeroed */
     SH_HALIGNED,   /* void *(h, size_t n, size_t align)    p1: 1 zeroed */
+    SH_HCALLOC_AL, /* void *(h, size_t n, size_t s, size_t align), zeroed */
+    SH_HSTRDUP,    /* char *(h, const char *s [, x]): as SH_STRDUP, in heap h */
     SH_HREALLOC,   /* void *(h, void *p, size_t n)         p1: 1 zeroes what grows */
     SH_HREALLOCN,  /* void *(h, void *p, size_t n, size_t s) p1: 1 zeroes what grows */
     SH_HREALLOC_AL, /* void *(h, void *p, size_t n, size_t align) p1: 1 zeroes what grows */
@@ -30,8 +34,19 @@ enum hk_shape {
     SH_USABLE,     /* size_t (void *p [, x]) */
     SH_XALLOCX,    /* size_t (void *p, size_t n, size_t extra, int flags): resize in place */
     SH_EXPAND,     /* void *(void *p, size_t n): resize in place or NULL */
+    /* Reallocating entry points that are only guarded (not counted): a block of ours handed to
+     * them is moved (block.c, or into the allocator when an offset alignment is asked for) */
+    SH_GREALLOC_AT,    /* void *(void *p, size_t n, size_t align, size_t offset) p1: 1 zeroes */
+    SH_GRECALLOC_AL,   /* void *(void *p, size_t n, size_t s, size_t align), zeroes */
+    SH_GRECALLOC_AT,   /* void *(void *p, size_t n, size_t s, size_t align, size_t offset), zeroes */
+    SH_GHREALLOC_AT,   /* void *(h, void *p, size_t n, size_t align, size_t offset) p1: 1 zeroes */
+    SH_GHRECALLOC_AL,  /* void *(h, void *p, size_t n, size_t s, size_t align), zeroes */
+    SH_GHRECALLOC_AT,  /* void *(h, void *p, size_t n, size_t s, size_t align, size_t offset) */
     SH_HDESTROY,   /* void (mi_heap_t *h): frees every block of h (no free per block) */
     SH_HDELETE,    /* void (mi_heap_t *h): h's blocks move to the thread's backing heap, live */
+    SH_HNEW,       /* mi_heap_t *(int tag, bool allow_destroy, arena): remembers a heap that
+                    * mi_heap_destroy will only delete */
+    SH_HNEW_ARENA, /* mi_heap_t *(arena): a heap mi_heap_destroy will only delete */
     SH_LOOKUP,     /* not hooked: its address is kept for the hooks to call (mi_heap_get_default) */
 };
 
@@ -137,8 +152,25 @@ enum hk_table { T_STD, T_MI, T_TC };
     X(S, MI_heap_recalloc, T_MI, "heap_recalloc", SH_HREALLOCN, 1)                                     \
     X(S, MI_heap_realloc_aligned, T_MI, "heap_realloc_aligned", SH_HREALLOC_AL, 0)                     \
     X(S, MI_heap_rezalloc_aligned, T_MI, "heap_rezalloc_aligned", SH_HREALLOC_AL, 1)                   \
+    X(S, MI_heap_calloc_aligned, T_MI, "heap_calloc_aligned", SH_HCALLOC_AL, 1)                        \
+    X(S, MI_strdup, T_MI, "strdup", SH_STRDUP, 0)                                                      \
+    X(S, MI_strndup, T_MI, "strndup", SH_STRDUP, 0)                                                    \
+    X(S, MI_realpath, T_MI, "realpath", SH_STRDUP, 1)                                                  \
+    X(S, MI_heap_strdup, T_MI, "heap_strdup", SH_HSTRDUP, 0)                                           \
+    X(S, MI_heap_strndup, T_MI, "heap_strndup", SH_HSTRDUP, 0)                                         \
+    X(S, MI_heap_realpath, T_MI, "heap_realpath", SH_HSTRDUP, 1)                                       \
+    X(S, MI_realloc_aligned_at, T_MI, "realloc_aligned_at", SH_GREALLOC_AT, 0)                         \
+    X(S, MI_rezalloc_aligned_at, T_MI, "rezalloc_aligned_at", SH_GREALLOC_AT, 1)                       \
+    X(S, MI_recalloc_aligned, T_MI, "recalloc_aligned", SH_GRECALLOC_AL, 1)                            \
+    X(S, MI_recalloc_aligned_at, T_MI, "recalloc_aligned_at", SH_GRECALLOC_AT, 1)                      \
+    X(S, MI_heap_realloc_aligned_at, T_MI, "heap_realloc_aligned_at", SH_GHREALLOC_AT, 0)              \
+    X(S, MI_heap_rezalloc_aligned_at, T_MI, "heap_rezalloc_aligned_at", SH_GHREALLOC_AT, 1)            \
+    X(S, MI_heap_recalloc_aligned, T_MI, "heap_recalloc_aligned", SH_GHRECALLOC_AL, 1)                 \
+    X(S, MI_heap_recalloc_aligned_at, T_MI, "heap_recalloc_aligned_at", SH_GHRECALLOC_AT, 1)           \
     X(S, MI_heap_destroy, T_MI, "heap_destroy", SH_HDESTROY, 0)                                        \
     X(S, MI_heap_delete, T_MI, "heap_delete", SH_HDELETE, 0)                                           \
+    X(S, MI_heap_new_ex, T_MI, "heap_new_ex", SH_HNEW, 0)                                              \
+    X(S, MI_heap_new_in_arena, T_MI, "heap_new_in_arena", SH_HNEW_ARENA, 0)                            \
     X(S, MI_heap_get_default, T_MI, "heap_get_default", SH_LOOKUP, 0)                                  \
     X(S, MI_heap_get_backing, T_MI, "heap_get_backing", SH_LOOKUP, 0)                                  \
     X(S, TC_malloc, T_TC, "malloc", SH_MALLOC, 0)                                                      \
@@ -187,6 +219,9 @@ extern const struct hk_row hk_rows[HK_NROWS];
 /* Does a row's hook count allocations (the countdown), or only guard pointers (free, usable size,
  * resize in place: a block of ours must never reach the allocator)? */
 static inline int hk_counts(const struct hk_row *r) { return r->shape <= SH_HREALLOC_AL; }
+/* Does a row's hook only remember what the original made (mimalloc's heap makers), no pointer of
+ * ours reaching it? One that cannot be hooked is left alone, the allocator still hooked. */
+static inline int hk_remembers(const struct hk_row *r) { return r->shape == SH_HNEW || r->shape == SH_HNEW_ARENA; }
 /* Does a row's shape take mimalloc's heap first? */
 static inline int hk_heap_first(int shape) { return shape >= SH_HMALLOC && shape <= SH_HREALLOC_AL; }
 
