@@ -32,15 +32,20 @@ static uint64_t rng_next(struct ml_thread *t)
  * log at the first draw (which may come before our constructor: an early malloc); racing threads
  * write the same values. */
 #define LN_BITS 6
-static double mid_c[1 << LN_BITS], ln_c[1 << LN_BITS], inv_c[1 << LN_BITS];
+/* c, ln c and 1/c side by side, 32 bytes an entry: one cache line a draw (a sample is rare, and at
+ * 64K its lines are often cold) */
+static struct ln_entry {
+    double c, ln, inv, pad_;
+} ln_tab[1 << LN_BITS] __attribute__((aligned(64)));
 static _Atomic int ln_ready;
 
 static ML_NOINLINE void ln_tables(void)
 {
     for (int k = 0; k < 1 << LN_BITS; k++) {
-        mid_c[k] = 1.0 + (k + 0.5) / (1 << LN_BITS);
-        ln_c[k] = log(mid_c[k]);
-        inv_c[k] = 1.0 / mid_c[k];
+        struct ln_entry *t = &ln_tab[k];
+        t->c = 1.0 + (k + 0.5) / (1 << LN_BITS);
+        t->ln = log(t->c);
+        t->inv = 1.0 / t->c;
     }
     atomic_store_explicit(&ln_ready, 1, memory_order_release);
 }
@@ -53,9 +58,10 @@ static double neg_log(double u)
     bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1, 2) */
     double m;
     memcpy(&m, &bits, sizeof m);
-    double r = (m - mid_c[k]) * inv_c[k];
+    const struct ln_entry *t = &ln_tab[k];
+    double r = (m - t->c) * t->inv;
     double series = r * (1.0 + r * (-0.5 + r * (1.0 / 3 - r * 0.25)));
-    return -((double)e * 0.6931471805599453 + ln_c[k] + series);
+    return -((double)e * 0.6931471805599453 + t->ln + series);
 }
 
 /* Bytes until the next sample, ~ Exp(mean R), at least 1. */
