@@ -7,7 +7,9 @@
 # Prints p50, p90, p99 and max of the stop times memlens reports, and the load average.
 # ATTACH_STOPS_ALLOC=jemalloc links the target with libjemalloc_pic.a: memlens then also hooks the
 # allocator's entry points with every thread stopped (docs/allocators.md), and that stop is reported
-# on a second line.
+# on a second line. ATTACH_STOPS_ALLOC=mimalloc does the same with mimalloc built from the
+# libmimalloc-sys crate's sources (MIMALLOC_SRC, else found in cargo's registry): the allocator with
+# the most entry points memlens hooks.
 set -eu
 ML=${1:?usage: attach_stops.sh MEMLENS [N] [BUSY]}
 N=${2:-200}
@@ -19,6 +21,10 @@ cleanup() { for p in $busy; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR
 trap cleanup EXIT INT TERM
 case ${ATTACH_STOPS_ALLOC:-} in
 jemalloc) LINK="/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a -ldl -lm -lstdc++" ;;
+mimalloc)
+    MI=${MIMALLOC_SRC:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/libmimalloc-sys-*/c_src/mimalloc/v2 2>/dev/null | tail -1)}
+    [ -n "$MI" ] && [ -r "$MI/src/static.c" ] || { echo "attach_stops.sh: no mimalloc sources (MIMALLOC_SRC)" >&2; exit 2; }
+    LINK="-DNDEBUG -DMI_MALLOC_OVERRIDE -I$MI/include $MI/src/static.c -ldl" ;;
 *) LINK="" ;;
 esac
 gcc -O2 -pthread -fno-omit-frame-pointer -I"$HERE" "$HERE/attach_wait.c" -o "$DIR/target" $LINK
