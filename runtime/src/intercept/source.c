@@ -84,7 +84,7 @@ static void *sample(enum ml_src_kind kind, size_t size, size_t real, size_t room
     /* Exact mode records every allocation: one in ML_COST_EXACT_EVERY is timed (cost.c) */
     uint64_t R = armed_R(t), times = R ? 1 : ML_COST_EXACT_EVERY;
     int timed = R || t->samples % ML_COST_EXACT_EVERY == 0;
-    uint64_t tsc = timed ? __rdtsc() : 0, c0 = tsc - t->cost_wait; /* also the block's birth */
+    uint64_t tsc = timed ? __rdtsc() : 0, c0 = ml_cost_begin_at(tsc); /* also the block's birth */
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     t->busy++;
     weights(t, size, R);

@@ -347,8 +347,8 @@ static void free_now(struct ml_block *b)
 {
     void *ph = b->placeholder;
     ml_usdt_free(b + 1); /* when it is freed: a deferred free (signal handler) fires it later */
-    /* one TSC read for the runtime's account and the block's death (~25 cycles each here) */
-    uint64_t tsc = __rdtsc(), c0 = tsc - ml_tls.cost_wait, now = b->born ? tsc | 1 : 0;
+    /* one TSC read for the runtime's account and the block's death (cost.h) */
+    uint64_t tsc = __rdtsc(), c0 = ml_cost_begin_at(tsc), now = b->born ? tsc | 1 : 0;
     ml_busy_enter();
     ml_state_own(); /* a fork child's first write to its table copies its parent's (state.c) */
     flush_alloc(b);
