@@ -114,6 +114,10 @@ void *ml_src_sample(enum ml_src_kind kind, size_t size, size_t align, int zero, 
  * would cost the program two system calls per sample. */
 #define ROOM_PROBE_MAX (64u << 10)
 
+/* The room of a block of n bytes whose allocator gives a chunk of usable size u for it: u, unless
+ * that is twice n or more (a chunk the allocator had at hand, not n's class). */
+static inline size_t room_rule(size_t u, size_t n) { return u > n && u - n < n ? u : n; }
+
 /* The usable size family f gives a block of n bytes (block.h, ml_block_usable: why), found by asking
  * it: one malloc, malloc_usable_size and free of the real allocator, on sampled events of a size
  * other than the thread's last (cached: programs allocate few distinct sizes) only. Exact
@@ -134,7 +138,7 @@ static size_t room_of(const struct ml_family *f, size_t n)
     f->free(t);
     th->room_fam = f;
     th->room_size = n;
-    th->room = u > n && u - n < n ? u : n;
+    th->room = room_rule(u, n);
     return th->room;
 }
 
@@ -215,12 +219,8 @@ static void *ph_alloc(const struct ml_family *f, int how, size_t align, size_t s
     return err ? NULL : ph;
 }
 
-/* The usable size a block of n bytes has in its placeholder ph (room_of's rule). */
-static size_t ph_room(const struct ml_family *f, void *ph, size_t n)
-{
-    size_t u = f->malloc_usable_size(ph);
-    return u > n && u - n < n ? u : n;
-}
+/* The usable size a block of n bytes has in its placeholder ph. */
+static size_t ph_room(const struct ml_family *f, void *ph, size_t n) { return room_rule(f->malloc_usable_size(ph), n); }
 
 /* A sampled block of family f with its placeholder (if f has them): what ml_src_sample_of does. */
 static void *sample_placed(const struct ml_family *f, int how, size_t size, size_t align, int zero, uintptr_t ra)
