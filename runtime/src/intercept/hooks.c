@@ -192,6 +192,20 @@ static void heap_destroy(const struct hk_slot *s, void *h, void (*orig)(void *))
     heap_gone(s, h, 1);
 }
 
+/* A block of `size` sampled from the range for slot s's entry point of `shape` (heap: its first
+ * argument), or NULL (sampling was switched off meanwhile, or the range is full): the caller
+ * forwards. */
+static void *sample_hooked(struct hk_slot *s, int shape, size_t size, size_t align, int zero, uintptr_t heap,
+                           uintptr_t ra)
+{
+    if (!sample_begin())
+        return NULL;
+    void *p = ml_src_sample_of(&s->fam, size, align, zero, ra);
+    sample_end();
+    heap_mark(s, p, shape, heap);
+    return p;
+}
+
 /* The countdown ran out: the allocation asked for is sampled from the range, or forwarded to the
  * original. Returns the block; for posix_memalign (`err`), *err is its result and the block is
  * stored through a0. */
@@ -202,10 +216,8 @@ static void *alloc_decide(int sid, uintptr_t a0, uintptr_t a1, uintptr_t a2, uin
     struct hk_ask k = ask_of(id, a0, a1, a2, a3);
     size_t sz = k.size ? k.size : 1;
     int d = ml_src_decide(sz);
-    if (d == ML_SAMPLE && sample_begin()) {
-        void *p = ml_src_sample_of(&SID_SLOT(sid)->fam, sz, k.align, k.zero, ra);
-        sample_end();
-        heap_mark(SID_SLOT(sid), p, hk_rows[id].shape, a0);
+    if (d == ML_SAMPLE) {
+        void *p = sample_hooked(SID_SLOT(sid), hk_rows[id].shape, sz, k.align, k.zero, a0, ra);
         if (p)
             return p;
     }
@@ -239,15 +251,11 @@ static ML_NOINLINE char *str_slow(int sid, uintptr_t h, char *q, size_t n, uintp
 {
     struct hk_slot *s = SID_SLOT(sid);
     int d = ml_src_decide(n);
-    if (d == ML_SAMPLE && sample_begin()) {
-        char *r = ml_src_sample_of(&s->fam, n, 0, 0, ra);
-        sample_end();
-        if (r) {
-            memcpy(r, q, n);
-            s->fam.free(q);
-            heap_mark(s, r, hk_rows[SID_ROW(sid)].shape, h);
-            return r;
-        }
+    char *r = d == ML_SAMPLE ? sample_hooked(s, hk_rows[SID_ROW(sid)].shape, n, 0, 0, h, ra) : NULL;
+    if (r) {
+        memcpy(r, q, n);
+        s->fam.free(q);
+        return r;
     }
     if (d == ML_EXACT)
         ml_src_exact(ML_SRC_HOOKED, n, ra);
