@@ -12,7 +12,7 @@ int ml_range_init(void);
  * no more of it than it must (source.c: placeholders of small blocks only). */
 int ml_range_scarce(void);
 void *ml_boot_alloc(size_t size);
-/* Header right before every block in the range (144 bytes, keeps 16-byte alignment). The memory
+/* Header right before every block in the range (176 bytes, keeps 16-byte alignment). The memory
  * fields belong to range.c; the accounting fields to block.c, which changes them with the range
  * lock held, except `size` and the pending counts, which only the thread resizing the block writes. */
 struct ml_block {
